@@ -1,0 +1,61 @@
+# gdsfs. `make demo` mounts a demo tree (host staging, no GPU needed);
+# `make test` runs unit and integration tests (root and /dev/fuse for the
+# integration tier). The GPU tier is `make test-gpu` on a machine with one.
+
+GO      ?= go
+BIN     := bin
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X github.com/gdsfs/gdsfs.Version=$(VERSION)
+DEMO    ?= /tmp/gdsfs-demo
+
+.PHONY: all build demo test lint test-gpu gpu-bundle bench clean
+
+all: build
+
+build:
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/gdsfs ./cmd/gdsfs
+
+# Mounts $(DEMO)/src on $(DEMO)/mnt in the foreground with the embedded
+# default configuration. In another terminal: cat $(DEMO)/mnt/.gdsfs/stats
+demo: build
+	@mkdir -p $(DEMO)/src/shards $(DEMO)/mnt
+	@for i in 0 1 2 3; do [ -f $(DEMO)/src/shards/shard-$$i.bin ] || \
+		head -c 33554432 /dev/urandom > $(DEMO)/src/shards/shard-$$i.bin; done
+	@echo "hello from gdsfs" > $(DEMO)/src/hello.txt
+	@echo "Mounting $(DEMO)/src on $(DEMO)/mnt (Ctrl-C unmounts). Try, in another terminal:"
+	@echo "  cat $(DEMO)/mnt/hello.txt; cat $(DEMO)/mnt/shards/* > /dev/null"
+	@echo "  cat $(DEMO)/mnt/.gdsfs/stats $(DEMO)/mnt/.gdsfs/cache"
+	$(BIN)/gdsfs mount $(DEMO)/src $(DEMO)/mnt
+
+lint:
+	@test -z "$$(gofmt -l .)" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
+	$(GO) vet ./...
+
+test: lint
+	$(GO) test -race -count=1 -timeout 15m ./...
+	python3 -m unittest discover -s python/tests -v
+
+# Test binaries for the GPU machine (it has no Go): built here into .bin/.
+gpu-bundle:
+	@mkdir -p .bin
+	$(GO) build -ldflags "$(LDFLAGS)" -o .bin/gdsfs ./cmd/gdsfs
+	$(GO) test -c -o .bin/cuda.test ./gpu/cuda
+	$(GO) test -c -o .bin/gpustaging.test ./staging/gputest
+	$(GO) build -o .bin/leasecheck ./integration/leasecheck
+	cp scripts/test-gpu.sh .bin/
+
+# On the GPU machine: every GPU test, which fails (never skips) where no GPU
+# answers. Builds the bundle first where Go is installed.
+test-gpu:
+	@if command -v $(GO) >/dev/null 2>&1; then $(MAKE) gpu-bundle; fi
+	sh .bin/test-gpu.sh
+
+# Read throughput native vs gdsfs vs go-fuse's loopback example, with and
+# without passthrough, stat of 10,000 files, and the staging paths.
+bench: build
+	$(GO) build -o $(BIN)/loopback github.com/hanwen/go-fuse/v2/example/loopback
+	$(BIN)/gdsfs bench mount --loopback $(BIN)/loopback
+	$(BIN)/gdsfs bench stage
+
+clean:
+	rm -rf $(BIN) .bin

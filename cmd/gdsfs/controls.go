@@ -1,0 +1,155 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"syscall"
+
+	"github.com/gdsfs/gdsfs/fs"
+	"github.com/gdsfs/gdsfs/gpu/cuda"
+)
+
+// controls are the files of MOUNTPOINT/.gdsfs/; srv is the mount they
+// report on.
+func (d *daemon) controls(srv *fs.Server) []fs.Control {
+	stats := func() map[string]any { return d.stats(srv) }
+	return []fs.Control{
+		{Name: "stats", Read: func() []byte { return formatStats(stats()) }},
+		{Name: "stats.json", Read: func() []byte { return statsJSON(stats()) }},
+		{Name: "config", Read: d.cfg.YAML},
+		{Name: "cache", Read: d.cacheText},
+		{Name: "version", Read: func() []byte { return []byte(d.version) }},
+		{Name: "socket", Read: func() []byte { return []byte(d.ipc.Path() + "\n") }},
+		{Name: "prefetch", Write: d.prefetch},
+		{Name: "evict", Write: d.cache.Evict},
+	}
+}
+
+// prefetch checks that rel can be staged, then queues it; a full queue is
+// EAGAIN.
+func (d *daemon) prefetch(rel string) error {
+	if err := d.cache.Eligible(rel); err != nil {
+		return err
+	}
+	if !d.cache.Prefetch(rel) {
+		return fmt.Errorf("prefetch %s: queue full (staging.prefetch_queue): %w", rel, syscall.EAGAIN)
+	}
+	return nil
+}
+
+// sections orders the human stats; keys not listed go under [other].
+var sections = []struct {
+	name string
+	keys []string
+}{
+	{"fuse", []string{"opens", "reads_served", "bytes_served", "passthrough", "passthrough_reason"}},
+	{"staging", []string{"device", "staged_files", "loading_files", "failed_files", "resident_bytes", "used_bytes",
+		"capacity_bytes", "prefetches", "prefetch_dropped", "hits", "misses", "shared_loads", "evictions",
+		"invalidations", "load_errors", "too_large", "no_space"}},
+	{"io", []string{"bytes_cufile", "bytes_posix", "bytes_host", "cufile_mode", "cufile_fallbacks", "cufile_last_error"}},
+	{"leases", []string{"leases_active", "leases_total", "lease_denied", "ipc_connections", "ipc_requests", "ipc_bad_requests"}},
+}
+
+// stats merges the counters of every part into one flat object.
+func (d *daemon) stats(srv *fs.Server) map[string]any {
+	m := map[string]any{}
+	merge := func(v any) {
+		b, _ := json.Marshal(v)
+		json.Unmarshal(b, &m)
+	}
+	merge(d.cache.Stats())
+	merge(d.ipc.Stats())
+	f := srv.Stats()
+	m["opens"] = f.Opens
+	m["reads_served"] = f.ReadsServed
+	m["bytes_served"] = f.BytesServed
+	m["passthrough"] = f.Passthrough
+	m["passthrough_reason"] = f.PassthroughWhy
+	m["cufile_mode"] = cufileMode(d.devs)
+	m["device"] = strings.Join(d.cache.Devices(), ",")
+	return m
+}
+
+func statsJSON(m map[string]any) []byte {
+	b, _ := json.MarshalIndent(m, "", "  ")
+	return append(b, '\n')
+}
+
+func formatStats(m map[string]any) []byte {
+	var b bytes.Buffer
+	seen := map[string]bool{}
+	line := func(k string) {
+		v := m[k]
+		if f, ok := v.(float64); ok && f == float64(int64(f)) {
+			v = int64(f)
+		}
+		if s, ok := v.(string); ok && s == "" {
+			v = "-"
+		}
+		fmt.Fprintf(&b, "%s %v\n", k, v)
+		seen[k] = true
+	}
+	for i, s := range sections {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		fmt.Fprintf(&b, "[%s]\n", s.name)
+		for _, k := range s.keys {
+			if _, ok := m[k]; ok {
+				line(k)
+			}
+		}
+	}
+	var rest []string
+	for k := range m {
+		if !seen[k] {
+			rest = append(rest, k)
+		}
+	}
+	if len(rest) > 0 {
+		sort.Strings(rest)
+		b.WriteString("\n[other]\n")
+		for _, k := range rest {
+			line(k)
+		}
+	}
+	return b.Bytes()
+}
+
+// cacheText is one line per entry: path, size, state, load path, GB/s,
+// leases, tab-separated under a header.
+func (d *daemon) cacheText() []byte {
+	var b bytes.Buffer
+	b.WriteString("# path\tsize\tstate\tload_path\tload_gbps\tleases\tdevice\tnote\n")
+	for _, e := range d.cache.Entries() {
+		fmt.Fprintf(&b, "%s\t%d\t%s\t%s\t%.2f\t%d\t%s\t%s\n", e.Path, e.Size, e.State, orDash(e.LoadPath), e.GBps, e.Leases, e.Device, orDash(e.Note))
+	}
+	return b.Bytes()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// versionText adds the devices, the CUDA driver and cuFile to the
+// binary's versions.
+func (d *daemon) versionText() string {
+	var b strings.Builder
+	b.WriteString(versionText())
+	for _, dev := range d.devs {
+		fmt.Fprintf(&b, "device %s (%s)\n", dev.Name(), dev.Kind())
+	}
+	if d.devs[0].Kind() == "cuda" {
+		r := cuda.Check()
+		fmt.Fprintf(&b, "cuda-driver %s\n", r.DriverVersion)
+		fmt.Fprintf(&b, "cufile %s\n", r.CuFile.Version)
+	}
+	fmt.Fprintf(&b, "cufile-mode %s\n", cufileMode(d.devs))
+	return b.String()
+}

@@ -1,0 +1,236 @@
+package fs
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"path"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/gdsfs/gdsfs/internal/perm"
+)
+
+const controlDirName = ".gdsfs"
+
+// Reserved inode numbers, far above what the loopback derives from SOURCE.
+const controlIno = 0xffff_ffff_ffff_0000
+
+// controlDir is MOUNTPOINT/.gdsfs: one persistent child per Control.
+type controlDir struct {
+	gofs.Inode
+	srv *Server
+}
+
+var _ = (gofs.NodeOnAdder)((*controlDir)(nil))
+
+func (d *controlDir) OnAdd(ctx context.Context) {
+	for i, c := range d.srv.controls {
+		f := &controlFile{srv: d.srv, ctl: c}
+		d.AddChild(c.Name, d.NewPersistentInode(ctx, f,
+			gofs.StableAttr{Mode: syscall.S_IFREG, Ino: controlIno + 1 + uint64(i)}), false)
+	}
+}
+
+var _ = (gofs.NodeGetattrer)((*controlDir)(nil))
+
+func (d *controlDir) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	d.fillAttr(&out.Attr)
+	return 0
+}
+
+func (d *controlDir) fillAttr(a *fuse.Attr) {
+	a.Mode = syscall.S_IFDIR | 0o555
+	a.Nlink = 2
+	a.Ino = controlIno
+	d.srv.fillOwner(a)
+}
+
+func (s *Server) fillOwner(a *fuse.Attr) {
+	a.Uid, a.Gid = s.uid, s.gid
+	t := uint64(s.started.Unix())
+	a.Atime, a.Mtime, a.Ctime = t, t, t
+}
+
+// controlFile is one readable or writable control file.
+type controlFile struct {
+	gofs.Inode
+	srv *Server
+	ctl Control
+}
+
+var _ = (gofs.NodeGetattrer)((*controlFile)(nil))
+
+func (c *controlFile) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	out.Mode = syscall.S_IFREG | 0o444
+	if c.ctl.Write != nil {
+		out.Mode = syscall.S_IFREG | 0o200
+		if c.srv.opts.AllowOther {
+			out.Mode = syscall.S_IFREG | 0o222
+		}
+	}
+	out.Nlink = 1
+	c.srv.fillOwner(&out.Attr)
+	return 0
+}
+
+var _ = (gofs.NodeSetattrer)((*controlFile)(nil))
+
+// Setattr accepts truncation (shell redirection opens with O_TRUNC) and
+// nothing else.
+func (c *controlFile) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	if _, ok := in.GetSize(); !ok || c.ctl.Write == nil {
+		return syscall.EPERM
+	}
+	return c.Getattr(ctx, f, out)
+}
+
+var _ = (gofs.NodeOpener)((*controlFile)(nil))
+
+// Open snapshots a readable file's content, or checks the writer of a
+// writable one. Both are served with direct I/O: their size is unknown.
+func (c *controlFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	acc := flags & syscall.O_ACCMODE
+	if c.ctl.Write == nil {
+		if acc != syscall.O_RDONLY {
+			return nil, 0, syscall.EACCES
+		}
+		return &controlReader{data: c.ctl.Read()}, fuse.FOPEN_DIRECT_IO, 0
+	}
+	if acc == syscall.O_RDONLY {
+		return nil, 0, syscall.EACCES
+	}
+	caller, ok := fuse.FromContext(ctx)
+	if !ok {
+		return nil, 0, syscall.EACCES
+	}
+	w := &controlWriter{file: c}
+	if caller.Uid != 0 && caller.Uid != c.srv.uid {
+		if !c.srv.opts.AllowOther {
+			return nil, 0, syscall.EACCES
+		}
+		cred, err := perm.ForPID(int32(caller.Pid), caller.Uid, caller.Gid)
+		if err != nil {
+			return nil, 0, syscall.EACCES
+		}
+		w.cred = &cred
+	}
+	return w, fuse.FOPEN_DIRECT_IO, 0
+}
+
+var _ = (gofs.NodeReader)((*controlFile)(nil))
+
+func (c *controlFile) Read(ctx context.Context, f gofs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	r, ok := f.(*controlReader)
+	if !ok {
+		return nil, syscall.EBADF
+	}
+	if off >= int64(len(r.data)) {
+		return fuse.ReadResultData(nil), 0
+	}
+	return fuse.ReadResultData(r.data[off:min(int64(len(r.data)), off+int64(len(dest)))]), 0
+}
+
+var _ = (gofs.NodeWriter)((*controlFile)(nil))
+
+func (c *controlFile) Write(ctx context.Context, f gofs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
+	w, ok := f.(*controlWriter)
+	if !ok {
+		return 0, syscall.EBADF
+	}
+	return w.write(data, false)
+}
+
+var _ = (gofs.NodeFlusher)((*controlFile)(nil))
+
+// Flush acts on a last line written without a newline.
+func (c *controlFile) Flush(ctx context.Context, f gofs.FileHandle) syscall.Errno {
+	if w, ok := f.(*controlWriter); ok {
+		_, errno := w.write(nil, true)
+		return errno
+	}
+	return 0
+}
+
+type controlReader struct{ data []byte }
+
+// controlWriter buffers a partial line between writes.
+type controlWriter struct {
+	file *controlFile
+	cred *perm.Cred // nil: the writer is root or the daemon's owner
+
+	mu      sync.Mutex
+	partial []byte // guarded by mu
+}
+
+// write acts on every complete line of data (and on the partial line when
+// final). The first failing line's error is the write's errno; the lines
+// after it are still acted on.
+func (w *controlWriter) write(data []byte, final bool) (uint32, syscall.Errno) {
+	w.mu.Lock()
+	buf := append(w.partial, data...)
+	var lines [][]byte
+	for {
+		i := bytes.IndexByte(buf, '\n')
+		if i < 0 {
+			break
+		}
+		lines = append(lines, buf[:i])
+		buf = buf[i+1:]
+	}
+	if final && len(buf) > 0 {
+		lines, buf = append(lines, buf), nil
+	}
+	w.partial = append([]byte(nil), buf...)
+	w.mu.Unlock()
+
+	var first syscall.Errno
+	for _, l := range lines {
+		if errno := w.line(strings.TrimSpace(string(l))); errno != 0 && first == 0 {
+			first = errno
+		}
+	}
+	return uint32(len(data)), first
+}
+
+func (w *controlWriter) line(text string) syscall.Errno {
+	if text == "" {
+		return 0
+	}
+	s := w.file.srv
+	rel, err := s.relPath(text)
+	if err != nil {
+		s.log.Info("control write refused: " + err.Error())
+		return syscall.EINVAL
+	}
+	if w.cred != nil {
+		var st syscall.Stat_t
+		if err := syscall.Stat(filepath.Join(s.source, rel), &st); err != nil {
+			return s.errs.toErrno(err)
+		}
+		if !perm.CanRead(&st, *w.cred) {
+			return syscall.EACCES
+		}
+	}
+	return s.errs.toErrno(w.file.ctl.Write(rel))
+}
+
+// relPath turns a line written to a control file into a path relative to
+// SOURCE: relative to the mount, absolute under the mountpoint, or
+// absolute from the mount's root ("/data/x" is "data/x").
+func (s *Server) relPath(line string) (string, error) {
+	p := line
+	if rest, ok := strings.CutPrefix(p, s.mountpoint+"/"); ok {
+		p = rest
+	}
+	p = path.Clean("/" + p)[1:]
+	if p == "" || p == controlDirName || strings.HasPrefix(p, controlDirName+"/") {
+		return "", fmt.Errorf("%q does not name a file under the mount", line)
+	}
+	return p, nil
+}

@@ -1,0 +1,292 @@
+package fs
+
+import (
+	"errors"
+	"fmt"
+	"log"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+
+	"github.com/gdsfs/gdsfs/internal/mountinfo"
+)
+
+// Stager is what fs needs from the staging cache.
+type Stager interface {
+	// Opened tells the cache that a regular file (path relative to
+	// SOURCE) was opened. It must not block.
+	Opened(rel string)
+	// Attr answers the user.gdsfs.state and user.gdsfs.path xattrs.
+	Attr(rel string) (state, path string)
+}
+
+// Control is one file of MOUNTPOINT/.gdsfs/. Exactly one of Read and Write
+// is set.
+type Control struct {
+	Name string
+	// Read returns the content; it is snapshotted when the file is opened.
+	Read func() []byte
+	// Write is called once per line written, with the line as a path
+	// relative to the mount. Its error becomes the write's errno.
+	Write func(rel string) error
+}
+
+// Config is what Mount needs.
+type Config struct {
+	Source     string
+	Mountpoint string
+	Options    Options
+	Stager     Stager // nil: nothing is staged
+	// Controls returns the control files; it is called before the mount
+	// answers any request, with the server the files may report on.
+	Controls func(*Server) []Control
+	Log      *zap.Logger
+}
+
+// Stats are the FUSE-side counters.
+type Stats struct {
+	Opens          uint64 // regular files opened
+	ReadsServed    uint64 // read requests the daemon answered (not passthrough)
+	BytesServed    uint64 // bytes asked for by those requests
+	Passthrough    bool   // reads bypass the daemon
+	PassthroughWhy string // why not, when Passthrough is false
+}
+
+// Server is a mounted gdsfs.
+type Server struct {
+	fuse       *fuse.Server
+	source     string
+	mountpoint string
+	opts       Options
+	stager     Stager
+	controls   []Control
+	log        *zap.Logger
+	errs       errnoLogger
+	uid, gid   uint32
+	started    time.Time
+
+	// Settled once by Mount; read by open files and Stats.
+	passthrough    atomic.Bool
+	passthroughWhy atomic.Pointer[string]
+
+	opens, reads, readBytes atomic.Uint64
+}
+
+// Mount mounts SOURCE on MOUNTPOINT. Errors name the path or key at fault.
+func Mount(cfg Config) (*Server, error) {
+	if err := cfg.Options.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Log == nil {
+		cfg.Log = zap.NewNop()
+	}
+	source, mnt, err := CheckPaths(cfg.Source, cfg.Mountpoint)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{
+		source: source, mountpoint: mnt, opts: cfg.Options, stager: cfg.Stager,
+		log: cfg.Log, errs: errnoLogger{log: cfg.Log},
+		uid: uint32(os.Geteuid()), gid: uint32(os.Getegid()), started: time.Now(),
+	}
+	s.setPassthrough(cfg.Options.Passthrough != PassthroughOff, "")
+	if cfg.Controls != nil {
+		s.controls = cfg.Controls(s)
+	}
+	if _, err := os.Lstat(filepath.Join(source, controlDirName)); err == nil {
+		s.log.Warn("SOURCE has its own .gdsfs; the control directory hides it", zap.String("source", source))
+	}
+	lb, err := gofs.NewLoopbackRoot(source)
+	if err != nil {
+		return nil, fmt.Errorf("SOURCE %s: %w", source, err)
+	}
+	root := &rootNode{node: node{LoopbackNode: lb.(*gofs.LoopbackNode), srv: s}}
+	s.fuse, err = gofs.Mount(mnt, root, s.mountOptions())
+	if err != nil {
+		return nil, fmt.Errorf("mount %s: %w", mnt, err)
+	}
+	if err := s.settlePassthrough(); err != nil {
+		s.fuse.Unmount()
+		return nil, err
+	}
+	s.raiseReadAhead()
+	return s, nil
+}
+
+// CheckPaths checks SOURCE and MOUNTPOINT (existing directories, the
+// mountpoint free and outside SOURCE) and returns them absolute.
+func CheckPaths(source, mnt string) (string, string, error) {
+	if source == "" || mnt == "" {
+		return "", "", errors.New("want SOURCE and MOUNTPOINT")
+	}
+	src, err := filepath.Abs(source)
+	if err != nil {
+		return "", "", fmt.Errorf("SOURCE %s: %w", source, err)
+	}
+	if st, err := os.Stat(src); err != nil {
+		return "", "", fmt.Errorf("SOURCE %s: %w", source, unwrapPath(err))
+	} else if !st.IsDir() {
+		return "", "", fmt.Errorf("SOURCE %s: not a directory", source)
+	}
+	m, err := filepath.Abs(mnt)
+	if err != nil {
+		return "", "", fmt.Errorf("MOUNTPOINT %s: %w", mnt, err)
+	}
+	if st, err := os.Stat(m); err != nil {
+		return "", "", fmt.Errorf("MOUNTPOINT %s: %w", mnt, unwrapPath(err))
+	} else if !st.IsDir() {
+		return "", "", fmt.Errorf("MOUNTPOINT %s: not a directory", mnt)
+	}
+	if fstype, ok := mountinfo.MountedAt(m); ok {
+		return "", "", fmt.Errorf("MOUNTPOINT %s: busy: already a mount point (%s); unmount it first", mnt, fstype)
+	}
+	if strings.HasPrefix(m+"/", src+"/") {
+		return "", "", fmt.Errorf("MOUNTPOINT %s: inside SOURCE %s; the mount would mirror itself", mnt, source)
+	}
+	return src, m, nil
+}
+
+func unwrapPath(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+func (s *Server) mountOptions() *gofs.Options {
+	o := s.opts
+	mo := fuse.MountOptions{
+		AllowOther:        o.AllowOther,
+		FsName:            s.source,
+		Name:              "gdsfs",
+		MaxWrite:          int(o.MaxRead),
+		MaxReadAhead:      int(o.MaxRead),
+		EnableLocks:       true,
+		DirectMountStrict: os.Geteuid() == 0,
+		Debug:             o.Debug,
+		MaxStackDepth:     stackDepthFor(s.source),
+		Logger:            log.New(&zapWriter{s.log}, "", 0),
+	}
+	if o.AllowOther {
+		mo.Options = append(mo.Options, "default_permissions")
+	}
+	if o.Passthrough == PassthroughOff {
+		mo.DisabledCapabilities = fuse.CAP_PASSTHROUGH
+	}
+	return &gofs.Options{
+		MountOptions:    mo,
+		AttrTimeout:     &o.AttrTimeout,
+		EntryTimeout:    &o.EntryTimeout,
+		NullPermissions: true,
+	}
+}
+
+// stackDepthFor allows passthrough to files on a stacked filesystem
+// (overlayfs, as in containers): the kernel refuses backing files whose
+// stack depth reaches the mount's.
+func stackDepthFor(source string) int {
+	var st unix.Statfs_t
+	if unix.Statfs(source, &st) == nil && st.Type == unix.OVERLAYFS_SUPER_MAGIC {
+		return 2
+	}
+	return 1
+}
+
+// settlePassthrough decides once whether the kernel serves reads from the
+// backing files, by registering a probe backing file.
+func (s *Server) settlePassthrough() error {
+	if s.opts.Passthrough == PassthroughOff {
+		s.setPassthrough(false, "fuse.passthrough is off")
+		return nil
+	}
+	why := ""
+	if s.fuse.KernelSettings().Flags64()&fuse.CAP_PASSTHROUGH == 0 {
+		why = "the kernel does not offer FUSE passthrough (needs Linux >= 6.9)"
+	} else if err := probeBackingFd(s.fuse); err != nil {
+		why = err.Error()
+	}
+	if why == "" {
+		s.setPassthrough(true, "")
+		return nil
+	}
+	if s.opts.Passthrough == PassthroughOn {
+		return fmt.Errorf("fuse.passthrough: on, but %s", why)
+	}
+	s.setPassthrough(false, why)
+	s.log.Info("kernel passthrough unavailable; the daemon serves reads", zap.String("reason", why))
+	return nil
+}
+
+func (s *Server) setPassthrough(on bool, why string) {
+	s.passthroughWhy.Store(&why)
+	s.passthrough.Store(on)
+}
+
+func probeBackingFd(srv *fuse.Server) error {
+	fd, err := unix.MemfdCreate("gdsfs-probe", unix.MFD_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("passthrough probe: %w", err)
+	}
+	defer unix.Close(fd)
+	id, errno := srv.RegisterBackingFd(&fuse.BackingMap{Fd: int32(fd)})
+	if errno != 0 {
+		return fmt.Errorf("registering a backing file failed (%v; needs CAP_SYS_ADMIN)", errno)
+	}
+	srv.UnregisterBackingFd(id)
+	return nil
+}
+
+// raiseReadAhead sets the mount's bdi read_ahead_kb so sequential reads
+// served by the daemon arrive as max_read requests.
+func (s *Server) raiseReadAhead() {
+	if s.opts.ReadAhead == 0 {
+		return
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(s.mountpoint, &st); err != nil {
+		s.log.Warn("read-ahead left unchanged", zap.Error(err))
+		return
+	}
+	p := fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", unix.Major(st.Dev), unix.Minor(st.Dev))
+	kb := fmt.Sprint(int64(s.opts.ReadAhead) / 1024)
+	if err := os.WriteFile(p, []byte(kb), 0); err != nil {
+		s.log.Warn("read-ahead left unchanged", zap.String("file", p), zap.Error(err))
+	}
+}
+
+// Wait blocks until the file system is unmounted.
+func (s *Server) Wait() { s.fuse.Wait() }
+
+// Unmount unmounts; it fails with EBUSY while files are open.
+func (s *Server) Unmount() error { return s.fuse.Unmount() }
+
+// Mountpoint is the absolute mount point.
+func (s *Server) Mountpoint() string { return s.mountpoint }
+
+// Stats returns the FUSE-side counters.
+func (s *Server) Stats() Stats {
+	return Stats{
+		Opens: s.opens.Load(), ReadsServed: s.reads.Load(), BytesServed: s.readBytes.Load(),
+		Passthrough: s.passthrough.Load(), PassthroughWhy: *s.passthroughWhy.Load(),
+	}
+}
+
+// zapWriter carries go-fuse's log lines into zap at debug level.
+type zapWriter struct{ log *zap.Logger }
+
+func (w *zapWriter) Write(p []byte) (int, error) {
+	w.log.Debug(strings.TrimRight(string(p), "\n"), zap.String("component", "go-fuse"))
+	return len(p), nil
+}
+
+// IsRegular reports whether mode is a regular file's.
+func isRegular(mode uint32) bool { return mode&syscall.S_IFMT == syscall.S_IFREG }

@@ -1,0 +1,230 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"sync"
+
+	"github.com/gdsfs/gdsfs/gpu"
+)
+
+var _ gpu.Region = (*Region)(nil)
+
+// Region is one file's staged bytes: one or more VMM allocations (cuMemCreate,
+// pinned, exportable as POSIX fds) mapped back to back in one reserved
+// virtual address range.
+type Region struct {
+	dev     *Device
+	size    int64    // bytes asked for
+	chunks  []int64  // chunk lengths, in mapping order
+	handles []uint64 // one CUmemGenericAllocationHandle per chunk
+	base    uint64   // start of the reserved range
+	total   int64    // sum of chunks
+
+	// mu is held shared by every use of the mapping and exclusively by
+	// Free, so memory is never unmapped under a copy. Lock order when two
+	// Regions are held: lower base first (rlockPair).
+	mu    sync.RWMutex
+	freed bool
+
+	regMu      sync.Mutex // guards registered
+	registered bool       // chunks registered with cuFileBufRegister (gds mode)
+}
+
+// Alloc returns a Region of at least size bytes, split into chunks of at
+// most the device's chunk size. On CUDA_ERROR_OUT_OF_MEMORY the error wraps
+// gpu.ErrOutOfMemory. Partial work is undone on any failure.
+func (d *Device) Alloc(size int64) (gpu.Region, error) {
+	if size < 0 {
+		return nil, fmt.Errorf("cuda: alloc: negative size %d", size)
+	}
+	if err := d.check(); err != nil {
+		return nil, err
+	}
+	if gpu.RoundUp(size, d.gran) > d.total {
+		return nil, fmt.Errorf("cuda: alloc %d bytes on %s with %d bytes of memory: %w",
+			size, d.name, d.total, gpu.ErrOutOfMemory)
+	}
+	r := &Region{dev: d, size: size, chunks: gpu.SplitChunks(size, d.chunkSize, d.gran)}
+	for _, c := range r.chunks {
+		r.total += c
+	}
+	if err := r.create(); err != nil {
+		return nil, fmt.Errorf("cuda: alloc %d bytes on %s: %w", size, d.name, err)
+	}
+	return r, nil
+}
+
+// create makes, maps and opens each chunk, undoing everything on failure.
+func (r *Region) create() error {
+	ctx := r.dev.ctx
+	for i, c := range r.chunks {
+		h, err := ctx.memCreate(c)
+		if err != nil {
+			r.destroy(0, false)
+			return fmt.Errorf("chunk %d of %d (%d bytes): %w", i, len(r.chunks), c, err)
+		}
+		r.handles = append(r.handles, h)
+	}
+	base, err := ctx.reserve(r.total)
+	if err != nil {
+		r.destroy(0, false)
+		return fmt.Errorf("reserve %d bytes: %w", r.total, err)
+	}
+	r.base = base
+	off := r.base
+	for i, c := range r.chunks {
+		if err := ctx.mapMem(off, c, r.handles[i]); err != nil {
+			r.destroy(i, true)
+			return fmt.Errorf("map chunk %d of %d: %w", i, len(r.chunks), err)
+		}
+		off += uint64(c)
+	}
+	off = r.base
+	for i, c := range r.chunks {
+		if err := ctx.setAccess(off, c); err != nil {
+			r.destroy(len(r.chunks), true)
+			return fmt.Errorf("set access on chunk %d of %d: %w", i, len(r.chunks), err)
+		}
+		off += uint64(c)
+	}
+	return nil
+}
+
+// destroy unmaps the first mapped chunks, frees the reserved range when
+// reserved, and releases every handle. It returns every error it met.
+func (r *Region) destroy(mapped int, reserved bool) error {
+	ctx := r.dev.ctx
+	var errs []error
+	off := r.base
+	for i := 0; i < mapped; i++ {
+		errs = append(errs, ctx.unmap(off, r.chunks[i]))
+		off += uint64(r.chunks[i])
+	}
+	if reserved {
+		errs = append(errs, ctx.addressFree(r.base, r.total))
+	}
+	for _, h := range r.handles {
+		errs = append(errs, ctx.memRelease(h))
+	}
+	r.handles = nil
+	return errors.Join(errs...)
+}
+
+// Size is the number of bytes asked for.
+func (r *Region) Size() int64 { return r.size }
+
+// Chunks returns the length of each chunk, in mapping order.
+func (r *Region) Chunks() []int64 { return slices.Clone(r.chunks) }
+
+// DevicePtr is the device address of the first byte (for tests and bench).
+func (r *Region) DevicePtr() uint64 { return r.base }
+
+// Seal is a no-op on CUDA.
+func (r *Region) Seal() error { return nil }
+
+// rlock takes r.mu shared and fails when r was freed.
+func (r *Region) rlock() error {
+	r.mu.RLock()
+	if r.freed {
+		r.mu.RUnlock()
+		return errClosed
+	}
+	return nil
+}
+
+// rlockPair read-locks two distinct regions, lower base first.
+func rlockPair(a, b *Region) (unlock func(), err error) {
+	if a.base > b.base {
+		a, b = b, a
+	}
+	if err := a.rlock(); err != nil {
+		return nil, err
+	}
+	if err := b.rlock(); err != nil {
+		a.mu.RUnlock()
+		return nil, err
+	}
+	return func() { b.mu.RUnlock(); a.mu.RUnlock() }, nil
+}
+
+// Export returns one new POSIX file descriptor per chunk
+// (cuMemExportToShareableHandle). The caller closes them.
+func (r *Region) Export() ([]*os.File, error) {
+	if err := r.rlock(); err != nil {
+		return nil, err
+	}
+	defer r.mu.RUnlock()
+	files := make([]*os.File, 0, len(r.handles))
+	for i, h := range r.handles {
+		fd, err := r.dev.ctx.exportFD(h)
+		if err != nil {
+			for _, f := range files {
+				f.Close()
+			}
+			return nil, fmt.Errorf("cuda: export chunk %d of %d: %w", i, len(r.handles), err)
+		}
+		files = append(files, os.NewFile(uintptr(fd), fmt.Sprintf("cuda:%s:chunk%d", r.dev.name, i)))
+	}
+	return files, nil
+}
+
+// ReadAt copies device bytes at off into p, synchronously.
+func (r *Region) ReadAt(p []byte, off int64) (int, error) {
+	if off < 0 {
+		return 0, fmt.Errorf("cuda: read at negative offset %d", off)
+	}
+	if off >= r.size {
+		return 0, io.EOF
+	}
+	n := int(min(int64(len(p)), r.size-off))
+	if err := r.rlock(); err != nil {
+		return 0, err
+	}
+	defer r.mu.RUnlock()
+	if err := r.dev.reader.read(p[:n], r.base+uint64(off)); err != nil {
+		return 0, fmt.Errorf("cuda: read %d bytes at %d: %w", n, off, err)
+	}
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+// Free deregisters the chunks from cuFile (gds mode), unmaps them, frees
+// the address range and releases the allocations. Exported descriptors stay
+// valid until their holders close them. Freeing twice is a no-op.
+func (r *Region) Free() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.freed {
+		return nil
+	}
+	r.freed = true
+	var errs []error
+	r.regMu.Lock()
+	if r.registered {
+		r.forEachChunk(func(base uint64, _ int64) {
+			errs = append(errs, r.dev.ctx.cufileBufDeregister(base))
+		})
+		r.registered = false
+	}
+	r.regMu.Unlock()
+	errs = append(errs, r.destroy(len(r.chunks), true))
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("cuda: free region of %d bytes: %w", r.size, err)
+	}
+	return nil
+}
+
+// forEachChunk calls fn with each chunk's device address and length.
+func (r *Region) forEachChunk(fn func(base uint64, n int64)) {
+	off := r.base
+	for _, c := range r.chunks {
+		fn(off, c)
+		off += uint64(c)
+	}
+}

@@ -1,0 +1,138 @@
+// Package gpu holds the contract between the staging cache and the memory it
+// stages into: a Device hands out exportable Regions, Workers that copy host
+// bytes into them, and (on CUDA) a cuFile driver that reads files straight
+// into them.
+//
+// Two backends implement it: gpu/cuda (libcuda.so.1 and libcufile.so.0 by
+// dlopen; the only cgo in gdsfs) and gpu/host (memfd regions, no GPU). This
+// package holds only types: it must never import a backend, and nothing in it
+// may need cgo.
+package gpu
+
+import (
+	"errors"
+	"os"
+)
+
+// Backend names, as staging.device and the load-path counters spell them.
+const (
+	KindCUDA = "cuda"
+	KindHost = "host"
+)
+
+// Device is one place staged bytes live: a GPU, or host memory.
+// All methods are safe for concurrent use.
+type Device interface {
+	// Kind is KindCUDA or KindHost.
+	Kind() string
+	// Name identifies the device to consumers: "GPU-<uuid>" or "host".
+	Name() string
+	// Ordinal is the CUDA device ordinal, or -1 on the host backend.
+	Ordinal() int
+	// Granularity is the allocation granularity; every chunk of a Region is
+	// a multiple of it.
+	Granularity() int64
+	// MemInfo reports free and total device memory in bytes.
+	MemInfo() (free, total int64, err error)
+	// Alloc returns a Region of at least size bytes, made of one or more
+	// chunks no larger than the device's chunk size, mapped contiguously in
+	// this process.
+	Alloc(size int64) (Region, error)
+	// NewWorker returns a copy worker with two host bounce buffers of
+	// bufSize bytes each (pinned on CUDA) and its own stream. A Worker is
+	// used by one goroutine at a time.
+	NewWorker(bufSize int) (Worker, error)
+	// Copy copies src into dst (device to device), for private leases.
+	// dst must be at least as large as src.
+	Copy(dst, src Region) error
+	// CuFile returns the cuFile driver, or nil and the reason it is not
+	// available ("libcufile.so.0 not found", "host backend", ...).
+	CuFile() (CuFile, string)
+	// Close releases the device. Regions and Workers must be freed first.
+	Close() error
+}
+
+// Region is one file's staged bytes.
+type Region interface {
+	// Size is the number of bytes asked for; the chunks may hold more.
+	Size() int64
+	// Chunks returns the length of each chunk, in mapping order.
+	Chunks() []int64
+	// Export returns one new descriptor per chunk (memfd, or a CUDA POSIX
+	// shareable handle). The caller closes them.
+	Export() ([]*os.File, error)
+	// ReadAt copies device bytes to p (device to host), synchronously.
+	ReadAt(p []byte, off int64) (int, error)
+	// Seal marks the region complete: the host backend forbids further
+	// writes through any mapping; CUDA makes this a no-op.
+	Seal() error
+	// Free releases the region. Exported descriptors stay valid on their
+	// own until their holders close them.
+	Free() error
+}
+
+// Worker copies host bytes into Regions through two bounce buffers, so one
+// can be filled while the other is being copied.
+type Worker interface {
+	// Buffer returns bounce buffer i (0 or 1).
+	Buffer(i int) []byte
+	// CopyAsync starts copying Buffer(i)[:n] to dst at off. The buffer must
+	// not be written until Wait(i) returns.
+	CopyAsync(dst Region, off int64, i, n int) error
+	// Wait blocks until the last copy started from Buffer(i) completed and
+	// returns its error.
+	Wait(i int) error
+	// Close waits for pending copies and frees the buffers and stream.
+	Close() error
+}
+
+// CuFile is a device's cuFile (GPUDirect Storage) driver.
+type CuFile interface {
+	// Mode is "gds" when nvidia-fs moves data by DMA, "compat" when cuFile
+	// runs its POSIX compatibility path.
+	Mode() string
+	// Register registers an open file descriptor. The error says why
+	// cuFile refused it (it names the cuFile status).
+	Register(fd int) (CuFileHandle, error)
+}
+
+// CuFileHandle is a registered file. ReadInto is safe for concurrent use.
+type CuFileHandle interface {
+	// ReadInto reads n bytes at fileOff into dst at dstOff and returns the
+	// number of bytes read.
+	ReadInto(dst Region, dstOff, fileOff int64, n int) (int, error)
+	// Close deregisters the file (the descriptor stays open).
+	Close() error
+}
+
+// ErrOutOfMemory is wrapped by Alloc when the device has no room.
+var ErrOutOfMemory = errors.New("out of device memory")
+
+// Options configure a backend. ChunkSize bounds one allocation; it is rounded
+// up to the device granularity.
+type Options struct {
+	ChunkSize int64
+}
+
+// RoundUp rounds n up to a multiple of g (g > 0).
+func RoundUp(n, g int64) int64 {
+	if g <= 0 {
+		return n
+	}
+	return (n + g - 1) / g * g
+}
+
+// SplitChunks splits size bytes into chunk lengths, each a multiple of
+// granularity and no larger than chunkSize rounded up to granularity. A size
+// of 0 still gets one chunk of one granule so it can be exported.
+func SplitChunks(size, chunkSize, granularity int64) []int64 {
+	total := RoundUp(max(size, 1), granularity)
+	cs := RoundUp(max(chunkSize, granularity), granularity)
+	var out []int64
+	for total > 0 {
+		n := min(cs, total)
+		out = append(out, n)
+		total -= n
+	}
+	return out
+}

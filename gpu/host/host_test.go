@@ -1,0 +1,152 @@
+package host
+
+import (
+	"bytes"
+	"errors"
+	"math/rand/v2"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gdsfs/gdsfs/gpu"
+)
+
+func pattern(n int, seed uint64) []byte {
+	r := rand.New(rand.NewPCG(seed, 1))
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	return b
+}
+
+// fill copies data into r through a worker, alternating bounce buffers.
+func fill(t *testing.T, d *Device, r gpu.Region, data []byte) {
+	t.Helper()
+	w, err := d.NewWorker(5000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	for i, off := 0, 0; off < len(data); i, off = i^1, off+5000 {
+		if err := w.Wait(i); err != nil {
+			t.Fatal(err)
+		}
+		n := copy(w.Buffer(i), data[off:])
+		if err := w.CopyAsync(r, int64(off), i, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 2 {
+		if err := w.Wait(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestRegionRoundTrip(t *testing.T) {
+	d := Open(gpu.Options{ChunkSize: 3 * 4096})
+	data := pattern(5*4096+123, 1)
+	r, err := d.Alloc(int64(len(data)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Free()
+	if got := r.Chunks(); len(got) != 2 || got[0] != 3*4096 || got[1] != 3*4096 {
+		t.Fatalf("chunks %v, want two of 3 pages", got)
+	}
+	fill(t, d, r, data)
+	got := make([]byte, len(data))
+	if _, err := r.ReadAt(got, 0); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("read back differs (err %v)", err)
+	}
+	if err := r.Seal(); err != nil {
+		t.Fatal(err)
+	}
+
+	files, err := r.Export()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}()
+	m, err := Map(files, r.Chunks(), r.Size())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if !bytes.Equal(m.Bytes(), data) {
+		t.Fatal("consumer mapping differs from the data")
+	}
+
+	// Sealed: neither the daemon nor a consumer can write.
+	if err := r.(*Region).writeAt([]byte{1}, 0); err == nil {
+		t.Fatal("write into a sealed region succeeded")
+	}
+	_, err = unix.Mmap(int(files[0].Fd()), 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if !errors.Is(err, unix.EPERM) {
+		t.Fatalf("writable shared mapping of a sealed chunk: %v, want EPERM", err)
+	}
+	if _, err := unix.Pwrite(int(files[0].Fd()), []byte{1}, 0); !errors.Is(err, unix.EPERM) {
+		t.Fatalf("pwrite into a sealed chunk: %v, want EPERM", err)
+	}
+	if err := unix.Mprotect(m.mem[:4096], unix.PROT_READ|unix.PROT_WRITE); err == nil {
+		t.Fatal("consumer made its mapping of a sealed chunk writable")
+	}
+}
+
+func TestCopyAndBounds(t *testing.T) {
+	d := Open(gpu.Options{ChunkSize: 1 << 20})
+	data := pattern(10000, 2)
+	src, _ := d.Alloc(int64(len(data)))
+	dst, _ := d.Alloc(int64(len(data)))
+	small, _ := d.Alloc(10)
+	defer src.Free()
+	defer dst.Free()
+	defer small.Free()
+	fill(t, d, src, data)
+	if err := d.Copy(dst, src); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, len(data))
+	if _, err := dst.ReadAt(got, 0); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("copy differs (%v)", err)
+	}
+	if err := d.Copy(small, src); err == nil {
+		t.Fatal("copy into a smaller region accepted")
+	}
+	w, _ := d.NewWorker(100)
+	if err := w.CopyAsync(small, 5, 0, 100); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Wait(0); err == nil {
+		t.Fatal("copy past the region's end reported no error")
+	}
+	if _, err := src.ReadAt(make([]byte, 10), 9995); err == nil {
+		t.Fatal("read past the end reported no error")
+	}
+}
+
+func TestMapRejectsBadInput(t *testing.T) {
+	d := Open(gpu.Options{})
+	r, _ := d.Alloc(100)
+	defer r.Free()
+	files, _ := r.Export()
+	defer files[0].Close()
+	if _, err := Map(files, []int64{1 << 30}, 100); err == nil {
+		t.Fatal("map accepted a chunk longer than its descriptor")
+	}
+	if _, err := Map(files, nil, 100); err == nil {
+		t.Fatal("map accepted a length count mismatch")
+	}
+}
+
+func TestMemInfo(t *testing.T) {
+	free, total, err := Open(gpu.Options{}).MemInfo()
+	if err != nil || total <= 0 || free <= 0 || free > total {
+		t.Fatalf("MemInfo = %d, %d, %v", free, total, err)
+	}
+}

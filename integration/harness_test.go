@@ -1,0 +1,214 @@
+package integration
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gdsfs/gdsfs/internal/mountinfo"
+)
+
+// bins holds the binaries TestMain builds: gdsfs and the lease checker.
+var bins struct {
+	dir, gdsfs, leasecheck string
+	skip                   string // why mounting tests cannot run here
+}
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	if os.Geteuid() != 0 {
+		bins.skip = "integration tests mount FUSE as root (run make test as root)"
+	} else if _, err := os.Stat("/dev/fuse"); err != nil {
+		bins.skip = "no /dev/fuse: " + err.Error()
+	}
+	dir, err := os.MkdirTemp("", "gdsfs-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	os.Chmod(dir, 0o755) // other uids run the lease checker
+	bins.dir = dir
+	bins.gdsfs = filepath.Join(dir, "gdsfs")
+	bins.leasecheck = filepath.Join(dir, "leasecheck")
+	for out, pkg := range map[string]string{bins.gdsfs: "../cmd/gdsfs", bins.leasecheck: "./leasecheck"} {
+		args := []string{"build", "-o", out}
+		if raceEnabled {
+			args = append(args, "-race")
+		}
+		cmd := exec.Command("go", append(args, pkg)...)
+		cmd.Stderr = os.Stderr
+		if err := cmd.Run(); err != nil {
+			fmt.Fprintf(os.Stderr, "building %s: %v\n", pkg, err)
+			return 1
+		}
+	}
+	return m.Run()
+}
+
+func needMount(t *testing.T) {
+	t.Helper()
+	if bins.skip != "" {
+		t.Skip("SKIPPED: " + bins.skip)
+	}
+}
+
+// mount is a running gdsfs daemon.
+type mount struct {
+	t      *testing.T
+	src    string
+	mnt    string
+	cmd    *exec.Cmd
+	log    *syncBuffer
+	exited chan error
+}
+
+// startMount mounts src with the given --set overrides and waits until the
+// control files answer. The mount is unmounted in t.Cleanup.
+func startMount(t *testing.T, src string, sets ...string) *mount {
+	t.Helper()
+	needMount(t)
+	mnt := t.TempDir()
+	args := []string{"mount", "--set", "log.format=console", "--set", "ipc.socket=" + filepath.Join(t.TempDir(), "lease.sock")}
+	for _, s := range sets {
+		args = append(args, "--set", s)
+	}
+	args = append(args, src, mnt)
+	m := &mount{t: t, src: src, mnt: mnt, log: &syncBuffer{}, exited: make(chan error, 1)}
+	m.cmd = exec.Command(bins.gdsfs, args...)
+	m.cmd.Stdout, m.cmd.Stderr = m.log, m.log
+	if err := m.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { m.exited <- m.cmd.Wait() }()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if _, err := os.Stat(filepath.Join(mnt, ".gdsfs", "version")); err == nil {
+			break
+		}
+		select {
+		case err := <-m.exited:
+			t.Fatalf("gdsfs exited before mounting: %v\n%s", err, m.log)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("mount did not come up\n%s", m.log)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Cleanup(m.stop)
+	return m
+}
+
+// stop unmounts (by SIGTERM, as a user would) and waits for a clean exit.
+func (m *mount) stop() {
+	if m.cmd.ProcessState != nil {
+		return
+	}
+	m.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-m.exited:
+		if err != nil {
+			m.t.Errorf("gdsfs exited with %v\n%s", err, m.log)
+		}
+	case <-time.After(20 * time.Second):
+		m.cmd.Process.Kill()
+		mountinfo.Unmount(m.mnt, true)
+		m.t.Errorf("gdsfs did not exit on SIGTERM\n%s", m.log)
+	}
+	if _, ok := mountinfo.MountedAt(m.mnt); ok {
+		m.t.Errorf("%s still mounted after the daemon exited", m.mnt)
+	}
+}
+
+// syncBuffer is a bytes.Buffer the daemon's output goroutine and the test
+// may use at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// path is a path inside the mount.
+func (m *mount) path(rel string) string { return filepath.Join(m.mnt, rel) }
+
+// control reads a control file.
+func (m *mount) control(name string) string {
+	m.t.Helper()
+	b, err := os.ReadFile(m.path(".gdsfs/" + name))
+	if err != nil {
+		m.t.Fatalf("read .gdsfs/%s: %v", name, err)
+	}
+	return string(b)
+}
+
+// sh runs a shell command and returns its stdout; it fails the test on a
+// non-zero exit.
+func sh(t *testing.T, script string) string {
+	t.Helper()
+	var out, errb bytes.Buffer
+	cmd := exec.Command("sh", "-ec", script)
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%s: %v\n%s%s", script, err, out.String(), errb.String())
+	}
+	return out.String()
+}
+
+// shErr runs a shell command expected to fail and returns its stderr.
+func shErr(t *testing.T, script string) string {
+	t.Helper()
+	var errb bytes.Buffer
+	cmd := exec.Command("sh", "-c", script)
+	cmd.Stderr = &errb
+	if err := cmd.Run(); err == nil {
+		t.Fatalf("%s: succeeded, want a failure", script)
+	}
+	return errb.String()
+}
+
+// randomFile writes n pseudo-random bytes.
+func randomFile(t *testing.T, path string, n int, seed int) {
+	t.Helper()
+	os.MkdirAll(filepath.Dir(path), 0o755)
+	b := make([]byte, n)
+	x := uint32(seed*2654435761 + 1)
+	for i := range b {
+		x ^= x << 13
+		x ^= x >> 17
+		x ^= x << 5
+		b[i] = byte(x)
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func need(t *testing.T, tools ...string) {
+	t.Helper()
+	for _, tool := range tools {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("%s is not installed (make test installs nothing; .ci/run does): %v", tool, err)
+		}
+	}
+}

@@ -1,0 +1,173 @@
+// Package units parses and prints the byte sizes and shares used in gdsfs
+// configuration: "4MiB", "8GiB", "1.5GB", plain bytes, and for capacities a
+// percentage of device memory ("50%").
+//
+// It never rounds silently: a value that does not parse is an error naming
+// the text it was given.
+package units
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Size is a number of bytes. In YAML and on the command line it is written
+// as plain bytes or a number with a unit (KiB, MiB, GiB, TiB, KB, MB, GB, TB).
+type Size int64
+
+var unitFactors = []struct {
+	suffix string
+	factor float64
+}{
+	// Longest suffixes first so "MiB" is not read as "B".
+	{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
+	{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
+	{"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"T", 1 << 40},
+	{"B", 1},
+}
+
+// ParseSize reads a size such as "4MiB", "1.5GB" or "4096".
+func ParseSize(s string) (Size, error) {
+	t := strings.TrimSpace(s)
+	if t == "" {
+		return 0, fmt.Errorf("bad size %q: empty", s)
+	}
+	num, factor := t, 1.0
+	for _, u := range unitFactors {
+		if strings.HasSuffix(t, u.suffix) {
+			num, factor = strings.TrimSpace(strings.TrimSuffix(t, u.suffix)), u.factor
+			break
+		}
+	}
+	v, err := strconv.ParseFloat(num, 64)
+	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
+		return 0, fmt.Errorf("bad size %q: want bytes or a number with a unit (KiB, MiB, GiB, TiB, KB, MB, GB, TB)", s)
+	}
+	if v < 0 {
+		return 0, fmt.Errorf("bad size %q: negative", s)
+	}
+	b := v * factor
+	if b > math.MaxInt64 {
+		return 0, fmt.Errorf("bad size %q: too large", s)
+	}
+	if b != math.Trunc(b) {
+		return 0, fmt.Errorf("bad size %q: not a whole number of bytes", s)
+	}
+	return Size(b), nil
+}
+
+// String prints the size with the largest binary unit that divides it exactly.
+func (s Size) String() string {
+	for _, u := range []struct {
+		suffix string
+		factor int64
+	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if s != 0 && int64(s)%u.factor == 0 {
+			return strconv.FormatInt(int64(s)/u.factor, 10) + u.suffix
+		}
+	}
+	return strconv.FormatInt(int64(s), 10)
+}
+
+// UnmarshalYAML accepts a scalar size.
+func (s *Size) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode {
+		return fmt.Errorf("want a size such as 4MiB, got a %s", kindName(n.Kind))
+	}
+	v, err := ParseSize(n.Value)
+	if err != nil {
+		return err
+	}
+	*s = v
+	return nil
+}
+
+// MarshalYAML prints the size in its shortest exact form.
+func (s Size) MarshalYAML() (any, error) { return s.String(), nil }
+
+// Share is either an absolute size or a percentage of some total that is
+// known only at run time (device memory, for capacities).
+type Share struct {
+	Bytes   Size
+	Percent float64 // used when > 0; 0 < Percent <= 100
+}
+
+// ParseShare reads "50%" or a size.
+func ParseShare(s string) (Share, error) {
+	t := strings.TrimSpace(s)
+	if p, ok := strings.CutSuffix(t, "%"); ok {
+		v, err := strconv.ParseFloat(strings.TrimSpace(p), 64)
+		if err != nil || math.IsNaN(v) || v <= 0 || v > 100 {
+			return Share{}, fmt.Errorf("bad percentage %q: want a number in (0, 100] followed by %%", s)
+		}
+		return Share{Percent: v}, nil
+	}
+	b, err := ParseSize(t)
+	if err != nil {
+		return Share{}, err
+	}
+	return Share{Bytes: b}, nil
+}
+
+// Resolve returns the share in bytes of total.
+func (s Share) Resolve(total int64) int64 {
+	if s.Percent > 0 {
+		return int64(float64(total) * s.Percent / 100)
+	}
+	return int64(s.Bytes)
+}
+
+func (s Share) String() string {
+	if s.Percent > 0 {
+		return strconv.FormatFloat(s.Percent, 'f', -1, 64) + "%"
+	}
+	return s.Bytes.String()
+}
+
+// UnmarshalYAML accepts "50%" or a size.
+func (s *Share) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode {
+		return fmt.Errorf("want a size or a percentage, got a %s", kindName(n.Kind))
+	}
+	v, err := ParseShare(n.Value)
+	if err != nil {
+		return err
+	}
+	*s = v
+	return nil
+}
+
+// MarshalYAML prints the share as it would be written.
+func (s Share) MarshalYAML() (any, error) { return s.String(), nil }
+
+// HumanBytes prints n with a binary unit and two decimals, for reports.
+func HumanBytes(n int64) string {
+	f := float64(n)
+	for _, u := range []string{"B", "KiB", "MiB", "GiB", "TiB"} {
+		if math.Abs(f) < 1024 || u == "TiB" {
+			if u == "B" {
+				return fmt.Sprintf("%d B", n)
+			}
+			return fmt.Sprintf("%.2f %s", f, u)
+		}
+		f /= 1024
+	}
+	return ""
+}
+
+func kindName(k yaml.Kind) string {
+	switch k {
+	case yaml.MappingNode:
+		return "mapping"
+	case yaml.SequenceNode:
+		return "list"
+	case yaml.AliasNode:
+		return "alias"
+	default:
+		return "value"
+	}
+}

@@ -1,0 +1,451 @@
+package staging
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gdsfs/gdsfs/gpu"
+	"github.com/gdsfs/gdsfs/internal/units"
+)
+
+func TestStagedBytesEqualFile(t *testing.T) {
+	src := t.TempDir()
+	opts, io := testOptions()
+	opts.ChunkSize = 256 << 10 // several chunks for the larger files
+	c := newCache(t, src, opts, io)
+	sizes := []int{0, 1, 4095, 4096, 64<<10 - 1, 64<<10 + 1, 1<<20 + 12345}
+	for i, n := range sizes {
+		data := randomBytes(n, uint64(i))
+		rel := fmt.Sprintf("d/f%d", i)
+		writeFile(t, src, rel, data)
+		info, err := c.Stage(context.Background(), rel)
+		if err != nil {
+			t.Fatalf("stage %d bytes: %v", n, err)
+		}
+		if info.State != StateResident || info.LoadPath != PathHost || info.Size != int64(n) {
+			t.Fatalf("info %+v", info)
+		}
+		checkStaged(t, c, rel, data)
+		if state, path := c.Attr(rel); state != StateResident || path != PathHost {
+			t.Fatalf("Attr = %s %s", state, path)
+		}
+	}
+	var total uint64
+	for _, n := range sizes {
+		total += uint64(n)
+	}
+	if s := c.Stats(); s.BytesHost != total || s.StagedFiles != len(sizes) || s.Misses != uint64(len(sizes)) || s.BytesPOSIX != 0 {
+		t.Fatalf("stats %+v, want %d host bytes in %d files", s, total, len(sizes))
+	}
+	if state, _ := c.Attr("never"); state != StateAbsent {
+		t.Fatalf("Attr of an unstaged path = %s", state)
+	}
+}
+
+func TestSingleFlight(t *testing.T) {
+	src := t.TempDir()
+	data := randomBytes(1<<20, 1)
+	writeFile(t, src, "f", data)
+	d := newFake(1 << 20)
+	release := make(chan struct{})
+	d.copyHook = func() error { <-release; return nil }
+	opts, io := testOptions()
+	c := newCache(t, src, opts, io, d)
+
+	const n = 16
+	errs := make(chan error, n)
+	for range n {
+		go func() {
+			_, err := c.Stage(context.Background(), "f")
+			errs <- err
+		}()
+	}
+	// All callers are in: one started the load, the others joined it.
+	waitFor(t, "callers to join the load", func() bool {
+		s := c.Stats()
+		return s.Misses+s.SharedLoads == n
+	})
+	close(release)
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := d.allocs.Load(); got != 1 {
+		t.Fatalf("%d allocations for one file, want 1", got)
+	}
+	if s := c.Stats(); s.Misses != 1 || s.SharedLoads != n-1 {
+		t.Fatalf("misses %d shared %d, want 1 and %d", s.Misses, s.SharedLoads, n-1)
+	}
+	checkStaged(t, c, "f", data)
+}
+
+// capacityFor sizes the cache for k files of n bytes each on 4 KiB granules.
+func capacityFor(k, n int) units.Share {
+	return units.Share{Bytes: units.Size(k * int(gpu.RoundUp(int64(n), 4096)))}
+}
+
+func TestEvictionIsLRU(t *testing.T) {
+	src := t.TempDir()
+	opts, io := testOptions()
+	opts.Capacity = capacityFor(3, 10000)
+	c := newCache(t, src, opts, io)
+	for _, name := range []string{"a", "b", "c", "d"} {
+		writeFile(t, src, name, randomBytes(10000, uint64(name[0])))
+	}
+	ctx := context.Background()
+	for _, name := range []string{"a", "b", "c", "a"} { // a is used again: b is now least recent
+		if _, err := c.Stage(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.Stage(ctx, "d"); err != nil {
+		t.Fatal(err)
+	}
+	if got := paths(c.Entries()); got != "a c d" {
+		t.Fatalf("resident after eviction: %q, want \"a c d\"", got)
+	}
+	if s := c.Stats(); s.Evictions != 1 || s.UsedBytes > s.CapacityBytes {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+func paths(infos []Info) string {
+	var out []byte
+	for i, in := range infos {
+		if i > 0 {
+			out = append(out, ' ')
+		}
+		out = append(out, in.Path...)
+	}
+	return string(out)
+}
+
+func TestLeaseBlocksEviction(t *testing.T) {
+	src := t.TempDir()
+	opts, io := testOptions()
+	opts.Capacity = capacityFor(2, 10000)
+	c := newCache(t, src, opts, io)
+	data := map[string][]byte{}
+	for _, name := range []string{"a", "b", "c", "d"} {
+		data[name] = randomBytes(10000, uint64(name[0]))
+		writeFile(t, src, name, data[name])
+	}
+	ctx := context.Background()
+	la, err := c.Acquire(ctx, "a", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"b", "c"} { // c must evict b, never the leased a
+		if _, err := c.Stage(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := paths(c.Entries()); got != "a c" {
+		t.Fatalf("resident %q, want \"a c\"", got)
+	}
+	if err := c.Evict("a"); !errors.Is(err, syscall.EBUSY) {
+		t.Fatalf("evict of a leased file: %v, want EBUSY", err)
+	}
+	lc, err := c.Acquire(ctx, "c", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Everything is leased: no room, and nothing leased was touched.
+	if _, err := c.Stage(ctx, "d"); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("stage with every entry leased: %v, want ENOSPC", err)
+	}
+	if !bytes.Equal(regionBytes(t, la.Region()), data["a"]) {
+		t.Fatal("leased bytes changed")
+	}
+	la.Release()
+	la.Release() // twice is harmless
+	if _, err := c.Stage(ctx, "d"); err != nil {
+		t.Fatalf("stage after release: %v", err)
+	}
+	if got := paths(c.Entries()); got != "c d" {
+		t.Fatalf("resident %q, want \"c d\" (a evicted once released)", got)
+	}
+	lc.Release()
+	if s := c.Stats(); s.LeasesActive != 0 || s.LeasesTotal != 2 {
+		t.Fatalf("lease counters %+v", s)
+	}
+}
+
+func TestInvalidationOnChange(t *testing.T) {
+	src := t.TempDir()
+	opts, io := testOptions()
+	c := newCache(t, src, opts, io)
+	ctx := context.Background()
+	old := randomBytes(50000, 1)
+	writeFile(t, src, "f", old)
+	l, err := c.Acquire(ctx, "f", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gen := l.Generation()
+
+	fresh := randomBytes(50000, 2) // same size: only mtime/ctime tell
+	writeFile(t, src, "f", fresh)
+	if state, _ := c.Attr("f"); state != StateAbsent {
+		t.Fatalf("state after change = %s, want absent", state)
+	}
+	l2, err := c.Acquire(ctx, "f", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l2.Release()
+	if l2.Generation() == gen {
+		t.Fatal("re-staged file kept its generation")
+	}
+	if !bytes.Equal(regionBytes(t, l2.Region()), fresh) {
+		t.Fatal("new lease sees stale bytes")
+	}
+	if !bytes.Equal(regionBytes(t, l.Region()), old) {
+		t.Fatal("the old lease's bytes changed under it")
+	}
+	usedWithBoth := c.Stats().UsedBytes
+	l.Release()
+	if s := c.Stats(); s.UsedBytes >= usedWithBoth || s.Invalidations != 1 {
+		t.Fatalf("old copy not freed on release: used %d -> %d, invalidations %d", usedWithBoth, s.UsedBytes, s.Invalidations)
+	}
+
+	os.Remove(filepath.Join(src, "f"))
+	c.Opened("f")
+	waitFor(t, "the vanished file to lose its entry", func() bool { return len(c.Entries()) == 0 })
+}
+
+func TestTooLargeAndNotEligible(t *testing.T) {
+	src := t.TempDir()
+	opts, io := testOptions()
+	opts.Capacity = units.Share{Bytes: 8192}
+	opts.MinFileSize = 10
+	opts.Exclude = []string{"*.tmp"}
+	c := newCache(t, src, opts, io)
+	writeFile(t, src, "big", make([]byte, 8193))
+	writeFile(t, src, "tiny", []byte("x"))
+	writeFile(t, src, "x.tmp", make([]byte, 100))
+	os.Mkdir(filepath.Join(src, "dir"), 0o755)
+	os.Symlink("/etc/passwd", filepath.Join(src, "escape"))
+	ctx := context.Background()
+	for _, tc := range []struct {
+		rel  string
+		want error
+	}{
+		{"big", syscall.EFBIG}, {"tiny", syscall.EINVAL}, {"x.tmp", syscall.EINVAL},
+		{"dir", syscall.EINVAL}, {"missing", syscall.ENOENT}, {"escape", syscall.EXDEV},
+		{"../etc/passwd", syscall.EXDEV},
+	} {
+		if _, err := c.Stage(ctx, tc.rel); !errors.Is(err, tc.want) {
+			t.Errorf("stage %s: %v, want %v", tc.rel, err, tc.want)
+		}
+	}
+	if s := c.Stats(); s.TooLarge != 1 || s.StagedFiles != 0 || s.UsedBytes != 0 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+func TestFailedLoadIsRetried(t *testing.T) {
+	src := t.TempDir()
+	data := randomBytes(200000, 3)
+	writeFile(t, src, "f", data)
+	d := newFake(1 << 20)
+	fail := true
+	var mu sync.Mutex
+	d.alloc = func(size int64) (gpu.Region, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if fail {
+			return nil, fmt.Errorf("alloc: %w", gpu.ErrOutOfMemory)
+		}
+		return d.Device.Alloc(size)
+	}
+	opts, io := testOptions()
+	c := newCache(t, src, opts, io, d)
+	ctx := context.Background()
+	if _, err := c.Stage(ctx, "f"); !errors.Is(err, gpu.ErrOutOfMemory) {
+		t.Fatalf("stage with no device memory: %v", err)
+	}
+	state, _ := c.Attr("f")
+	if state != "failed: alloc: out of device memory" {
+		t.Fatalf("state %q", state)
+	}
+	if s := c.Stats(); s.LoadErrors != 1 || s.UsedBytes != 0 || s.FailedFiles != 1 {
+		t.Fatalf("stats after failure %+v", s)
+	}
+	mu.Lock()
+	fail = false
+	mu.Unlock()
+	if _, err := c.Stage(ctx, "f"); err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+	checkStaged(t, c, "f", data)
+}
+
+func TestCopyErrorFailsLoad(t *testing.T) {
+	src := t.TempDir()
+	writeFile(t, src, "f", randomBytes(300000, 4))
+	d := newFake(1 << 20)
+	d.copyHook = func() error { return errors.New("copy engine on fire") }
+	opts, io := testOptions()
+	c := newCache(t, src, opts, io, d)
+	if _, err := c.Stage(context.Background(), "f"); err == nil || !bytes.Contains([]byte(err.Error()), []byte("copy engine on fire")) {
+		t.Fatalf("stage: %v", err)
+	}
+	if s := c.Stats(); s.UsedBytes != 0 || s.StagedFiles != 0 {
+		t.Fatalf("a failed load holds space: %+v", s)
+	}
+}
+
+func TestChangedWhileLoading(t *testing.T) {
+	src := t.TempDir()
+	writeFile(t, src, "f", randomBytes(300000, 5))
+	d := newFake(1 << 20)
+	var once sync.Once
+	d.copyHook = func() error {
+		once.Do(func() {
+			// Same size, new bytes and mtime, while the load runs.
+			os.WriteFile(filepath.Join(src, "f"), randomBytes(300000, 6), 0o644)
+			os.Chtimes(filepath.Join(src, "f"), time.Now(), time.Now().Add(time.Hour))
+		})
+		return nil
+	}
+	opts, io := testOptions()
+	c := newCache(t, src, opts, io, d)
+	_, err := c.Stage(context.Background(), "f")
+	if err == nil || !bytes.Contains([]byte(err.Error()), []byte("changed while it was loading")) {
+		t.Fatalf("stage of a file changing under the load: %v", err)
+	}
+}
+
+func TestConcurrentPrefetchManyFiles(t *testing.T) {
+	src := t.TempDir()
+	opts, io := testOptions()
+	opts.Capacity = capacityFor(40, 20000) // room for 40 of the 200
+	opts.PrefetchQueue = 1000
+	opts.PrefetchWorkers = 4
+	c := newCache(t, src, opts, io)
+	files := map[string][]byte{}
+	for i := range 200 {
+		rel := fmt.Sprintf("s%03d", i)
+		files[rel] = randomBytes(10000+i*50, uint64(i))
+		writeFile(t, src, rel, files[rel])
+	}
+	stop := make(chan struct{})
+	checked := make(chan int)
+	go func() { // check the invariants while the cache churns
+		n := 0
+		for {
+			select {
+			case <-stop:
+				checked <- n
+				return
+			default:
+			}
+			c.mu.Lock()
+			c.checkInvariantsLocked()
+			c.mu.Unlock()
+			n++
+		}
+	}()
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 200 {
+				c.Prefetch(fmt.Sprintf("s%03d", (i*7+g*13)%200))
+			}
+		}()
+	}
+	wg.Wait()
+	waitFor(t, "the prefetch queue to drain", func() bool {
+		s := c.Stats()
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return len(c.queued) == 0 && s.LoadingFiles == 0
+	})
+	close(stop)
+	if n := <-checked; n == 0 {
+		t.Fatal("invariants never checked")
+	}
+	s := c.Stats()
+	if s.StagedFiles == 0 || s.UsedBytes > s.CapacityBytes || s.Evictions == 0 {
+		t.Fatalf("stats %+v", s)
+	}
+	for _, in := range c.Entries() {
+		if in.State == StateResident {
+			checkStaged(t, c, in.Path, files[in.Path])
+		}
+	}
+}
+
+func TestPrefetchQueueDropsWhenFull(t *testing.T) {
+	src := t.TempDir()
+	d := newFake(1 << 20)
+	release := make(chan struct{})
+	d.copyHook = func() error { <-release; return nil }
+	opts, io := testOptions()
+	opts.PrefetchQueue = 2
+	opts.PrefetchWorkers = 1
+	c := newCache(t, src, opts, io, d)
+	for i := range 5 {
+		writeFile(t, src, fmt.Sprint(i), []byte("data"))
+	}
+	c.Prefetch("0")
+	waitFor(t, "the worker to take the first file", func() bool { return c.Stats().LoadingFiles == 1 })
+	accepted := 0
+	for i := 1; i < 5; i++ {
+		if c.Prefetch(fmt.Sprint(i)) {
+			accepted++
+		}
+	}
+	if !c.Prefetch("1") { // a duplicate of a queued path is not a new request
+		t.Fatal("duplicate of a queued path refused")
+	}
+	close(release)
+	if s := c.Stats(); accepted != 2 || s.PrefetchDropped != 2 || s.Prefetches != 3 {
+		t.Fatalf("accepted %d, stats %+v: want 2 queued and 2 dropped", accepted, s)
+	}
+}
+
+func TestEvictControl(t *testing.T) {
+	src := t.TempDir()
+	opts, io := testOptions()
+	c := newCache(t, src, opts, io)
+	writeFile(t, src, "f", []byte("hello"))
+	if err := c.Evict("f"); !errors.Is(err, syscall.ENOENT) {
+		t.Fatalf("evict unstaged: %v", err)
+	}
+	c.Stage(context.Background(), "f")
+	if err := c.Evict("f"); err != nil {
+		t.Fatal(err)
+	}
+	if s := c.Stats(); s.StagedFiles != 0 || s.UsedBytes != 0 || s.Evictions != 1 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+func TestAcquireTimeout(t *testing.T) {
+	src := t.TempDir()
+	writeFile(t, src, "f", randomBytes(100000, 9))
+	d := newFake(1 << 20)
+	release := make(chan struct{})
+	d.copyHook = func() error { <-release; return nil }
+	opts, io := testOptions()
+	c := newCache(t, src, opts, io, d)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if _, err := c.Acquire(ctx, "f", false); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("acquire past its deadline: %v", err)
+	}
+	close(release)
+}

@@ -1,0 +1,14 @@
+// Package staging is the cache of staged files: identity-keyed entries
+// (SOURCE-relative path plus dev, ino, size, mtime, ctime), their states
+// (absent -> loading -> resident | failed), capacity and LRU eviction per
+// device, leases that pin entries, single-flight loads, and the bounded
+// best-effort prefetch queue. The loader splits a file into tasks and runs
+// them on the cuFile path or the POSIX path (pread into two bounce buffers
+// per worker, overlapping the copy to the device).
+//
+// It must never hand out stale bytes: an entry whose file changed is
+// invalidated before anyone sees it again, and an entry is resident only
+// after every copy into it completed. It never blocks a prefetch caller,
+// never holds the cache lock across I/O or device calls, and never exceeds
+// a device's capacity.
+package staging

@@ -1,0 +1,105 @@
+package staging
+
+import (
+	"container/list"
+	"fmt"
+	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gdsfs/gdsfs/gpu"
+)
+
+// State of an entry.
+const (
+	StateAbsent   = "absent"
+	StateLoading  = "loading"
+	StateResident = "resident"
+	StateFailed   = "failed"
+)
+
+// Load paths, as counted in bytes_cufile, bytes_posix and bytes_host.
+const (
+	PathCuFile = "cufile"
+	PathPOSIX  = "posix"
+	PathHost   = "host"
+)
+
+// identity is what makes staged bytes valid for a file: if any field
+// changes, the bytes are stale.
+type identity struct {
+	dev, ino     uint64
+	size         int64
+	mtime, ctime int64 // nanoseconds
+}
+
+func identityOf(st *unix.Stat_t) identity {
+	return identity{
+		dev: st.Dev, ino: st.Ino, size: st.Size,
+		mtime: st.Mtim.Nano(), ctime: st.Ctim.Nano(),
+	}
+}
+
+func fileIdentity(f *os.File) (identity, uint32, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return identity{}, 0, fmt.Errorf("fstat: %w", err)
+	}
+	return identityOf(&st), st.Mode, nil
+}
+
+// entry is one file's staging. Fields after mu-guarded are guarded by
+// Cache.mu; the rest are fixed at creation.
+type entry struct {
+	rel  string
+	id   identity
+	slot *slot
+	gen  uint64
+	done chan struct{} // closed when the load finished (resident or failed)
+
+	// guarded by Cache.mu
+	state    string
+	path     string // load path taken or attempted
+	reason   string // failed: why; resident: why cuFile was not used ("" if it was)
+	err      error  // the load's error, when failed
+	region   gpu.Region
+	reserved int64 // device bytes counted against slot capacity
+	leases   int
+	detached bool          // no longer in Cache.entries (stale or evicted while leased)
+	elem     *list.Element // in slot.lru while resident and attached
+	loadDur  time.Duration
+}
+
+// gbps is the load throughput in GB/s (10^9 bytes per second).
+func (e *entry) gbps() float64 {
+	if e.loadDur <= 0 {
+		return 0
+	}
+	return float64(e.id.size) / e.loadDur.Seconds() / 1e9
+}
+
+// Info describes an entry for .gdsfs/cache and leases.
+type Info struct {
+	Path     string  `json:"path"`
+	Size     int64   `json:"size"`
+	State    string  `json:"state"` // "failed: REASON" when failed
+	LoadPath string  `json:"load_path"`
+	GBps     float64 `json:"load_gbps"`
+	Leases   int     `json:"leases"`
+	Device   string  `json:"device"`
+	Note     string  `json:"note,omitempty"` // why cuFile was not used
+}
+
+// infoLocked describes e; Cache.mu must be held.
+func (e *entry) infoLocked() Info {
+	state := e.state
+	note := e.reason
+	if e.state == StateFailed {
+		state, note = StateFailed+": "+e.reason, ""
+	}
+	return Info{
+		Path: e.rel, Size: e.id.size, State: state, LoadPath: e.path,
+		GBps: e.gbps(), Leases: e.leases, Device: e.slot.dev.Name(), Note: note,
+	}
+}

@@ -1,0 +1,28 @@
+package staging
+
+import (
+	"fmt"
+	"syscall"
+)
+
+// Errors wrap an errno so callers (the FUSE layer, the lease socket) can
+// answer with it: errors.Is(err, syscall.EFBIG).
+func errNotEligible(rel, why string) error {
+	return fmt.Errorf("%s: not staged: %s: %w", rel, why, syscall.EINVAL)
+}
+
+func errTooLarge(rel string, need, capacity int64) error {
+	return fmt.Errorf("%s: needs %d bytes, more than the capacity of %d: %w", rel, need, capacity, syscall.EFBIG)
+}
+
+func errNoSpace(rel string, need int64) error {
+	return fmt.Errorf("%s: no room for %d bytes: the rest of the cache is leased or loading: %w", rel, need, syscall.ENOSPC)
+}
+
+func errBusy(rel, why string) error {
+	return fmt.Errorf("%s: %s: %w", rel, why, syscall.EBUSY)
+}
+
+func errNotStaged(rel string) error {
+	return fmt.Errorf("%s: not staged: %w", rel, syscall.ENOENT)
+}

@@ -1,0 +1,196 @@
+package staging
+
+import (
+	"bytes"
+	"context"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+	"golang.org/x/sys/unix"
+
+	"github.com/gdsfs/gdsfs/gpu"
+	"github.com/gdsfs/gdsfs/gpu/host"
+	"github.com/gdsfs/gdsfs/internal/units"
+)
+
+// fakeDevice is the host backend with hooks (function fields) to inject
+// failures and to hold loads at a point the test chooses.
+type fakeDevice struct {
+	*host.Device
+	allocs   atomic.Int32
+	alloc    func(size int64) (gpu.Region, error) // nil: the host's
+	copyHook func() error                         // called on every CopyAsync; its error fails the copy
+	cufile   gpu.CuFile                           // nil: no cuFile
+}
+
+func newFake(chunk int64) *fakeDevice {
+	return &fakeDevice{Device: host.Open(gpu.Options{ChunkSize: chunk})}
+}
+
+func (d *fakeDevice) Alloc(size int64) (gpu.Region, error) {
+	d.allocs.Add(1)
+	if d.alloc != nil {
+		return d.alloc(size)
+	}
+	return d.Device.Alloc(size)
+}
+
+func (d *fakeDevice) NewWorker(n int) (gpu.Worker, error) {
+	w, err := d.Device.NewWorker(n)
+	if err != nil {
+		return nil, err
+	}
+	return &fakeWorker{Worker: w, d: d}, nil
+}
+
+func (d *fakeDevice) CuFile() (gpu.CuFile, string) {
+	if d.cufile == nil {
+		return nil, "fake device without cuFile"
+	}
+	return d.cufile, ""
+}
+
+type fakeWorker struct {
+	gpu.Worker
+	d *fakeDevice
+}
+
+func (w *fakeWorker) CopyAsync(dst gpu.Region, off int64, i, n int) error {
+	if w.d.copyHook != nil {
+		if err := w.d.copyHook(); err != nil {
+			return err
+		}
+	}
+	return w.Worker.CopyAsync(dst, off, i, n)
+}
+
+// fakeCuFile "reads" by pread plus a host copy, and refuses to register
+// when refuse is set.
+type fakeCuFile struct {
+	d      *fakeDevice
+	refuse error
+	reads  atomic.Int32
+}
+
+func (f *fakeCuFile) Mode() string { return "compat" }
+
+func (f *fakeCuFile) Register(fd int) (gpu.CuFileHandle, error) {
+	if f.refuse != nil {
+		return nil, f.refuse
+	}
+	return &fakeHandle{f: f, fd: fd}, nil
+}
+
+type fakeHandle struct {
+	f  *fakeCuFile
+	fd int
+}
+
+func (h *fakeHandle) ReadInto(dst gpu.Region, dstOff, fileOff int64, n int) (int, error) {
+	h.f.reads.Add(1)
+	w, err := h.f.d.Device.NewWorker(n)
+	if err != nil {
+		return 0, err
+	}
+	defer w.Close()
+	k, err := unix.Pread(h.fd, w.Buffer(0)[:n], fileOff)
+	if err != nil {
+		return 0, err
+	}
+	if err := w.CopyAsync(dst, dstOff, 0, k); err != nil {
+		return 0, err
+	}
+	return k, w.Wait(0)
+}
+
+func (h *fakeHandle) Close() error { return nil }
+
+// testOptions are small: 4 KiB granules, 64 KiB tasks.
+func testOptions() (Options, IOOptions) {
+	return Options{
+			Device: DeviceHost, GPUs: []int{0}, Capacity: units.Share{Bytes: 1 << 30},
+			ChunkSize: 1 << 20, Prefetch: PrefetchOpen, PrefetchQueue: 64, PrefetchWorkers: 2,
+		}, IOOptions{
+			CompatMode: CompatAuto, GDSThreshold: 0, TaskSize: 64 << 10, NumThreads: 4,
+		}
+}
+
+func newCache(t *testing.T, src string, opts Options, io IOOptions, devs ...gpu.Device) *Cache {
+	t.Helper()
+	if len(devs) == 0 {
+		devs = []gpu.Device{newFake(int64(opts.ChunkSize))}
+	}
+	c, err := New(context.Background(), Config{Source: src, Options: opts, IO: io, Devices: devs, Log: zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		c.mu.Lock()
+		c.checkInvariantsLocked()
+		c.mu.Unlock()
+		c.Close()
+	})
+	return c
+}
+
+func randomBytes(n int, seed uint64) []byte {
+	r := rand.New(rand.NewPCG(seed, 7))
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	return b
+}
+
+func writeFile(t *testing.T, dir, rel string, data []byte) {
+	t.Helper()
+	p := filepath.Join(dir, rel)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// regionBytes reads a region back through ReadAt.
+func regionBytes(t *testing.T, r gpu.Region) []byte {
+	t.Helper()
+	b := make([]byte, r.Size())
+	if _, err := r.ReadAt(b, 0); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// checkStaged leases rel and compares its bytes with want.
+func checkStaged(t *testing.T, c *Cache, rel string, want []byte) {
+	t.Helper()
+	l, err := c.Acquire(context.Background(), rel, false)
+	if err != nil {
+		t.Fatalf("acquire %s: %v", rel, err)
+	}
+	defer l.Release()
+	if got := regionBytes(t, l.Region()); !bytes.Equal(got, want) {
+		t.Fatalf("%s: staged bytes differ from the file", rel)
+	}
+}
+
+// waitFor polls cond (the cache has no event for "the queue drained"),
+// failing after a deadline.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}

@@ -1,0 +1,125 @@
+package staging
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+
+	"github.com/gdsfs/gdsfs/gpu"
+)
+
+// Lease pins a resident file: its entry is not evicted or freed until
+// Release. A private lease holds its own device copy.
+type Lease struct {
+	c       *Cache
+	e       *entry
+	region  gpu.Region // the entry's, or the private copy
+	private int64      // bytes reserved for the private copy; 0 if shared
+	once    sync.Once
+}
+
+// Acquire stages rel if needed (waiting, bounded by ctx) and leases it.
+// With private, the lease gets its own device copy.
+func (c *Cache) Acquire(ctx context.Context, rel string, private bool) (*Lease, error) {
+	for {
+		e, err := c.ensure(ctx, rel)
+		if err != nil {
+			return nil, err
+		}
+		c.mu.Lock()
+		if e.detached || e.state != StateResident {
+			c.mu.Unlock()
+			continue // evicted or invalidated since: stage again
+		}
+		e.leases++
+		l := &Lease{c: c, e: e, region: e.region}
+		c.stats.leasesActive.Add(1)
+		c.stats.leasesTotal.Add(1)
+		c.mu.Unlock()
+		if private {
+			if err := l.copyPrivate(); err != nil {
+				l.Release()
+				return nil, err
+			}
+		}
+		return l, nil
+	}
+}
+
+func (l *Lease) copyPrivate() error {
+	c, e := l.c, l.e
+	need := e.slot.need(e.id.size, int64(c.opts.ChunkSize))
+	c.mu.Lock()
+	victims, ok := e.slot.reserveLocked(need)
+	regions := c.detachVictimsLocked(victims)
+	c.mu.Unlock()
+	for _, r := range regions {
+		freeRegion(r)
+	}
+	if !ok {
+		c.stats.noSpace.Add(1)
+		return errNoSpace(e.rel+" (private copy)", need)
+	}
+	l.private = need
+	r, err := e.slot.dev.Alloc(e.id.size)
+	if err == nil {
+		if err = e.slot.dev.Copy(r, l.region); err == nil {
+			err = r.Seal()
+		}
+		if err != nil {
+			r.Free()
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("private copy of %s: %w", e.rel, err)
+	}
+	l.region = r
+	return nil
+}
+
+// Release ends the lease; calling it again does nothing.
+func (l *Lease) Release() {
+	l.once.Do(func() {
+		c, e := l.c, l.e
+		var free []gpu.Region
+		c.mu.Lock()
+		e.leases--
+		c.stats.leasesActive.Add(-1)
+		if l.private > 0 {
+			e.slot.used -= l.private
+			if l.region != e.region {
+				free = append(free, l.region)
+			}
+		}
+		if e.detached && e.leases == 0 {
+			free = append(free, c.releaseLocked(e))
+		}
+		c.mu.Unlock()
+		for _, r := range free {
+			freeRegion(r)
+		}
+	})
+}
+
+// Path is the SOURCE-relative path leased.
+func (l *Lease) Path() string { return l.e.rel }
+
+// Size is the file size.
+func (l *Lease) Size() int64 { return l.e.id.size }
+
+// Generation identifies this staging of the file: a re-staged file gets a
+// new one.
+func (l *Lease) Generation() uint64 { return l.e.gen }
+
+// Device names the device holding the bytes ("GPU-<uuid>" or "host").
+func (l *Lease) Device() string { return l.e.slot.dev.Name() }
+
+// Chunks returns the chunk lengths of the leased region.
+func (l *Lease) Chunks() []int64 { return l.region.Chunks() }
+
+// Export returns one descriptor per chunk; the caller closes them.
+func (l *Lease) Export() ([]*os.File, error) { return l.region.Export() }
+
+// Region is the leased region (for in-process consumers and tests).
+func (l *Lease) Region() gpu.Region { return l.region }

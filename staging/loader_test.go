@@ -1,0 +1,163 @@
+package staging
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/gdsfs/gdsfs/internal/units"
+)
+
+func TestLoadPathChoice(t *testing.T) {
+	data := randomBytes(300000, 11)
+	for _, tc := range []struct {
+		name      string
+		compat    string
+		threshold units.Size
+		cufile    bool
+		refuse    error
+		wantPath  string
+		wantNote  string
+		wantErr   string
+	}{
+		{"auto registers", CompatAuto, 0, true, nil, PathCuFile, "", ""},
+		{"auto below threshold", CompatAuto, 1 << 20, true, nil, PathHost, "smaller than io.gds_threshold", ""},
+		{"auto register refused", CompatAuto, 0, true, errors.New("cuFileHandleRegister: unsupported file type (5018)"), PathHost, "unsupported file type (5018)", ""},
+		{"auto without cufile", CompatAuto, 0, false, nil, PathHost, "cuFile unavailable", ""},
+		{"on", CompatOn, 0, true, nil, PathHost, "io.compat_mode is on", ""},
+		{"off registers", CompatOff, 1 << 20, true, nil, PathCuFile, "", ""},
+		{"off refused", CompatOff, 0, true, errors.New("cuFileHandleRegister: 5027"), "", "", "io.compat_mode is off: cuFileHandleRegister: 5027"},
+		{"off without cufile", CompatOff, 0, false, nil, "", "", "io.compat_mode is off and cuFile is unavailable"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := t.TempDir()
+			writeFile(t, src, "f", data)
+			d := newFake(1 << 20)
+			fc := &fakeCuFile{d: d, refuse: tc.refuse}
+			if tc.cufile {
+				d.cufile = fc
+			}
+			opts, io := testOptions()
+			io.CompatMode, io.GDSThreshold = tc.compat, tc.threshold
+			c := newCache(t, src, opts, io, d)
+			info, err := c.Stage(context.Background(), "f")
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err %v, want %q", err, tc.wantErr)
+				}
+				if state, _ := c.Attr("f"); !strings.HasPrefix(state, "failed: ") || !strings.Contains(state, tc.wantErr) {
+					t.Fatalf("state %q does not give the reason", state)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if info.LoadPath != tc.wantPath || !strings.Contains(info.Note, tc.wantNote) {
+				t.Fatalf("path %q note %q, want %q and a note with %q", info.LoadPath, info.Note, tc.wantPath, tc.wantNote)
+			}
+			if tc.wantPath == PathCuFile && fc.reads.Load() == 0 {
+				t.Fatal("cuFile path taken without cuFile reads")
+			}
+			checkStaged(t, c, "f", data)
+			s := c.Stats()
+			if tc.wantPath == PathCuFile && s.BytesCuFile != uint64(len(data)) || tc.wantPath == PathHost && s.BytesHost != uint64(len(data)) {
+				t.Fatalf("bytes not counted on the %s path: %+v", tc.wantPath, s)
+			}
+			if tc.refuse != nil && (s.CuFileFallbacks != 1 || s.CuFileLastError != tc.refuse.Error()) {
+				t.Fatalf("fallback not recorded: %+v", s)
+			}
+		})
+	}
+}
+
+func TestDirectIO(t *testing.T) {
+	src := t.TempDir()
+	data := randomBytes(3*65536+777, 12) // an unaligned tail
+	writeFile(t, src, "f", data)
+	opts, io := testOptions()
+	io.DirectIO = true
+	c := newCache(t, src, opts, io)
+	info, err := c.Stage(context.Background(), "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("O_DIRECT load note: %q", info.Note) // tmpfs refuses O_DIRECT: the note says so
+	checkStaged(t, c, "f", data)
+}
+
+func TestPrivateLease(t *testing.T) {
+	src := t.TempDir()
+	data := randomBytes(100000, 13)
+	writeFile(t, src, "f", data)
+	opts, io := testOptions()
+	opts.Capacity = capacityFor(2, 100000)
+	c := newCache(t, src, opts, io)
+	ctx := context.Background()
+	shared, err := c.Acquire(ctx, "f", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer shared.Release()
+	priv, err := c.Acquire(ctx, "f", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if priv.Region() == shared.Region() {
+		t.Fatal("private lease shares the daemon's region")
+	}
+	if !bytes.Equal(regionBytes(t, priv.Region()), data) {
+		t.Fatal("private copy differs")
+	}
+	// The capacity holds the file and one copy: a second copy has no room.
+	if _, err := c.Acquire(ctx, "f", true); err == nil {
+		t.Fatal("private copy beyond capacity accepted")
+	}
+	used := c.Stats().UsedBytes
+	priv.Release()
+	if c.Stats().UsedBytes >= used {
+		t.Fatal("private copy's space not returned on release")
+	}
+}
+
+func TestGlobs(t *testing.T) {
+	for _, tc := range []struct {
+		pattern, path string
+		want          bool
+	}{
+		{"*.bin", "a.bin", true},
+		{"*.bin", "x/y/a.bin", true},
+		{"*.bin", "a.binx", false},
+		{"data/*.bin", "data/a.bin", true},
+		{"data/*.bin", "data/x/a.bin", false},
+		{"**/*.safetensors", "m.safetensors", true},
+		{"**/*.safetensors", "a/b/m.safetensors", true},
+		{"shards/**", "shards/a/b", true},
+		{"shards/**", "other/a", false},
+		{"s[0-9].bin", "s7.bin", true},
+		{"s[!0-9].bin", "s7.bin", false},
+		{"a?c", "abc", true},
+		{"a.c", "abc", false},
+	} {
+		g, err := compileGlob(tc.pattern)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := g.match(tc.path); got != tc.want {
+			t.Errorf("%q matches %q = %v, want %v", tc.pattern, tc.path, got, tc.want)
+		}
+	}
+	for _, bad := range []string{"", "a[b"} {
+		if _, err := compileGlob(bad); err == nil {
+			t.Errorf("pattern %q accepted", bad)
+		}
+	}
+	f, _ := newFilter(&Options{Include: []string{"*.bin"}, Exclude: []string{"tmp/**"}})
+	for path, want := range map[string]string{"a.bin": "", "tmp/a.bin": "excluded by staging.exclude tmp/**", "a.txt": "not matched by staging.include"} {
+		if got := f.why(path); got != want {
+			t.Errorf("why(%q) = %q, want %q", path, got, want)
+		}
+	}
+}

@@ -1,0 +1,109 @@
+package staging
+
+import (
+	"fmt"
+
+	"github.com/gdsfs/gdsfs/internal/units"
+)
+
+// Device choices (staging.device).
+const (
+	DeviceAuto = "auto"
+	DeviceCUDA = "cuda"
+	DeviceHost = "host"
+)
+
+// Prefetch triggers (staging.prefetch).
+const (
+	PrefetchOpen   = "open"
+	PrefetchManual = "manual"
+)
+
+// Compat modes (io.compat_mode), KvikIO's names.
+const (
+	CompatAuto = "auto"
+	CompatOn   = "on"
+	CompatOff  = "off"
+)
+
+// Options is the staging section of config.yaml; errors name its keys.
+type Options struct {
+	Device          string      `yaml:"device"`
+	GPUs            []int       `yaml:"gpus"`
+	Capacity        units.Share `yaml:"capacity"`
+	ChunkSize       units.Size  `yaml:"chunk_size"`
+	MinFileSize     units.Size  `yaml:"min_file_size"`
+	Include         []string    `yaml:"include"`
+	Exclude         []string    `yaml:"exclude"`
+	Prefetch        string      `yaml:"prefetch"`
+	PrefetchQueue   int         `yaml:"prefetch_queue"`
+	PrefetchWorkers int         `yaml:"prefetch_workers"`
+}
+
+// IOOptions is the io section of config.yaml: how a file is loaded.
+type IOOptions struct {
+	CompatMode   string     `yaml:"compat_mode"`
+	GDSThreshold units.Size `yaml:"gds_threshold"`
+	TaskSize     units.Size `yaml:"task_size"`
+	NumThreads   int        `yaml:"num_threads"`
+	DirectIO     bool       `yaml:"direct_io"`
+}
+
+// Validate checks the staging options, naming the key at fault.
+func (o *Options) Validate() error {
+	switch o.Device {
+	case DeviceAuto, DeviceCUDA, DeviceHost:
+	default:
+		return fmt.Errorf("staging.device: %q is not one of auto, cuda, host", o.Device)
+	}
+	if len(o.GPUs) == 0 {
+		return fmt.Errorf("staging.gpus: empty; list at least one device ordinal")
+	}
+	seen := map[int]bool{}
+	for _, g := range o.GPUs {
+		if g < 0 || seen[g] {
+			return fmt.Errorf("staging.gpus: ordinal %d is negative or repeated", g)
+		}
+		seen[g] = true
+	}
+	if o.Capacity.Percent == 0 && o.Capacity.Bytes <= 0 {
+		return fmt.Errorf("staging.capacity: must be a positive size or percentage")
+	}
+	if o.ChunkSize < 4096 {
+		return fmt.Errorf("staging.chunk_size: %s is below 4KiB", o.ChunkSize)
+	}
+	if _, err := newFilter(o); err != nil {
+		return err
+	}
+	switch o.Prefetch {
+	case PrefetchOpen, PrefetchManual:
+	default:
+		return fmt.Errorf("staging.prefetch: %q is not one of open, manual", o.Prefetch)
+	}
+	if o.PrefetchQueue < 1 {
+		return fmt.Errorf("staging.prefetch_queue: %d is below 1", o.PrefetchQueue)
+	}
+	if o.PrefetchWorkers < 1 || o.PrefetchWorkers > 256 {
+		return fmt.Errorf("staging.prefetch_workers: %d is outside 1..256", o.PrefetchWorkers)
+	}
+	return nil
+}
+
+// Validate checks the io options, naming the key at fault.
+func (o *IOOptions) Validate() error {
+	switch o.CompatMode {
+	case CompatAuto, CompatOn, CompatOff:
+	default:
+		return fmt.Errorf("io.compat_mode: %q is not one of auto, on, off", o.CompatMode)
+	}
+	if o.TaskSize < 4096 || o.TaskSize > 1<<30 || o.TaskSize%4096 != 0 {
+		return fmt.Errorf("io.task_size: %s must be a multiple of 4KiB between 4KiB and 1GiB", o.TaskSize)
+	}
+	if o.NumThreads < 1 || o.NumThreads > 256 {
+		return fmt.Errorf("io.num_threads: %d is outside 1..256", o.NumThreads)
+	}
+	if o.GDSThreshold < 0 {
+		return fmt.Errorf("io.gds_threshold: negative")
+	}
+	return nil
+}

@@ -1,0 +1,131 @@
+package staging
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// counters are the cache's cumulative counts.
+type counters struct {
+	prefetches, prefetchDropped          atomic.Uint64
+	hits, misses, sharedLoads            atomic.Uint64
+	evictions, invalidations, loadErrors atomic.Uint64
+	tooLarge, noSpace, cufileFallbacks   atomic.Uint64
+	bytesCuFile, bytesPOSIX, bytesHost   atomic.Uint64
+	leasesTotal                          atomic.Uint64
+	leasesActive                         atomic.Int64
+
+	errMu         sync.Mutex
+	lastCuFileErr string // guarded by errMu
+}
+
+func (s *counters) addBytes(path string, n int64) {
+	switch path {
+	case PathCuFile:
+		s.bytesCuFile.Add(uint64(n))
+	case PathPOSIX:
+		s.bytesPOSIX.Add(uint64(n))
+	case PathHost:
+		s.bytesHost.Add(uint64(n))
+	}
+}
+
+func (s *counters) setCuFileError(msg string) {
+	s.errMu.Lock()
+	s.lastCuFileErr = msg
+	s.errMu.Unlock()
+}
+
+// Stats is a snapshot of the cache's counters and occupancy, with the keys
+// of stats.json.
+type Stats struct {
+	Prefetches      uint64 `json:"prefetches"`
+	PrefetchDropped uint64 `json:"prefetch_dropped"`
+	StagedFiles     int    `json:"staged_files"`
+	LoadingFiles    int    `json:"loading_files"`
+	FailedFiles     int    `json:"failed_files"`
+	BytesCuFile     uint64 `json:"bytes_cufile"`
+	BytesPOSIX      uint64 `json:"bytes_posix"`
+	BytesHost       uint64 `json:"bytes_host"`
+	Hits            uint64 `json:"hits"`
+	Misses          uint64 `json:"misses"`
+	SharedLoads     uint64 `json:"shared_loads"`
+	Evictions       uint64 `json:"evictions"`
+	Invalidations   uint64 `json:"invalidations"`
+	LoadErrors      uint64 `json:"load_errors"`
+	TooLarge        uint64 `json:"too_large"`
+	NoSpace         uint64 `json:"no_space"`
+	CuFileFallbacks uint64 `json:"cufile_fallbacks"`
+	CuFileLastError string `json:"cufile_last_error"`
+	ResidentBytes   int64  `json:"resident_bytes"`
+	UsedBytes       int64  `json:"used_bytes"`
+	CapacityBytes   int64  `json:"capacity_bytes"`
+	LeasesActive    int64  `json:"leases_active"`
+	LeasesTotal     uint64 `json:"leases_total"`
+}
+
+// Stats returns the current counters.
+func (c *Cache) Stats() Stats {
+	s := &c.stats
+	out := Stats{
+		Prefetches: s.prefetches.Load(), PrefetchDropped: s.prefetchDropped.Load(),
+		BytesCuFile: s.bytesCuFile.Load(), BytesPOSIX: s.bytesPOSIX.Load(), BytesHost: s.bytesHost.Load(),
+		Hits: s.hits.Load(), Misses: s.misses.Load(), SharedLoads: s.sharedLoads.Load(),
+		Evictions: s.evictions.Load(), Invalidations: s.invalidations.Load(), LoadErrors: s.loadErrors.Load(),
+		TooLarge: s.tooLarge.Load(), NoSpace: s.noSpace.Load(), CuFileFallbacks: s.cufileFallbacks.Load(),
+		LeasesActive: s.leasesActive.Load(), LeasesTotal: s.leasesTotal.Load(),
+	}
+	s.errMu.Lock()
+	out.CuFileLastError = s.lastCuFileErr
+	s.errMu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, e := range c.entries {
+		switch e.state {
+		case StateResident:
+			out.StagedFiles++
+			out.ResidentBytes += e.id.size
+		case StateLoading:
+			out.LoadingFiles++
+		case StateFailed:
+			out.FailedFiles++
+		}
+	}
+	for _, sl := range c.slots {
+		out.UsedBytes += sl.used
+		out.CapacityBytes += sl.capacity
+	}
+	return out
+}
+
+// Devices names the devices files are staged onto.
+func (c *Cache) Devices() []string {
+	var out []string
+	for _, s := range c.slots {
+		out = append(out, s.dev.Name())
+	}
+	return out
+}
+
+// checkInvariantsLocked panics if a slot's accounting is off. Tests call it;
+// Cache.mu must be held.
+func (c *Cache) checkInvariantsLocked() {
+	held := map[*slot]int64{}
+	for _, e := range c.entries {
+		held[e.slot] += e.reserved
+	}
+	for _, s := range c.slots {
+		if s.used < 0 || s.used > s.capacity {
+			panic("staging: slot used outside 0..capacity")
+		}
+		if held[s] > s.used {
+			panic("staging: entries hold more than their slot counts")
+		}
+		for el := s.lru.Front(); el != nil; el = el.Next() {
+			e := el.Value.(*entry)
+			if e.state != StateResident || e.detached || e.slot != s {
+				panic("staging: LRU holds an entry that is not resident on its slot")
+			}
+		}
+	}
+}

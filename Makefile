@@ -42,7 +42,8 @@ gpu-bundle:
 	$(GO) test -c -o .bin/cuda.test ./gpu/cuda
 	$(GO) test -c -o .bin/gpustaging.test ./staging/gputest
 	$(GO) build -o .bin/leasecheck ./integration/leasecheck
-	cp scripts/test-gpu.sh .bin/
+	$(GO) build -o .bin/loopback github.com/hanwen/go-fuse/v2/example/loopback
+	cp scripts/test-gpu.sh scripts/mount-gpu.sh ../shared/device/cufile-compat.sh .bin/ 2>/dev/null || cp scripts/test-gpu.sh scripts/mount-gpu.sh .bin/
 
 # On the GPU machine: every GPU test, which fails (never skips) where no GPU
 # answers. Builds the bundle first where Go is installed.

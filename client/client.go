@@ -53,29 +53,19 @@ func (c *Conn) Close() error { return c.c.Close() }
 // and path relative to the mount. GDSFS_SOCKET overrides the socket (the
 // path is then sent absolute).
 func Locate(path string) (socket, rel string, err error) {
-	abs, err := filepath.Abs(path)
+	if s := os.Getenv("GDSFS_SOCKET"); s != "" {
+		abs, err := filepath.Abs(path)
+		return s, abs, err
+	}
+	mnt, rel, err := mountinfo.Root(path)
 	if err != nil {
 		return "", "", err
 	}
-	if dir, err := filepath.EvalSymlinks(filepath.Dir(abs)); err == nil {
-		abs = filepath.Join(dir, filepath.Base(abs))
+	b, err := os.ReadFile(filepath.Join(mnt, ".gdsfs", "socket"))
+	if err != nil {
+		return "", "", fmt.Errorf("%s: gdsfs mount %s has no readable .gdsfs/socket: %w", path, mnt, err)
 	}
-	if s := os.Getenv("GDSFS_SOCKET"); s != "" {
-		return s, abs, nil
-	}
-	for dir := filepath.Dir(abs); ; dir = filepath.Dir(dir) {
-		if fstype, ok := mountinfo.MountedAt(dir); ok && fstype == "fuse.gdsfs" {
-			b, err := os.ReadFile(filepath.Join(dir, ".gdsfs", "socket"))
-			if err != nil {
-				return "", "", fmt.Errorf("%s: gdsfs mount %s has no readable .gdsfs/socket: %w", path, dir, err)
-			}
-			r, _ := filepath.Rel(dir, abs)
-			return strings.TrimSpace(string(b)), r, nil
-		}
-		if dir == "/" {
-			return "", "", fmt.Errorf("%s: not under a gdsfs mount", path)
-		}
-	}
+	return strings.TrimSpace(string(b)), rel, nil
 }
 
 // roundTrip sends one request and reads its answer line and descriptors.

@@ -3,6 +3,7 @@ package fs
 import (
 	"context"
 	"strings"
+	"sync"
 	"syscall"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
@@ -15,6 +16,15 @@ import (
 type node struct {
 	*gofs.LoopbackNode
 	srv *Server
+
+	mu       sync.Mutex
+	cacheKey fileVersion // of the backing file at the last open; guarded by mu
+}
+
+// fileVersion tells whether a file changed between two opens.
+type fileVersion struct {
+	size         int64
+	mtime, ctime syscall.Timespec
 }
 
 var _ = (gofs.NodeWrapChilder)((*node)(nil))
@@ -43,6 +53,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 		return nil, 0, errno
 	}
 	if isRegular(n.StableAttr().Mode) {
+		fl |= n.keepCache(fh)
 		n.srv.opens.Add(1)
 		// Staging a file being written would copy bytes about to change.
 		if n.srv.stager != nil && !writes(flags) {
@@ -50,6 +61,31 @@ func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 		}
 	}
 	return n.srv.wrapFile(fh), fl, 0
+}
+
+// keepCache lets the kernel keep the file's cached pages across opens
+// (FOPEN_KEEP_CACHE) when the backing file did not change since the last
+// open; a changed file starts with an empty cache. Only daemon-served reads
+// use this cache: go-fuse drops the flag for passthrough opens.
+func (n *node) keepCache(fh gofs.FileHandle) uint32 {
+	lf, ok := fh.(*gofs.LoopbackFile)
+	if !ok {
+		return 0
+	}
+	fd, ok := lf.PassthroughFd()
+	var st syscall.Stat_t
+	if !ok || syscall.Fstat(fd, &st) != nil {
+		return 0
+	}
+	v := fileVersion{size: st.Size, mtime: st.Mtim, ctime: st.Ctim}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	same := n.cacheKey == v
+	n.cacheKey = v
+	if same {
+		return fuse.FOPEN_KEEP_CACHE
+	}
+	return 0
 }
 
 var _ = (gofs.NodeCreater)((*node)(nil))

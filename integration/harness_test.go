@@ -77,7 +77,12 @@ type mount struct {
 func startMount(t *testing.T, src string, sets ...string) *mount {
 	t.Helper()
 	needMount(t)
-	mnt := t.TempDir()
+	return startMountAt(t, src, t.TempDir(), sets...)
+}
+
+// startMountAt is startMount on a given mountpoint.
+func startMountAt(t *testing.T, src, mnt string, sets ...string) *mount {
+	t.Helper()
 	args := []string{"mount", "--set", "log.format=console", "--set", "ipc.socket=" + filepath.Join(t.TempDir(), "lease.sock")}
 	for _, s := range sets {
 		args = append(args, "--set", s)
@@ -162,12 +167,12 @@ func (m *mount) control(name string) string {
 	return string(b)
 }
 
-// sh runs a shell command and returns its stdout; it fails the test on a
+// sh runs a bash command (dash reports every failed write as "I/O error") and returns its stdout; it fails the test on a
 // non-zero exit.
 func sh(t *testing.T, script string) string {
 	t.Helper()
 	var out, errb bytes.Buffer
-	cmd := exec.Command("sh", "-ec", script)
+	cmd := exec.Command("bash", "-ec", script)
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("%s: %v\n%s%s", script, err, out.String(), errb.String())
@@ -179,7 +184,7 @@ func sh(t *testing.T, script string) string {
 func shErr(t *testing.T, script string) string {
 	t.Helper()
 	var errb bytes.Buffer
-	cmd := exec.Command("sh", "-c", script)
+	cmd := exec.Command("bash", "-c", script)
 	cmd.Stderr = &errb
 	if err := cmd.Run(); err == nil {
 		t.Fatalf("%s: succeeded, want a failure", script)

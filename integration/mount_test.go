@@ -305,3 +305,17 @@ func TestUnmount(t *testing.T) {
 		t.Fatal("daemon did not exit after umount")
 	}
 }
+
+// TestNoStalePageCache: without passthrough the kernel keeps a file's pages
+// across opens; a change made in SOURCE must still be seen at the next open.
+func TestNoStalePageCache(t *testing.T) {
+	src := t.TempDir()
+	randomFile(t, filepath.Join(src, "f"), 1<<20, 1)
+	m := startMount(t, src, "fuse.passthrough=off")
+	for round := 2; round < 6; round++ {
+		if sha(t, m.path("f")) != sha(t, filepath.Join(src, "f")) {
+			t.Fatalf("round %d: the mount serves bytes SOURCE does not hold", round)
+		}
+		randomFile(t, filepath.Join(src, "f"), 1<<20, round) // same size, new bytes
+	}
+}

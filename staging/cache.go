@@ -193,12 +193,14 @@ func (c *Cache) prefetchWorker() {
 		case <-c.ctx.Done():
 			return
 		case rel := <-c.queue:
-			c.mu.Lock()
-			delete(c.queued, rel)
-			c.mu.Unlock()
+			// rel stays in queued until staged, so a queued file never
+			// reads as absent and is not queued twice meanwhile.
 			if _, err := c.Stage(c.ctx, rel); err != nil {
 				c.log.Debug("prefetch", zap.String("path", rel), zap.Error(err))
 			}
+			c.mu.Lock()
+			delete(c.queued, rel)
+			c.mu.Unlock()
 		}
 	}
 }
@@ -238,13 +240,17 @@ func (c *Cache) Evict(rel string) error {
 }
 
 // Attr answers the user.gdsfs.state and user.gdsfs.path xattrs, after
-// checking that the staged bytes still match the file.
+// checking that the staged bytes still match the file. A file waiting in
+// the prefetch queue is loading.
 func (c *Cache) Attr(rel string) (state, path string) {
 	c.checkIdentity(rel)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e := c.entries[rel]
-	if e == nil {
+	switch {
+	case e == nil && c.queued[rel]:
+		return StateLoading, "" // queued: it will load
+	case e == nil:
 		return StateAbsent, ""
 	}
 	info := e.infoLocked()

@@ -117,7 +117,7 @@ func testOptions() (Options, IOOptions) {
 			Device: DeviceHost, GPUs: []int{0}, Capacity: units.Share{Bytes: 1 << 30},
 			ChunkSize: 1 << 20, Prefetch: PrefetchOpen, PrefetchQueue: 64, PrefetchWorkers: 2,
 		}, IOOptions{
-			CompatMode: CompatAuto, GDSThreshold: 0, TaskSize: 64 << 10, NumThreads: 4,
+			CompatMode: CompatAuto, GDSThreshold: 0, TaskSize: 64 << 10, BounceSize: 16 << 10, NumThreads: 4, DirectIO: DirectOff,
 		}
 }
 

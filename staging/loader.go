@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -47,15 +48,56 @@ func (c *Cache) fill(e *entry, f *os.File, region gpu.Region) (path, note string
 		c.stats.setCuFileError(note)
 	}
 	j := &job{region: region, size: e.id.size, f: f}
-	if c.io.DirectIO {
+	if c.wantDirect(f, e.id.size) {
 		if df, derr := c.open(e.rel, os.O_RDONLY|syscall.O_DIRECT); derr == nil {
 			defer df.Close()
 			j.f, j.direct = df, true
+			note = joinNote(note, "read with O_DIRECT")
 		} else {
 			note = joinNote(note, "O_DIRECT refused, buffered reads: "+derr.Error())
 		}
 	}
+	if !j.direct {
+		// Start reading the whole file ahead: parallel tasks on one
+		// descriptor defeat the kernel's sequential read-ahead.
+		unix.Fadvise(int(f.Fd()), 0, e.id.size, unix.FADV_WILLNEED)
+	}
 	return posix, note, e.slot.loader.run(j)
+}
+
+// wantDirect says whether to read with O_DIRECT: io.direct_io on, or auto
+// and most of a sample of the file's pages are not in the page cache (cold
+// data: reading it through the cache would only evict others).
+func (c *Cache) wantDirect(f *os.File, size int64) bool {
+	switch c.io.DirectIO {
+	case DirectOn:
+		return true
+	case DirectOff:
+		return false
+	}
+	return size >= 1<<20 && residentShare(f, size) < 0.5
+}
+
+// residentShare samples 64 pages of f with mincore and returns the share
+// found in the page cache (1 when it cannot tell).
+func residentShare(f *os.File, size int64) float64 {
+	m, err := unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		return 1
+	}
+	defer unix.Munmap(m)
+	const samples = 64
+	page := int64(os.Getpagesize())
+	vec := make([]byte, 1)
+	in := 0
+	for k := int64(0); k < samples; k++ {
+		off := (size - 1) * k / (samples - 1) / page * page
+		_, _, errno := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&m[off])), 1, uintptr(unsafe.Pointer(&vec[0])))
+		if errno == 0 && vec[0]&1 != 0 {
+			in++
+		}
+	}
+	return float64(in) / samples
 }
 
 func joinNote(a, b string) string {
@@ -94,34 +136,33 @@ type task struct {
 	j   *job
 	off int64
 	n   int
+	err error // the first error of its pieces; owned by the worker running it
 }
 
 // loader runs tasks on io.num_threads workers, each owning a gpu.Worker
-// (stream and two bounce buffers) created on first use.
+// (a stream and two bounce buffers of io.bounce_size) made when it starts.
 type loader struct {
 	c     *Cache
 	slot  *slot
-	tasks chan task // unbuffered: a sent task is always finished by a worker
-	once  sync.Once
+	tasks chan *task // unbuffered: a sent task is always finished by a worker
 }
 
 func newLoader(c *Cache, s *slot) *loader {
-	return &loader{c: c, slot: s, tasks: make(chan task)}
+	l := &loader{c: c, slot: s, tasks: make(chan *task)}
+	for range c.io.NumThreads {
+		c.wg.Add(1)
+		go l.work()
+	}
+	return l
 }
 
 // run splits j into tasks and waits for all of them.
 func (l *loader) run(j *job) error {
-	l.once.Do(func() {
-		for range l.c.io.NumThreads {
-			l.c.wg.Add(1)
-			go l.work()
-		}
-	})
 	ts := int64(l.c.io.TaskSize)
 	for off := int64(0); off < j.size; off += ts {
 		j.wg.Add(1)
 		select {
-		case l.tasks <- task{j: j, off: off, n: int(min(ts, j.size-off))}:
+		case l.tasks <- &task{j: j, off: off, n: int(min(ts, j.size-off))}:
 		case <-l.c.ctx.Done():
 			j.finish(fmt.Errorf("cache closing: %w", l.c.ctx.Err()))
 			off = j.size
@@ -133,34 +174,63 @@ func (l *loader) run(j *job) error {
 
 func (l *loader) close() {}
 
-// work is one worker: it reads a task into one bounce buffer while the
-// other buffer's copy to the device is in flight.
+// piece is one bounce buffer's worth of a task, in flight to the device.
+type piece struct {
+	t    *task
+	last bool // the task's last piece: its completion finishes the task
+}
+
+// worker is one loader goroutine's state: a task is read in pieces of
+// io.bounce_size, alternating the two buffers so that one is filled while
+// the other's copy to the device is in flight. The stream runs copies in
+// order, so a task is done when its last piece is.
+type worker struct {
+	w        gpu.Worker
+	err      error // why w could not be made
+	inflight [2]*piece
+	next     int
+	size     int // bounce buffer size
+}
+
+// complete waits for buffer i's copy and accounts for it.
+func (wk *worker) complete(i int) {
+	p := wk.inflight[i]
+	if p == nil {
+		return
+	}
+	wk.inflight[i] = nil
+	if err := wk.w.Wait(i); err != nil && p.t.err == nil {
+		p.t.err = err
+	}
+	if p.last {
+		p.t.j.finish(p.t.err)
+	}
+}
+
+func (wk *worker) flush() {
+	for i := range wk.inflight {
+		wk.complete(wk.next ^ 1 ^ i) // oldest first
+	}
+}
+
 func (l *loader) work() {
 	defer l.c.wg.Done()
-	var w gpu.Worker
-	var pending [2]*task
-	next := 0
-	flush := func() {
-		for i, p := range pending {
-			if p != nil {
-				p.j.finish(w.Wait(i))
-				pending[i] = nil
-			}
-		}
-	}
+	bounce := int(min(l.c.io.BounceSize, l.c.io.TaskSize))
+	wk := &worker{size: bounce}
+	wk.w, wk.err = l.slot.dev.NewWorker(bounce)
 	defer func() {
-		if w != nil {
-			flush()
-			w.Close()
+		if wk.w != nil {
+			wk.flush()
+			wk.w.Close()
 		}
 	}()
 	for {
-		var t task
+		var t *task
 		select {
 		case t = <-l.tasks:
 		default:
-			if w != nil {
-				flush() // idle: complete copies before blocking
+			if wk.w != nil {
+				wk.flush() // idle: complete copies before blocking
 			}
 			select {
 			case t = <-l.tasks:
@@ -171,54 +241,56 @@ func (l *loader) work() {
 		switch {
 		case t.j.failed.Load():
 			t.j.finish(nil)
-			continue
 		case t.j.cf != nil:
 			t.j.finish(t.readCuFile())
-			continue
+		case wk.err != nil:
+			t.j.finish(fmt.Errorf("bounce buffers: %w", wk.err))
+		default:
+			wk.copyTask(t)
 		}
-		if w == nil {
-			var err error
-			if w, err = l.slot.dev.NewWorker(int(l.c.io.TaskSize)); err != nil {
-				w = nil
-				t.j.finish(fmt.Errorf("bounce buffers: %w", err))
-				continue
-			}
-		}
-		i := next
-		next ^= 1
-		if p := pending[i]; p != nil {
-			p.j.finish(w.Wait(i))
-			pending[i] = nil
-		}
-		err := t.read(w.Buffer(i))
-		if err == nil {
-			err = w.CopyAsync(t.j.region, t.off, i, t.n)
-		}
-		if err != nil {
-			t.j.finish(err)
-			continue
-		}
-		pending[i] = &t
 	}
 }
 
-// read preads the task's range into buf. With O_DIRECT the length is
+// copyTask reads t piece by piece and starts each piece's copy.
+func (wk *worker) copyTask(t *task) {
+	for off := 0; off < t.n; off += wk.size {
+		i := wk.next
+		wk.next ^= 1
+		wk.complete(i)
+		n := min(wk.size, t.n-off)
+		err := t.read(wk.w.Buffer(i), t.off+int64(off), n)
+		if err == nil {
+			err = wk.w.CopyAsync(t.j.region, t.off+int64(off), i, n)
+		}
+		if err != nil {
+			wk.flush() // the task's earlier pieces, none of them last
+			if t.err == nil {
+				t.err = err
+			}
+			t.j.finish(t.err)
+			return
+		}
+		wk.inflight[i] = &piece{t: t, last: off+n >= t.n}
+	}
+}
+
+// read preads n bytes at off into buf. With O_DIRECT the length is
 // rounded up to the page (the file's end stops it short).
-func (t *task) read(buf []byte) error {
-	want := t.n
+func (t *task) read(buf []byte, off int64, n int) error {
+	want := n
 	if t.j.direct {
-		want = int(gpu.RoundUp(int64(t.n), 4096))
+		want = int(gpu.RoundUp(int64(n), 4096))
 	}
 	fd := int(t.j.f.Fd())
-	for got := 0; got < t.n; {
-		k, err := unix.Pread(fd, buf[got:want], t.off+int64(got))
+	for got := 0; got < n; {
+		k, err := unix.Pread(fd, buf[got:want], off+int64(got))
 		switch {
 		case errors.Is(err, unix.EINTR):
 			continue
 		case err != nil:
-			return fmt.Errorf("pread at %d: %w", t.off+int64(got), err)
+			return fmt.Errorf("pread at %d: %w", off+int64(got), err)
 		case k == 0:
-			return fmt.Errorf("pread at %d: %w (the file shrank)", t.off+int64(got), io.ErrUnexpectedEOF)
+			return fmt.Errorf("pread at %d: %w (the file shrank)", off+int64(got), io.ErrUnexpectedEOF)
 		}
 		got += k
 	}

@@ -4,8 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/gdsfs/gdsfs/internal/units"
 )
@@ -78,7 +82,7 @@ func TestDirectIO(t *testing.T) {
 	data := randomBytes(3*65536+777, 12) // an unaligned tail
 	writeFile(t, src, "f", data)
 	opts, io := testOptions()
-	io.DirectIO = true
+	io.DirectIO = DirectOn
 	c := newCache(t, src, opts, io)
 	info, err := c.Stage(context.Background(), "f")
 	if err != nil {
@@ -160,4 +164,38 @@ func TestGlobs(t *testing.T) {
 			t.Errorf("why(%q) = %q, want %q", path, got, want)
 		}
 	}
+}
+
+// TestDirectIOAuto: auto reads a file in the page cache through it, and a
+// file out of it with O_DIRECT.
+func TestDirectIOAuto(t *testing.T) {
+	src := t.TempDir()
+	data := randomBytes(4<<20+100, 14)
+	writeFile(t, src, "f", data)
+	opts, io := testOptions()
+	io.DirectIO = DirectAuto
+	c := newCache(t, src, opts, io)
+	info, err := c.Stage(context.Background(), "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(info.Note, "O_DIRECT") {
+		t.Fatalf("a file just written (in the page cache) was read with O_DIRECT: %q", info.Note)
+	}
+	c.Evict("f")
+	f, _ := os.Open(filepath.Join(src, "f"))
+	defer f.Close()
+	f.Sync()
+	unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
+	if share := residentShare(f, int64(len(data))); share >= 0.5 {
+		t.Skipf("SKIPPED the cold half: this filesystem keeps the file cached (%.0f%% resident after FADV_DONTNEED)", share*100)
+	}
+	info, err = c.Stage(context.Background(), "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(info.Note, "O_DIRECT") {
+		t.Fatalf("a file out of the page cache was not read with O_DIRECT: %q", info.Note)
+	}
+	checkStaged(t, c, "f", data)
 }

@@ -26,6 +26,13 @@ const (
 	CompatOff  = "off"
 )
 
+// O_DIRECT choices (io.direct_io).
+const (
+	DirectAuto = "auto" // O_DIRECT when most of the file is not in the page cache
+	DirectOn   = "on"
+	DirectOff  = "off"
+)
+
 // Options is the staging section of config.yaml; errors name its keys.
 type Options struct {
 	Device          string      `yaml:"device"`
@@ -45,8 +52,9 @@ type IOOptions struct {
 	CompatMode   string     `yaml:"compat_mode"`
 	GDSThreshold units.Size `yaml:"gds_threshold"`
 	TaskSize     units.Size `yaml:"task_size"`
+	BounceSize   units.Size `yaml:"bounce_size"`
 	NumThreads   int        `yaml:"num_threads"`
-	DirectIO     bool       `yaml:"direct_io"`
+	DirectIO     string     `yaml:"direct_io"`
 }
 
 // Validate checks the staging options, naming the key at fault.
@@ -98,6 +106,14 @@ func (o *IOOptions) Validate() error {
 	}
 	if o.TaskSize < 4096 || o.TaskSize > 1<<30 || o.TaskSize%4096 != 0 {
 		return fmt.Errorf("io.task_size: %s must be a multiple of 4KiB between 4KiB and 1GiB", o.TaskSize)
+	}
+	if o.BounceSize < 4096 || o.BounceSize > 1<<30 || o.BounceSize%4096 != 0 {
+		return fmt.Errorf("io.bounce_size: %s must be a multiple of 4KiB between 4KiB and 1GiB", o.BounceSize)
+	}
+	switch o.DirectIO {
+	case DirectAuto, DirectOn, DirectOff:
+	default:
+		return fmt.Errorf("io.direct_io: %q is not one of auto, on, off", o.DirectIO)
 	}
 	if o.NumThreads < 1 || o.NumThreads > 256 {
 		return fmt.Errorf("io.num_threads: %d is outside 1..256", o.NumThreads)

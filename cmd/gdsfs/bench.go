@@ -7,6 +7,6 @@ func benchCmd() *cobra.Command {
 		Use:   "bench",
 		Short: "Measure gdsfs against baselines taken in the same run",
 	}
-	c.AddCommand(benchMountCmd())
+	c.AddCommand(benchMountCmd(), benchStageCmd(), benchLeaseCmd())
 	return c
 }

@@ -40,23 +40,48 @@ func Map(device string, files []*os.File, lens []int64) (*Mapping, error) {
 	if err := loadCUDA(); err != nil {
 		return nil, fmt.Errorf("cuda: %w", err)
 	}
-	info, err := findDevice(device)
+	ctx, err := mapContext(device)
 	if err != nil {
-		return nil, fmt.Errorf("cuda: map: %w", err)
-	}
-	ctx, err := retainContext(info)
-	if err != nil {
-		return nil, fmt.Errorf("cuda: map on %s: %w", device, err)
+		return nil, err
 	}
 	m := &Mapping{ctx: ctx, reader: &hostReader{ctx: ctx}, lens: append([]int64(nil), lens...)}
 	for _, n := range lens {
 		m.size += n
 	}
 	if err := m.build(files); err != nil {
-		_ = ctx.release()
 		return nil, fmt.Errorf("cuda: map %d chunks on %s: %w", len(files), device, err)
 	}
 	return m, nil
+}
+
+// mapContexts holds the primary context of each device Map was used on,
+// retained for the life of the process as a CUDA runtime keeps it:
+// releasing the last reference destroys the context, and making it again
+// costs about 100 ms per lease.
+var mapContexts struct {
+	sync.Mutex
+	byName map[string]*cuContext // guarded by the mutex
+}
+
+func mapContext(device string) (*cuContext, error) {
+	mapContexts.Lock()
+	defer mapContexts.Unlock()
+	if c := mapContexts.byName[device]; c != nil {
+		return c, nil
+	}
+	info, err := findDevice(device)
+	if err != nil {
+		return nil, fmt.Errorf("cuda: map: %w", err)
+	}
+	c, err := retainContext(info)
+	if err != nil {
+		return nil, fmt.Errorf("cuda: map on %s: %w", device, err)
+	}
+	if mapContexts.byName == nil {
+		mapContexts.byName = map[string]*cuContext{}
+	}
+	mapContexts.byName[device] = c
+	return c, nil
 }
 
 // findDevice returns the device whose Name is name.
@@ -166,8 +191,8 @@ func (m *Mapping) ReadAt(p []byte, off int64) (int, error) {
 	return n, nil
 }
 
-// Close unmaps the chunks, frees the address range and releases the
-// context. Closing twice is a no-op.
+// Close unmaps the chunks and frees the address range (the context stays,
+// see mapContexts). Closing twice is a no-op.
 func (m *Mapping) Close() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -175,7 +200,7 @@ func (m *Mapping) Close() error {
 		return nil
 	}
 	m.closed = true
-	err := errors.Join(m.reader.close(), m.unmap(len(m.lens)), m.ctx.release())
+	err := errors.Join(m.reader.close(), m.unmap(len(m.lens)))
 	if err != nil {
 		return fmt.Errorf("cuda: close mapping: %w", err)
 	}

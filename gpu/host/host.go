@@ -47,34 +47,21 @@ func (d *Device) MemInfo() (free, total int64, err error) {
 	return memInfo()
 }
 
-// Alloc creates one memfd per chunk and maps them contiguously.
+// Alloc creates one memfd per chunk. The daemon writes and reads them with
+// pwrite and pread (much faster than through a shared mapping, whose page
+// faults dominate); consumers map them.
 func (d *Device) Alloc(size int64) (gpu.Region, error) {
 	if size < 0 {
 		return nil, fmt.Errorf("alloc %d bytes: negative size", size)
 	}
-	chunks := gpu.SplitChunks(size, d.chunkSize, d.page)
-	var total int64
-	for _, c := range chunks {
-		total += c
-	}
-	// Reserve the whole range first, then map each memfd over its part.
-	base, err := unix.Mmap(-1, 0, int(total), unix.PROT_NONE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
-	if err != nil {
-		return nil, fmt.Errorf("alloc %d bytes: reserve: %w", size, mapErr(err))
-	}
-	r := &Region{size: size, lens: chunks, mem: base}
-	var off int64
-	for i, c := range chunks {
+	r := &Region{size: size, lens: gpu.SplitChunks(size, d.chunkSize, d.page)}
+	for i, c := range r.lens {
 		f, err := newChunk(fmt.Sprintf("gdsfs-%d", i), c)
-		if err == nil {
-			r.files = append(r.files, f)
-			err = mapFixed(base[off:off+c], f, unix.PROT_READ|unix.PROT_WRITE)
-		}
 		if err != nil {
 			r.Free()
 			return nil, fmt.Errorf("alloc %d bytes: chunk %d: %w", size, i, mapErr(err))
 		}
-		off += c
+		r.files = append(r.files, f)
 	}
 	return r, nil
 }
@@ -87,7 +74,7 @@ func (d *Device) NewWorker(bufSize int) (gpu.Worker, error) {
 	// Page-aligned (mmap) so the loader can pread with O_DIRECT into them.
 	var w worker
 	for i := range w.bufs {
-		b, err := unix.Mmap(-1, 0, bufSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+		b, err := unix.Mmap(-1, 0, bufSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_POPULATE)
 		if err != nil {
 			w.Close()
 			return nil, fmt.Errorf("worker buffer of %d bytes: %w", bufSize, mapErr(err))
@@ -97,7 +84,7 @@ func (d *Device) NewWorker(bufSize int) (gpu.Worker, error) {
 	return &w, nil
 }
 
-// Copy copies src into dst through the daemon's mappings.
+// Copy copies src into dst, 16 MiB at a time.
 func (d *Device) Copy(dst, src gpu.Region) error {
 	s, ok1 := src.(*Region)
 	t, ok2 := dst.(*Region)
@@ -107,14 +94,16 @@ func (d *Device) Copy(dst, src gpu.Region) error {
 	if t.size < s.size {
 		return fmt.Errorf("copy: destination holds %d bytes, source %d", t.size, s.size)
 	}
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	t.mu.RLock()
-	defer t.mu.RUnlock()
-	if s.mem == nil || t.mem == nil || t.sealed {
-		return fmt.Errorf("copy: region freed or sealed")
+	buf := make([]byte, min(16<<20, max(s.size, 1)))
+	for off := int64(0); off < s.size; off += int64(len(buf)) {
+		n := min(int64(len(buf)), s.size-off)
+		if _, err := s.ReadAt(buf[:n], off); err != nil {
+			return fmt.Errorf("copy: %w", err)
+		}
+		if err := t.writeAt(buf[:n], off); err != nil {
+			return fmt.Errorf("copy: %w", err)
+		}
 	}
-	copy(t.mem[:s.size], s.mem[:s.size])
 	return nil
 }
 
@@ -124,14 +113,13 @@ func (d *Device) CuFile() (gpu.CuFile, string) { return nil, "host backend has n
 // Close does nothing: memfds are freed with their regions.
 func (d *Device) Close() error { return nil }
 
-// Region is a set of memfds mapped contiguously.
+// Region is a file's chunks: one memfd each.
 type Region struct {
 	size int64
 	lens []int64
 
 	mu     sync.RWMutex // guards the fields below; writers: Seal, Free
-	mem    []byte       // the whole mapping; nil once freed
-	files  []*os.File
+	files  []*os.File   // nil once freed
 	sealed bool
 }
 
@@ -147,7 +135,7 @@ func (r *Region) Chunks() []int64 { return append([]int64(nil), r.lens...) }
 func (r *Region) Export() ([]*os.File, error) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	if r.mem == nil {
+	if r.files == nil {
 		return nil, fmt.Errorf("export: region freed")
 	}
 	out := make([]*os.File, 0, len(r.files))
@@ -166,74 +154,89 @@ func (r *Region) Export() ([]*os.File, error) {
 
 // ReadAt copies region bytes to p.
 func (r *Region) ReadAt(p []byte, off int64) (int, error) {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	if r.mem == nil {
-		return 0, fmt.Errorf("read: region freed")
-	}
 	if off < 0 || off > r.size {
 		return 0, fmt.Errorf("read at %d: outside region of %d bytes", off, r.size)
 	}
-	n := copy(p, r.mem[off:r.size])
-	if n < len(p) {
-		return n, fmt.Errorf("read %d bytes at %d: region holds %d", len(p), off, r.size)
+	want := len(p)
+	if int64(want) > r.size-off {
+		want = int(r.size - off)
 	}
-	return n, nil
+	n, err := r.chunkIO(p[:want], off, unix.Pread, false)
+	if err == nil && n < len(p) {
+		err = fmt.Errorf("read %d bytes at %d: region holds %d", len(p), off, r.size)
+	}
+	return n, err
 }
 
-// Bytes returns the daemon's mapping of the region (read-only once sealed).
-// The slice is valid until Free.
-func (r *Region) Bytes() []byte {
+// writeAt copies p into the region; fails once sealed.
+func (r *Region) writeAt(p []byte, off int64) error {
+	if off < 0 || off+int64(len(p)) > r.size {
+		return fmt.Errorf("write %d bytes at %d: outside region of %d bytes", len(p), off, r.size)
+	}
+	_, err := r.chunkIO(p, off, func(fd int, b []byte, o int64) (int, error) { return unix.Pwrite(fd, b, o) }, true)
+	return err
+}
+
+// chunkIO runs io over the chunks that [off, off+len(p)) spans.
+func (r *Region) chunkIO(p []byte, off int64, io func(int, []byte, int64) (int, error), write bool) (int, error) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	if r.mem == nil {
-		return nil
+	if r.files == nil || (write && r.sealed) {
+		return 0, fmt.Errorf("region freed or sealed")
 	}
-	return r.mem[:r.size]
+	done := 0
+	base := int64(0)
+	for i, l := range r.lens {
+		if done == len(p) {
+			break
+		}
+		if off+int64(done) >= base+l {
+			base += l
+			continue
+		}
+		inner := off + int64(done) - base
+		part := p[done:min(len(p), done+int(l-inner))]
+		for len(part) > 0 {
+			n, err := io(int(r.files[i].Fd()), part, inner)
+			if err != nil {
+				return done, fmt.Errorf("chunk %d at %d: %w", i, inner, err)
+			}
+			if n == 0 {
+				return done, fmt.Errorf("chunk %d at %d: short transfer", i, inner)
+			}
+			part, inner, done = part[n:], inner+int64(n), done+n
+		}
+		base += l
+	}
+	return done, nil
 }
 
-// Seal remaps the region read-only and seals the memfds against writes,
-// growth and shrinking, so no mapping anywhere can change the bytes.
+// Seal forbids any further change to the memfds: writes, writable
+// mappings, growth and shrinking, anywhere.
 func (r *Region) Seal() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.mem == nil {
+	if r.files == nil {
 		return fmt.Errorf("seal: region freed")
 	}
 	if r.sealed {
 		return nil
 	}
-	var off int64
 	for i, f := range r.files {
-		part := r.mem[off : off+r.lens[i]]
-		// Drop the daemon's writable mapping, then forbid new writable
-		// mappings and write(2) everywhere (F_SEAL_FUTURE_WRITE: F_SEAL_WRITE
-		// would still see this process's read-only MAP_SHARED of an O_RDWR
-		// memfd as maybe-writable).
-		if err := mapFixed(part, f, unix.PROT_READ); err != nil {
-			return fmt.Errorf("seal: remap chunk %d: %w", i, err)
-		}
-		seals := unix.F_SEAL_FUTURE_WRITE | unix.F_SEAL_GROW | unix.F_SEAL_SHRINK | unix.F_SEAL_SEAL
+		seals := unix.F_SEAL_WRITE | unix.F_SEAL_GROW | unix.F_SEAL_SHRINK | unix.F_SEAL_SEAL
 		if _, err := unix.FcntlInt(f.Fd(), unix.F_ADD_SEALS, seals); err != nil {
 			return fmt.Errorf("seal: chunk %d: %w", i, err)
 		}
-		off += r.lens[i]
 	}
 	r.sealed = true
 	return nil
 }
 
-// Free unmaps the region and closes the memfds.
+// Free closes the memfds; consumers' descriptors keep their bytes alive.
 func (r *Region) Free() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var first error
-	if r.mem != nil {
-		if err := unix.Munmap(r.mem); err != nil {
-			first = fmt.Errorf("free: munmap: %w", err)
-		}
-		r.mem = nil
-	}
 	for _, f := range r.files {
 		if err := f.Close(); err != nil && first == nil {
 			first = fmt.Errorf("free: %w", err)
@@ -243,20 +246,6 @@ func (r *Region) Free() error {
 	return first
 }
 
-// writeAt copies p into the region; fails once sealed.
-func (r *Region) writeAt(p []byte, off int64) error {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	if r.mem == nil || r.sealed {
-		return fmt.Errorf("write: region freed or sealed")
-	}
-	if off < 0 || off+int64(len(p)) > r.size {
-		return fmt.Errorf("write %d bytes at %d: outside region of %d bytes", len(p), off, r.size)
-	}
-	copy(r.mem[off:], p)
-	return nil
-}
-
 type worker struct {
 	bufs [2][]byte
 	errs [2]error
@@ -264,6 +253,8 @@ type worker struct {
 
 func (w *worker) Buffer(i int) []byte { return w.bufs[i] }
 
+// CopyAsync writes the buffer into the region (synchronously: "async" has
+// nothing to overlap with on the host).
 func (w *worker) CopyAsync(dst gpu.Region, off int64, i, n int) error {
 	r, ok := dst.(*Region)
 	if !ok {

@@ -81,7 +81,7 @@ func TestFileOverlayAndSet(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.FUSE.ReadOnly || !reflect.DeepEqual(c.Staging.GPUs, []int{3}) || c.Staging.Capacity.Percent != 25 ||
-		c.FUSE.Passthrough != "off" || c.IO.NumThreads != 8 || len(c.Staging.Exclude) != 1 {
+		c.FUSE.Passthrough != "off" || c.IO.NumThreads != 12 || len(c.Staging.Exclude) != 1 {
 		t.Fatalf("overlay wrong: %+v", c)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -153,4 +154,26 @@ func Busy(mnt string) error {
 		users = []string{"unknown processes"}
 	}
 	return fmt.Errorf("%s: busy, in use by %s; close those files or unmount with --lazy", mnt, strings.Join(users, ", "))
+}
+
+// Root finds the gdsfs mount holding path: the nearest directory above it
+// that is a mount point of type fuse.gdsfs. It returns that mount point and
+// path relative to it. Symbolic links in path's directory are resolved.
+func Root(path string) (mnt, rel string, err error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", "", err
+	}
+	if dir, err := filepath.EvalSymlinks(filepath.Dir(abs)); err == nil {
+		abs = filepath.Join(dir, filepath.Base(abs))
+	}
+	for dir := abs; ; dir = filepath.Dir(dir) {
+		if fstype, ok := MountedAt(dir); ok && fstype == "fuse.gdsfs" {
+			r, _ := filepath.Rel(dir, abs)
+			return dir, r, nil
+		}
+		if dir == "/" {
+			return "", "", fmt.Errorf("%s: not under a gdsfs mount", path)
+		}
+	}
 }

@@ -1,0 +1,260 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gdsfs/gdsfs/internal/mountinfo"
+)
+
+// mbDaemon is a filesystem daemon the bench started: gdsfs itself
+// (self-exec) or the go-fuse loopback example. It runs in its own process
+// group, so a Ctrl-C reaches only the bench, which unmounts in order.
+type mbDaemon struct {
+	name    string
+	mnt     string
+	logPath string // the daemon's stdout and stderr
+	cmd     *exec.Cmd
+	exited  chan struct{} // closed once cmd.Wait returned; waitErr is set before
+	waitErr error
+}
+
+// mbUnavailable is a row the kernel cannot provide (passthrough refused).
+type mbUnavailable struct{ reason string }
+
+func (u *mbUnavailable) Error() string { return "unavailable: " + u.reason }
+
+var errMbExited = errors.New("daemon exited")
+
+const (
+	mbMountTimeout = 30 * time.Second
+	mbStopTimeout  = 15 * time.Second
+)
+
+// mbStartDaemon runs argv and waits until ready reports the mount
+// served. On error nothing of it is left running or mounted.
+func mbStartDaemon(ctx context.Context, name, mnt, logPath string, argv []string, ready func() bool) (*mbDaemon, error) {
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return nil, fmt.Errorf("%s: daemon log: %w", name, err)
+	}
+	defer logf.Close() // the child holds its own copy
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	// Pdeathsig: should the bench die, the daemon unmounts on SIGTERM.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("%s: start %s: %w", name, argv[0], err)
+	}
+	d := &mbDaemon{name: name, mnt: mnt, logPath: logPath, cmd: cmd, exited: make(chan struct{})}
+	go func() {
+		d.waitErr = cmd.Wait()
+		close(d.exited)
+	}()
+	err = mbPoll(ctx, mbMountTimeout, 20*time.Millisecond, d.exited, func() (bool, error) { return ready(), nil })
+	switch {
+	case err == nil:
+		return d, nil
+	case errors.Is(err, errMbExited):
+		return nil, d.startFailure()
+	default:
+		return nil, errors.Join(fmt.Errorf("%s: waiting for the mount on %s: %w", name, mnt, err), d.stop())
+	}
+}
+
+// ready reports whether fsys serves mnt: gdsfs answers .gdsfs/version, the
+// loopback shows in mountinfo and answers a stat of its root.
+func (fsys mbFS) ready(mnt string) func() bool {
+	return func() bool {
+		fstype, ok := mountinfo.MountedAt(mnt)
+		if !ok {
+			return false
+		}
+		if fsys.gdsfs {
+			_, err := os.Stat(filepath.Join(mnt, ".gdsfs", "version"))
+			return err == nil
+		}
+		_, err := os.Stat(mnt)
+		return fstype == "fuse.loopback" && err == nil
+	}
+}
+
+// startFailure explains a daemon that exited before mounting. gdsfs with
+// fuse.passthrough=on exits with "fuse.passthrough: on, but REASON" where
+// the kernel refuses passthrough: that row is unavailable, not an error.
+func (d *mbDaemon) startFailure() error {
+	tail := d.logTail()
+	const refused = "fuse.passthrough: on, but "
+	if i := strings.LastIndex(tail, refused); i >= 0 {
+		reason, _, _ := strings.Cut(tail[i+len(refused):], "\n")
+		return &mbUnavailable{reason: "kernel refuses passthrough: " + strings.TrimSpace(reason)}
+	}
+	return fmt.Errorf("%s exited before mounting %s (%v); its log %s ends:\n%s", d.name, d.mnt, d.waitErr, d.logPath, tail)
+}
+
+// logTail is the end of the daemon's log.
+func (d *mbDaemon) logTail() string {
+	b, err := os.ReadFile(d.logPath)
+	if err != nil {
+		return fmt.Sprintf("(cannot read the log: %v)", err)
+	}
+	const max = 2000
+	if len(b) > max {
+		b = b[len(b)-max:]
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// stop unmounts by SIGTERM and waits for the daemon to exit. A daemon that
+// does not exit has its mount detached, then is killed. It returns an
+// error only if the mount could not be removed cleanly.
+func (d *mbDaemon) stop() error {
+	select {
+	case <-d.exited:
+		return d.unmountLeftover()
+	default:
+	}
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	if d.waitExit(mbStopTimeout) {
+		if d.waitErr != nil {
+			fmt.Fprintf(os.Stderr, "gdsfs bench mount: %s exited with %v on SIGTERM (log %s)\n", d.name, d.waitErr, d.logPath)
+		}
+		return d.unmountLeftover()
+	}
+	// Still serving: the unmount failed (busy?). Detach it so the daemon
+	// sees the unmount, and kill it if even that does not end it.
+	derr := unix.Unmount(d.mnt, unix.MNT_DETACH)
+	if !d.waitExit(5 * time.Second) {
+		d.cmd.Process.Kill()
+		<-d.exited
+	}
+	return errors.Join(fmt.Errorf("%s did not unmount %s on SIGTERM; detached it (%v) and stopped the daemon", d.name, d.mnt, derr),
+		d.unmountLeftover())
+}
+
+func (d *mbDaemon) waitExit(limit time.Duration) bool {
+	t := time.NewTimer(limit)
+	defer t.Stop()
+	select {
+	case <-d.exited:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// unmountLeftover detaches a mount its exited daemon left behind.
+func (d *mbDaemon) unmountLeftover() error {
+	if _, ok := mountinfo.MountedAt(d.mnt); !ok {
+		return nil
+	}
+	if err := unix.Unmount(d.mnt, unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("%s: %s is still mounted after the daemon exited: unmount: %w", d.name, d.mnt, err)
+	}
+	return fmt.Errorf("%s: %s was still mounted after the daemon exited; detached it", d.name, d.mnt)
+}
+
+// readCount is how many reads the daemon has served: reads_served of
+// gdsfs's stats.json, or for another daemon its read system calls (each
+// FUSE request it takes is one read of /dev/fuse).
+func (d *mbDaemon) readCount(gdsfs bool) (uint64, error) {
+	if gdsfs {
+		st, err := mbReadStats(d.mnt)
+		return st.ReadsServed, err
+	}
+	return mbProcReadSyscalls(d.cmd.Process.Pid)
+}
+
+// mbProcReadSyscalls is syscr of /proc/PID/io.
+func mbProcReadSyscalls(pid int) (uint64, error) {
+	path := fmt.Sprintf("/proc/%d/io", pid)
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, fmt.Errorf("count the daemon's reads: %w", err)
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		if v, ok := strings.CutPrefix(s.Text(), "syscr:"); ok {
+			n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("count the daemon's reads: %s: %w", path, err)
+			}
+			return n, nil
+		}
+	}
+	return 0, fmt.Errorf("count the daemon's reads: no syscr in %s", path)
+}
+
+// mbStats is the part of MOUNT/.gdsfs/stats.json the bench reads.
+type mbStats struct {
+	Passthrough       bool   `json:"passthrough"`
+	PassthroughReason string `json:"passthrough_reason"`
+	ReadsServed       uint64 `json:"reads_served"`
+}
+
+func mbReadStats(mnt string) (mbStats, error) {
+	var st mbStats
+	path := filepath.Join(mnt, ".gdsfs", "stats.json")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return st, fmt.Errorf("read stats: %w", err)
+	}
+	if err := json.Unmarshal(b, &st); err != nil {
+		return st, fmt.Errorf("read stats: %s: %w", path, err)
+	}
+	return st, nil
+}
+
+// mbCacheState is the state MOUNT/.gdsfs/cache lists for rel ("" when
+// it is not listed).
+func mbCacheState(mnt, rel string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(mnt, ".gdsfs", "cache"))
+	if err != nil {
+		return "", fmt.Errorf("read the staging cache listing: %w", err)
+	}
+	for _, line := range bytes.Split(b, []byte("\n")) {
+		// path size state load_path load_gbps leases device note
+		f := strings.Split(string(line), "\t")
+		if len(f) >= 3 && f[0] == rel {
+			return f[2], nil
+		}
+	}
+	return "", nil
+}
+
+// mbPoll calls check every interval until it reports done or fails,
+// ctx ends, exited closes (errMbExited) or limit passes.
+func mbPoll(ctx context.Context, limit, interval time.Duration, exited <-chan struct{}, check func() (bool, error)) error {
+	deadline := time.NewTimer(limit)
+	defer deadline.Stop()
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		if done, err := check(); done || err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-exited:
+			return errMbExited
+		case <-deadline.C:
+			return fmt.Errorf("not done after %v", limit)
+		case <-tick.C:
+		}
+	}
+}

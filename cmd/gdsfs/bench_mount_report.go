@@ -1,0 +1,212 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gdsfs/gdsfs/internal/units"
+)
+
+// mbRow is one filesystem's results. Rates are the best of the runs.
+type mbRow struct {
+	Key         string `json:"key"`
+	Name        string `json:"name"`
+	Unavailable string `json:"unavailable,omitempty"` // why it was not measured
+	// Passthrough: whether reads bypassed the daemon (gdsfs: stats.json;
+	// loopback: judged from DaemonReads). Absent for native.
+	Passthrough *bool `json:"passthrough,omitempty"`
+	// DaemonReads during the timed read passes: gdsfs reads_served, or the
+	// loopback's read system calls.
+	DaemonReads   uint64    `json:"daemon_reads"`
+	ReadGBps      float64   `json:"read_gbps"`
+	ReadRunsGBps  []float64 `json:"read_runs_gbps"`
+	ReadXNative   float64   `json:"read_x_native"`
+	StatPerSec    float64   `json:"stat_files_per_s"`
+	StatRuns      []float64 `json:"stat_runs_files_per_s"`
+	StatXNative   float64   `json:"stat_x_native"`
+	StatXLoopback float64   `json:"stat_x_loopback,omitempty"` // gdsfs rows
+	Notes         []string  `json:"notes,omitempty"`
+}
+
+// mbTarget is one goal with its verdict: PASS, MISS or N/A.
+type mbTarget struct {
+	Name   string  `json:"name"`
+	Want   string  `json:"want"`
+	Result string  `json:"result"`
+	Ratio  float64 `json:"ratio"`
+	Detail string  `json:"detail"`
+}
+
+// mountBenchReport is what `gdsfs bench mount` prints.
+type mountBenchReport struct {
+	Kernel         string     `json:"kernel"`
+	Dir            string     `json:"dir"`
+	SizeBytes      int64      `json:"size_bytes"`
+	ReadBlockBytes int        `json:"read_block_bytes"`
+	Files          int        `json:"files"`
+	FileBytes      int        `json:"file_bytes"`
+	Runs           int        `json:"runs"`
+	Statistic      string     `json:"statistic"`
+	Rows           []*mbRow   `json:"rows"`
+	Targets        []mbTarget `json:"targets"`
+}
+
+func (b *mountBench) newReport() *mountBenchReport {
+	var u unix.Utsname
+	unix.Uname(&u)
+	return &mountBenchReport{
+		Kernel: unix.ByteSliceToString(u.Release[:]), Dir: b.dir,
+		SizeBytes: int64(b.opts.size), ReadBlockBytes: mbReadBlock,
+		Files: b.opts.files, FileBytes: mbSmallSize, Runs: b.opts.runs, Statistic: "best of runs",
+	}
+}
+
+func (r *mountBenchReport) row(key string) *mbRow {
+	for _, row := range r.Rows {
+		if row.Key == key && row.Unavailable == "" {
+			return row
+		}
+	}
+	return nil
+}
+
+// evaluate fills in the ratios and the targets.
+func (r *mountBenchReport) evaluate() {
+	native, lb := r.row("native"), r.row("loopback")
+	for _, row := range r.Rows {
+		if row.Unavailable != "" {
+			continue
+		}
+		row.ReadXNative = mbRatio(row.ReadGBps, native.ReadGBps)
+		row.StatXNative = mbRatio(row.StatPerSec, native.StatPerSec)
+		if lb != nil && strings.HasPrefix(row.Key, "gdsfs") {
+			row.StatXLoopback = mbRatio(row.StatPerSec, lb.StatPerSec)
+		}
+	}
+	r.Targets = []mbTarget{
+		r.readTarget("gdsfs-passthrough", 0.95),
+		r.readTarget("gdsfs-no-passthrough", 0.5),
+		r.statTarget(),
+	}
+}
+
+func mbRatio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}
+
+func mbVerdict(ok bool) string {
+	if ok {
+		return "PASS"
+	}
+	return "MISS"
+}
+
+// readTarget: the row's read throughput is at least want x native.
+func (r *mountBenchReport) readTarget(key string, want float64) mbTarget {
+	native := r.row("native")
+	t := mbTarget{Name: strings.ReplaceAll(key, "-", " ") + " read", Want: fmt.Sprintf(">= %.2f x native", want)}
+	row := r.row(key)
+	if row == nil {
+		t.Result, t.Detail = "N/A", r.why(key)
+		return t
+	}
+	t.Ratio = row.ReadXNative
+	t.Result = mbVerdict(t.Ratio >= want)
+	t.Detail = fmt.Sprintf("%.2f GB/s = %.2f x native %.2f GB/s", row.ReadGBps, t.Ratio, native.ReadGBps)
+	return t
+}
+
+// statTarget: each gdsfs mount stats at least as fast as the loopback; the
+// slower of the two decides.
+func (r *mountBenchReport) statTarget() mbTarget {
+	t := mbTarget{Name: "gdsfs stat", Want: ">= 1.00 x loopback"}
+	lb := r.row("loopback")
+	var worst *mbRow
+	for _, key := range []string{"gdsfs-passthrough", "gdsfs-no-passthrough"} {
+		if row := r.row(key); row != nil && (worst == nil || row.StatPerSec < worst.StatPerSec) {
+			worst = row
+		}
+	}
+	switch {
+	case lb == nil:
+		t.Result, t.Detail = "N/A", "loopback: "+r.why("loopback")
+		return t
+	case worst == nil:
+		t.Result, t.Detail = "N/A", "no gdsfs mount measured"
+		return t
+	}
+	t.Ratio = worst.StatXLoopback
+	t.Result = mbVerdict(worst.StatPerSec >= lb.StatPerSec)
+	t.Detail = fmt.Sprintf("%.0f files/s (%s, the slower gdsfs mount) = %.2f x loopback %.0f files/s",
+		worst.StatPerSec, worst.Name, t.Ratio, lb.StatPerSec)
+	return t
+}
+
+func (r *mountBenchReport) why(key string) string {
+	for _, row := range r.Rows {
+		if row.Key == key {
+			return row.Unavailable
+		}
+	}
+	return "not measured"
+}
+
+func (r *mountBenchReport) writeJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+// writeText prints the table, the targets and any notes.
+func (r *mountBenchReport) writeText(w io.Writer) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "gdsfs bench mount: kernel %s; read: one %s file, %d KiB reads, page cache warm, fresh open per pass;\n",
+		r.Kernel, units.Size(r.SizeBytes), r.ReadBlockBytes>>10)
+	fmt.Fprintf(&b, "stat: lstat of %d files of %d B, dentries dropped before each pass; best of %d runs\n\n", r.Files, r.FileBytes, r.Runs)
+	const head = "%-22s %9s %8s %13s %8s %10s  %s\n"
+	fmt.Fprintf(&b, head, "filesystem", "read GB/s", "x native", "stat files/s", "x native", "x loopback", "passthrough")
+	for _, row := range r.Rows {
+		if row.Unavailable != "" {
+			fmt.Fprintf(&b, "%-22s unavailable: %s\n", row.Name, row.Unavailable)
+			continue
+		}
+		fmt.Fprintf(&b, "%-22s %9.2f %8.2f %13.0f %8.2f %10s  %s\n", row.Name, row.ReadGBps, row.ReadXNative,
+			row.StatPerSec, row.StatXNative, mbOptRatio(row.StatXLoopback), mbPassthroughText(row))
+	}
+	b.WriteString("\ntargets\n")
+	for _, t := range r.Targets {
+		fmt.Fprintf(&b, "  %-4s  %-26s %-20s %s\n", t.Result, t.Name, t.Want, t.Detail)
+	}
+	for _, row := range r.Rows {
+		for _, n := range row.Notes {
+			fmt.Fprintf(&b, "note: %s: %s\n", row.Name, n)
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func mbOptRatio(v float64) string {
+	if v == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+func mbPassthroughText(row *mbRow) string {
+	if row.Passthrough == nil {
+		return "-"
+	}
+	yes := "no"
+	if *row.Passthrough {
+		yes = "yes"
+	}
+	return fmt.Sprintf("%s (%d daemon reads)", yes, row.DaemonReads)
+}

@@ -1,0 +1,81 @@
+package main
+
+import (
+	_ "embed"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/gdsfs/gdsfs/gpu"
+)
+
+//go:embed bench_peers.py
+var peersScript []byte
+
+// runPeers measures the Python peers on path, warm and (with --cold)
+// cold. They need python3 with torch and a GPU; without, one row says why.
+func runPeers(path string, dev gpu.Device, o stageBenchOptions) []benchRow {
+	if dev.Kind() != gpu.KindCUDA {
+		return []benchRow{{Name: "python peers", Kind: "peer", Why: "they load into GPU memory; the device is " + dev.Name()}}
+	}
+	script := filepath.Join(os.TempDir(), fmt.Sprintf("gdsfs-bench-peers-%d.py", os.Getpid()))
+	if err := os.WriteFile(script, peersScript, 0o644); err != nil {
+		return []benchRow{{Name: "python peers", Kind: "peer", Why: err.Error()}}
+	}
+	defer os.Remove(script)
+	byName := map[string]*benchRow{}
+	modes := []string{"warm"}
+	if o.cold {
+		modes = append(modes, "cold")
+	}
+	for _, mode := range modes {
+		res, err := runPeerScript(script, path, mode, o.runs)
+		if err != nil {
+			return []benchRow{{Name: "python peers", Kind: "peer", Why: err.Error()}}
+		}
+		for name, r := range res {
+			row := byName[name]
+			if row == nil {
+				row = &benchRow{Name: "peer: " + name, Kind: "peer"}
+				byName[name] = row
+			}
+			if r.Error != "" {
+				row.Why = r.Error
+			} else if mode == "warm" {
+				row.Warm = r.GBps
+			} else {
+				row.Cold = r.GBps
+			}
+		}
+	}
+	var rows []benchRow
+	for _, r := range byName {
+		rows = append(rows, *r)
+	}
+	sort.Slice(rows, func(i, j int) bool { return rows[i].Name < rows[j].Name })
+	return rows
+}
+
+type peerResult struct {
+	GBps  float64 `json:"gbps"`
+	Error string  `json:"error"`
+}
+
+func runPeerScript(script, path, mode string, runs int) (map[string]peerResult, error) {
+	cmd := exec.Command("python3", script, path, mode, fmt.Sprint(runs))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("python3 peers (%s): %v", mode, err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	var res map[string]peerResult
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &res); err != nil {
+		return nil, fmt.Errorf("python3 peers (%s): bad output %q", mode, out)
+	}
+	return res, nil
+}

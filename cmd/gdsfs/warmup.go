@@ -1,0 +1,173 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+	"golang.org/x/term"
+
+	"github.com/gdsfs/gdsfs/internal/mountinfo"
+)
+
+func warmupCmd() *cobra.Command {
+	var wait bool
+	var timeout time.Duration
+	c := &cobra.Command{
+		Use:   "warmup [--wait] PATH...",
+		Short: "Stage files (directories: every file under them) of a gdsfs mount",
+		Long: `Writes each file to its mount's .gdsfs/prefetch. With --wait it waits until
+each is resident or failed (a progress bar on a terminal) and exits non-zero
+if any failed, naming why.`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return usageError{errors.New("warmup: want at least one PATH under a gdsfs mount")}
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			files, err := warmupFiles(args)
+			if err != nil {
+				return err
+			}
+			for _, f := range files {
+				if err := prefetchOne(f); err != nil {
+					return err
+				}
+			}
+			if !wait {
+				fmt.Fprintf(os.Stderr, "queued %d files\n", len(files))
+				return nil
+			}
+			return waitResident(files, timeout)
+		},
+	}
+	c.Flags().BoolVar(&wait, "wait", false, "wait until every file is resident or failed")
+	c.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "longest --wait waits")
+	return c
+}
+
+// warmFile is one file to stage: its path, mount and size.
+type warmFile struct {
+	path, mnt, rel string
+	size           int64
+}
+
+func warmupFiles(args []string) ([]warmFile, error) {
+	var out []warmFile
+	for _, a := range args {
+		mnt, _, err := mountinfo.Root(a)
+		if err != nil {
+			return nil, err
+		}
+		err = filepath.WalkDir(a, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if d.Name() == ".gdsfs" && d.IsDir() {
+				return filepath.SkipDir
+			}
+			if !d.Type().IsRegular() {
+				return nil
+			}
+			info, err := d.Info()
+			if err != nil {
+				return err
+			}
+			_, rel, err := mountinfo.Root(p)
+			if err != nil {
+				return err
+			}
+			out = append(out, warmFile{path: p, mnt: mnt, rel: rel, size: info.Size()})
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("warmup %s: %w", a, err)
+		}
+	}
+	return out, nil
+}
+
+func prefetchOne(f warmFile) error {
+	ctl, err := os.OpenFile(filepath.Join(f.mnt, ".gdsfs", "prefetch"), os.O_WRONLY, 0)
+	if err != nil {
+		return fmt.Errorf("%s: %w", f.mnt, err)
+	}
+	_, err = ctl.WriteString(f.rel + "\n")
+	if cerr := ctl.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("warmup %s: %w", f.path, unwrapSyscall(err))
+	}
+	return nil
+}
+
+func unwrapSyscall(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+// stateOf reads user.gdsfs.state.
+func stateOf(path string) string {
+	buf := make([]byte, 4096)
+	n, err := unix.Getxattr(path, "user.gdsfs.state", buf)
+	if err != nil {
+		return "failed: " + err.Error()
+	}
+	return string(buf[:n])
+}
+
+// waitResident polls the files' state until each is resident or failed.
+func waitResident(files []warmFile, timeout time.Duration) error {
+	var total int64
+	for _, f := range files {
+		total += f.size
+	}
+	bar := progressbar.DefaultBytesSilent(total, "staging")
+	if term.IsTerminal(int(os.Stderr.Fd())) {
+		bar = progressbar.DefaultBytes(total, "staging")
+	}
+	pending := files
+	var failed []string
+	deadline := time.Now().Add(timeout)
+	for len(pending) > 0 {
+		var next []warmFile
+		for _, f := range pending {
+			switch st := stateOf(f.path); {
+			case st == "resident":
+				bar.Add64(f.size)
+			case strings.HasPrefix(st, "failed"), st == "absent":
+				// absent: dropped from the queue or evicted to make room.
+				failed = append(failed, f.rel+": "+st)
+				bar.Add64(f.size)
+			default:
+				next = append(next, f)
+			}
+		}
+		pending = next
+		if len(pending) > 0 {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("warmup: %d files still loading after %s", len(pending), timeout)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	bar.Finish()
+	fmt.Fprintln(os.Stderr)
+	if len(failed) > 0 {
+		return fmt.Errorf("warmup: %d of %d files not staged: %s", len(failed), len(files), strings.Join(failed, "; "))
+	}
+	fmt.Fprintf(os.Stderr, "%d files resident\n", len(files))
+	return nil
+}

@@ -1,0 +1,198 @@
+package integration
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// holder is a leasecheck process holding leases until released or killed.
+type holder struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	out   *bufio.Reader
+}
+
+func hold(t *testing.T, paths ...string) *holder {
+	t.Helper()
+	cmd := exec.Command(bins.leasecheck, append([]string{"-hold"}, paths...)...)
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	h := &holder{cmd: cmd, stdin: stdin, out: bufio.NewReader(stdout)}
+	for {
+		line, err := h.out.ReadString('\n')
+		if err != nil {
+			t.Fatalf("leasecheck -hold %v: %v", paths, err)
+		}
+		if line == "held\n" {
+			break
+		}
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	return h
+}
+
+// release lets the holder close its leases and exit; it returns the exit error.
+func (h *holder) release() error {
+	h.stdin.Close()
+	return h.cmd.Wait()
+}
+
+func waitStat(t *testing.T, m *mount, key string, want float64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got := statsOf(t, m)[key].(float64)
+		if got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s = %v, want %v", key, got, want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestLeaseBytesAndPermissions: the Go client reads back the exact bytes;
+// a user who cannot read the backing file gets EACCES.
+func TestLeaseBytesAndPermissions(t *testing.T) {
+	src := sourceTree(t)
+	os.Chmod(src, 0o755)
+	randomFile(t, filepath.Join(src, "secret.bin"), 70000, 5)
+	os.Chmod(filepath.Join(src, "secret.bin"), 0o600)
+	os.Chmod(filepath.Join(src, "data/fe.bin"), 0o644)
+	m := startMount(t, src, "fuse.allow_other=true", "staging.chunk_size=64KiB")
+	// The test's temp directories are 0700: let uid 65534 reach the mount
+	// and the socket.
+	os.Chmod(filepath.Dir(m.mnt), 0o755)
+	os.Chmod(filepath.Dir(strings.TrimSpace(m.control("socket"))), 0o755)
+	for _, rel := range []string{"data/fa.bin", "data/fb.bin", "data/fe.bin", "data/fg.bin", "secret.bin"} {
+		r := leaseSum(t, m.path(rel))
+		if r["sha256"] != sha(t, filepath.Join(src, rel)) {
+			t.Errorf("%s: leased bytes differ from the file", rel)
+		}
+	}
+	nobody := &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	run := func(rel string) (string, error) {
+		cmd := exec.Command(bins.leasecheck, m.path(rel))
+		cmd.SysProcAttr = nobody
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	if out, err := run("secret.bin"); err == nil || !strings.HasPrefix(out, "EACCES") {
+		t.Fatalf("uid 65534 leasing a 0600 root file: %v %q, want EACCES", err, out)
+	}
+	if out, err := run("data/fe.bin"); err != nil {
+		t.Fatalf("uid 65534 leasing a world-readable file: %v %s", err, out)
+	}
+	if s := statsOf(t, m); s["lease_denied"].(float64) != 1 {
+		t.Fatalf("lease_denied = %v, want 1", s["lease_denied"])
+	}
+}
+
+// TestKilledClientReleases: kill -9 of a consumer ends its leases.
+func TestKilledClientReleases(t *testing.T) {
+	src := sourceTree(t)
+	m := startMount(t, src)
+	h := hold(t, m.path("data/fd.bin"), m.path("data/fe.bin"))
+	waitStat(t, m, "leases_active", 2)
+	h.cmd.Process.Signal(syscall.SIGKILL)
+	h.cmd.Wait()
+	waitStat(t, m, "leases_active", 0)
+}
+
+// TestLeasedNeverEvicted: with room for two files, a leased file stays
+// while others come and go, and goes once released and space is needed.
+func TestLeasedNeverEvicted(t *testing.T) {
+	src := t.TempDir()
+	for _, n := range []string{"a", "b", "c", "d"} {
+		randomFile(t, filepath.Join(src, n), 1<<20, int(n[0]))
+	}
+	m := startMount(t, src, "staging.capacity=2MiB", "staging.prefetch=manual")
+	h := hold(t, m.path("a"))
+	for _, n := range []string{"b", "c", "d"} {
+		leaseSum(t, m.path(n)) // stages n, evicting the unleased one before it
+		if got := xattr(t, m.path("a"), "state"); got != "resident" {
+			t.Fatalf("leased a is %q after staging %s", got, n)
+		}
+	}
+	if err := h.release(); err != nil {
+		t.Fatal(err)
+	}
+	leaseSum(t, m.path("b"))
+	leaseSum(t, m.path("c"))
+	if got := xattr(t, m.path("a"), "state"); got != "absent" {
+		t.Fatalf("released a is %q after two other files needed the space", got)
+	}
+}
+
+// TestOldLeaseKeepsOldBytes: a file changed in SOURCE is re-staged for new
+// leases while a lease taken before keeps the bytes it was given.
+func TestOldLeaseKeepsOldBytes(t *testing.T) {
+	src := t.TempDir()
+	randomFile(t, filepath.Join(src, "f"), 300000, 1)
+	m := startMount(t, src)
+	h := hold(t, m.path("f"))
+	randomFile(t, filepath.Join(src, "f"), 300000, 2)
+	r := leaseSum(t, m.path("f"))
+	if r["sha256"] != sha(t, filepath.Join(src, "f")) {
+		t.Fatal("a new lease after the change sees old bytes")
+	}
+	if err := h.release(); err != nil { // its mapping was valid until the end
+		t.Fatal(err)
+	}
+	waitStat(t, m, "leases_active", 0)
+}
+
+// TestGarbageOnSocket: garbage and half requests are answered or dropped
+// while other clients carry on.
+func TestGarbageOnSocket(t *testing.T) {
+	src := sourceTree(t)
+	m := startMount(t, src)
+	sock := strings.TrimSpace(m.control("socket"))
+	var conns []net.Conn
+	for _, junk := range []string{"\x00\x01\x02garbage\n", `{"op":"acquire","path":`, strings.Repeat("z", 100000), "{}\n"} {
+		c, err := net.Dial("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		c.Write([]byte(junk))
+	}
+	r := leaseSum(t, m.path("data/fc.bin"))
+	if r["sha256"] != sha(t, filepath.Join(src, "data/fc.bin")) {
+		t.Fatal("lease beside garbage connections differs")
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	if s := statsOf(t, m); s["ipc_bad_requests"].(float64) < 2 {
+		t.Fatalf("bad requests not counted: %v", s["ipc_bad_requests"])
+	}
+}
+
+// TestDaemonRestartEndsLeases: after the daemon restarts, an old lease's
+// release fails cleanly (ESTALE) and new leases work.
+func TestDaemonRestartEndsLeases(t *testing.T) {
+	src := sourceTree(t)
+	m := startMount(t, src)
+	h := hold(t, m.path("data/fc.bin"))
+	m.stop()
+	m2 := startMountAt(t, src, m.mnt)
+	err := h.release()
+	if err == nil {
+		t.Fatal("closing a lease of a stopped daemon reported success")
+	}
+	leaseSum(t, m2.path("data/fc.bin"))
+}

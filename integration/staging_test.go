@@ -1,0 +1,177 @@
+package integration
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// xattr reads a user.gdsfs.* attribute through getfattr, as a user would.
+func xattr(t *testing.T, path, name string) string {
+	t.Helper()
+	out, err := exec.Command("getfattr", "--absolute-names", "--only-values", "-n", "user.gdsfs."+name, path).CombinedOutput()
+	if err != nil {
+		return "error: " + strings.TrimSpace(string(out))
+	}
+	return string(out)
+}
+
+// waitState polls the state xattr until want (or a failed state) shows.
+func waitState(t *testing.T, path, want string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		got := xattr(t, path, "state")
+		if got == want {
+			return
+		}
+		if time.Now().After(deadline) || strings.HasPrefix(got, "failed") {
+			t.Fatalf("%s: state %q, want %q", path, got, want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func statsOf(t *testing.T, m *mount) map[string]any {
+	t.Helper()
+	var s map[string]any
+	if err := json.Unmarshal([]byte(m.control("stats.json")), &s); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// leaseSum leases path with the Go client and returns its JSON line.
+func leaseSum(t *testing.T, path string) map[string]any {
+	t.Helper()
+	out, err := exec.Command(bins.leasecheck, path).CombinedOutput()
+	if err != nil {
+		t.Fatalf("leasecheck %s: %v\n%s", path, err, out)
+	}
+	var r map[string]any
+	json.Unmarshal(out, &r)
+	return r
+}
+
+func sha(t *testing.T, path string) string {
+	return strings.Fields(sh(t, "sha256sum "+path))[0]
+}
+
+// TestOpenStages: opening a file through the mount stages it; the staged
+// bytes are the file's; stats, xattrs and the cache listing agree.
+func TestOpenStages(t *testing.T) {
+	need(t, "getfattr")
+	src := sourceTree(t)
+	m := startMount(t, src, "staging.chunk_size=1MiB", "io.task_size=256KiB")
+	big := m.path("data/fg.bin") // 9 MiB: nine chunks, many tasks
+	if got := xattr(t, big, "state"); got != "absent" {
+		t.Fatalf("state before any open: %q", got)
+	}
+	sh(t, "cat "+big+" > /dev/null")
+	waitState(t, big, "resident")
+	if got := xattr(t, big, "path"); got != "host" {
+		t.Fatalf("user.gdsfs.path = %q, want host", got)
+	}
+	r := leaseSum(t, big)
+	if r["sha256"] != sha(t, filepath.Join(src, "data/fg.bin")) || r["device"] != "host" {
+		t.Fatalf("staged bytes differ from the file: %v", r)
+	}
+	s := statsOf(t, m)
+	if s["bytes_host"].(float64) != 9<<20 || s["staged_files"].(float64) != 1 || s["bytes_posix"].(float64) != 0 {
+		t.Fatalf("stats disagree: bytes_host %v staged %v", s["bytes_host"], s["staged_files"])
+	}
+	cache := m.control("cache")
+	if !strings.Contains(cache, "data/fg.bin\t9437184\tresident\thost\t") {
+		t.Fatalf("cache listing:\n%s", cache)
+	}
+	if got := xattr(t, m.path("hello.txt"), "state"); got != "absent" {
+		t.Fatalf("an unopened file is %q", got)
+	}
+}
+
+// TestPrefetchAndEvictControls drives staging through .gdsfs/prefetch and
+// .gdsfs/evict, with staging.prefetch=manual so opens do not stage.
+func TestPrefetchAndEvictControls(t *testing.T) {
+	need(t, "getfattr")
+	src := sourceTree(t)
+	m := startMount(t, src, "staging.prefetch=manual")
+	f := m.path("data/ff.bin")
+	sh(t, "cat "+f+" > /dev/null")
+	time.Sleep(100 * time.Millisecond)
+	if got := xattr(t, f, "state"); got != "absent" {
+		t.Fatalf("manual mode staged on open: %q", got)
+	}
+	sh(t, "printf 'data/ff.bin\\n%s\\n' "+m.path("data/fe.bin")+" > "+m.path(".gdsfs/prefetch"))
+	waitState(t, f, "resident")
+	waitState(t, m.path("data/fe.bin"), "resident")
+	for line, want := range map[string]string{
+		"data/missing.bin": "No such file or directory",
+		"data":             "Invalid argument",
+		"../../etc/passwd": "No such file or directory", // cleaned to etc/passwd under SOURCE
+	} {
+		msg := shErr(t, "echo "+line+" > "+m.path(".gdsfs/prefetch"))
+		if !strings.Contains(msg, want) {
+			t.Errorf("prefetch %s: %q, want %q", line, msg, want)
+		}
+	}
+	sh(t, "echo data/ff.bin > "+m.path(".gdsfs/evict"))
+	if got := xattr(t, f, "state"); got != "absent" {
+		t.Fatalf("after evict: %q", got)
+	}
+	if msg := shErr(t, "echo data/ff.bin > "+m.path(".gdsfs/evict")); !strings.Contains(msg, "No such file") {
+		t.Errorf("evict of an unstaged file: %q", msg)
+	}
+	if s := statsOf(t, m); s["evictions"].(float64) != 1 {
+		t.Errorf("evictions = %v", s["evictions"])
+	}
+}
+
+// TestChangedSourceRestaged: a file changed in SOURCE is invalidated at
+// the next open and staged again with the new bytes.
+func TestChangedSourceRestaged(t *testing.T) {
+	src := sourceTree(t)
+	m := startMount(t, src)
+	rel := "data/fd.bin"
+	sh(t, "cat "+m.path(rel)+" > /dev/null")
+	waitState(t, m.path(rel), "resident")
+	first := leaseSum(t, m.path(rel))
+	randomFile(t, filepath.Join(src, rel), 131073, 77) // same size, new bytes
+	sh(t, "cat "+m.path(rel)+" > /dev/null")
+	waitState(t, m.path(rel), "resident")
+	second := leaseSum(t, m.path(rel))
+	if second["sha256"] != sha(t, filepath.Join(src, rel)) || second["sha256"] == first["sha256"] {
+		t.Fatal("a lease after the change does not see the new bytes")
+	}
+	if second["generation"].(float64) <= first["generation"].(float64) {
+		t.Fatalf("generation %v -> %v", first["generation"], second["generation"])
+	}
+	if s := statsOf(t, m); s["invalidations"].(float64) < 1 {
+		t.Fatalf("invalidations = %v", s["invalidations"])
+	}
+}
+
+// TestLoadFailureLeavesFileReadable: a file that cannot be staged (larger
+// than the capacity) is still read through the mount and counted.
+func TestLoadFailureLeavesFileReadable(t *testing.T) {
+	src := sourceTree(t)
+	m := startMount(t, src, "staging.capacity=1MiB")
+	big := "data/fg.bin"
+	if sha(t, m.path(big)) != sha(t, filepath.Join(src, big)) {
+		t.Fatal("a file too large to stage does not read back right")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for statsOf(t, m)["too_large"].(float64) < 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("too_large not counted")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if msg := shErr(t, "echo "+big+" > "+m.path(".gdsfs/prefetch")); !strings.Contains(msg, "File too large") {
+		t.Errorf("prefetch of a too-large file: %q\n%s", msg, m.log)
+	}
+	os.Remove(filepath.Join(src, "nothing"))
+}

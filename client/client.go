@@ -35,6 +35,14 @@ type Conn struct {
 	mu    sync.Mutex // serialises request/answer pairs
 	c     *net.UnixConn
 	epoch uint64 // of the last answer
+	dead  bool   // a request failed without an answer; guarded by mu
+}
+
+// broken reports whether the connection failed.
+func (c *Conn) broken() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.dead
 }
 
 // Dial connects to a lease socket.
@@ -74,6 +82,7 @@ func (c *Conn) roundTrip(req ipc.Request) (ipc.Response, []*os.File, error) {
 	defer c.mu.Unlock()
 	b, _ := json.Marshal(req)
 	if _, err := c.c.Write(append(b, '\n')); err != nil {
+		c.dead = true
 		return ipc.Response{}, nil, fmt.Errorf("gdsfs %s: %w", req.Op, err)
 	}
 	var line []byte
@@ -93,6 +102,7 @@ func (c *Conn) roundTrip(req ipc.Request) (ipc.Response, []*os.File, error) {
 		line = append(line, buf[:n]...)
 		if err != nil || n == 0 {
 			closeAll(files)
+			c.dead = true
 			return ipc.Response{}, nil, fmt.Errorf("gdsfs %s: connection closed by the daemon: %v", req.Op, err)
 		}
 	}

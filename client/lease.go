@@ -3,6 +3,8 @@ package client
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sync"
 	"syscall"
 
@@ -19,34 +21,107 @@ type mapping interface {
 // Lease is a staged file mapped into this process. It pins the file in the
 // daemon's cache until Close.
 type Lease struct {
-	conn    *Conn
-	ownConn bool // Close closes conn too (Open made it)
-	id      uint64
-	epoch   uint64
-	resp    ipc.Response
-	m       mapping
-	once    sync.Once
-	err     error
+	conn  *Conn
+	id    uint64
+	epoch uint64
+	resp  ipc.Response
+	m     mapping
+	once  sync.Once
+	err   error
 }
 
 // Open leases and maps the staged bytes of path, a file under a gdsfs
-// mount, staging it first if needed.
+// mount, staging it first if needed. Leases share one connection per daemon
+// in this process (it ends them all if the process dies); where a file's
+// mount and socket were found is remembered per directory.
 func Open(path string) (*Lease, error) {
-	socket, rel, err := Locate(path)
-	if err != nil {
+	fresh := false
+	for {
+		socket, rel, remembered, err := locateCached(path)
+		if err != nil {
+			return nil, err
+		}
+		c, reused, err := sharedConn(socket, fresh)
+		var l *Lease
+		if err == nil {
+			l, err = c.Acquire(rel)
+		}
+		if err == nil {
+			return l, nil
+		}
+		var answered *Error
+		if !fresh && (remembered || reused) && !errors.As(err, &answered) {
+			// No answer on a remembered socket or connection: the daemon
+			// restarted or the mount moved. Look again, once.
+			forget(socket)
+			fresh = true
+			continue
+		}
 		return nil, err
+	}
+}
+
+// shared holds this process's connections and where files were found.
+var shared struct {
+	sync.Mutex
+	conns   map[string]*Conn     // by socket path
+	located map[string][2]string // directory -> socket, directory relative to the mount
+}
+
+func sharedConn(socket string, fresh bool) (*Conn, bool, error) {
+	shared.Lock()
+	defer shared.Unlock()
+	if c := shared.conns[socket]; c != nil && !fresh && !c.broken() {
+		return c, true, nil
 	}
 	c, err := Dial(socket)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	l, err := c.Acquire(rel)
-	if err != nil {
+	if shared.conns == nil {
+		shared.conns = map[string]*Conn{}
+	}
+	shared.conns[socket] = c
+	return c, false, nil
+}
+
+func forget(socket string) {
+	shared.Lock()
+	defer shared.Unlock()
+	if c := shared.conns[socket]; c != nil {
 		c.Close()
-		return nil, err
+		delete(shared.conns, socket)
 	}
-	l.ownConn = true
-	return l, nil
+	shared.located = nil
+}
+
+func locateCached(path string) (socket, rel string, remembered bool, err error) {
+	if os.Getenv("GDSFS_SOCKET") != "" {
+		socket, rel, err = Locate(path)
+		return socket, rel, false, err
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", "", false, err
+	}
+	dir, base := filepath.Split(abs)
+	shared.Lock()
+	hit, ok := shared.located[dir]
+	shared.Unlock()
+	if ok {
+		return hit[0], filepath.Join(hit[1], base), true, nil
+	}
+	socket, rel, err = Locate(path)
+	if err != nil {
+		return "", "", false, err
+	}
+	shared.Lock()
+	if shared.located == nil || len(shared.located) > 4096 {
+		shared.located = map[string][2]string{}
+	}
+	shared.located[dir] = [2]string{socket, filepath.Dir(rel)}
+	shared.Unlock()
+	return socket, rel, false, nil
 }
 
 // Acquire leases path (relative to the mount, or absolute under it) on c
@@ -100,9 +175,6 @@ func (l *Lease) Close() error {
 		}
 		if err := l.release(); err != nil && l.err == nil {
 			l.err = err
-		}
-		if l.ownConn {
-			l.conn.Close()
 		}
 	})
 	return l.err

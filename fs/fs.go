@@ -104,11 +104,14 @@ func Mount(cfg Config) (*Server, error) {
 	if _, err := os.Lstat(filepath.Join(source, controlDirName)); err == nil {
 		s.log.Warn("SOURCE has its own .gdsfs; the control directory hides it", zap.String("source", source))
 	}
-	lb, err := gofs.NewLoopbackRoot(source)
-	if err != nil {
+	var st syscall.Stat_t
+	if err := syscall.Stat(source, &st); err != nil {
 		return nil, fmt.Errorf("SOURCE %s: %w", source, err)
 	}
-	root := &rootNode{node: node{LoopbackNode: lb.(*gofs.LoopbackNode), srv: s}}
+	// Like gofs.NewLoopbackRoot, with our node type made in one allocation.
+	lr := &gofs.LoopbackRoot{Path: source, Dev: uint64(st.Dev), NewNode: s.newNode}
+	root := &rootNode{node: node{LoopbackNode: gofs.LoopbackNode{RootData: lr}, srv: s}}
+	lr.RootNode = root
 	s.fuse, err = gofs.Mount(mnt, root, s.mountOptions())
 	if err != nil {
 		return nil, fmt.Errorf("mount %s: %w", mnt, err)

@@ -14,7 +14,7 @@ import (
 // prefetch trigger on open, the user.gdsfs.* xattrs and read-only mode
 // (readonly.go).
 type node struct {
-	*gofs.LoopbackNode
+	gofs.LoopbackNode
 	srv *Server
 
 	mu       sync.Mutex
@@ -27,14 +27,9 @@ type fileVersion struct {
 	mtime, ctime syscall.Timespec
 }
 
-var _ = (gofs.NodeWrapChilder)((*node)(nil))
-
-// WrapChild makes every loopback child a node.
-func (n *node) WrapChild(ctx context.Context, ops gofs.InodeEmbedder) gofs.InodeEmbedder {
-	if lb, ok := ops.(*gofs.LoopbackNode); ok {
-		return &node{LoopbackNode: lb, srv: n.srv}
-	}
-	return ops
+// newNode makes every loopback child a node (gofs.LoopbackRoot.NewNode).
+func (s *Server) newNode(r *gofs.LoopbackRoot, parent *gofs.Inode, name string, st *syscall.Stat_t) gofs.InodeEmbedder {
+	return &node{LoopbackNode: gofs.LoopbackNode{RootData: r}, srv: s}
 }
 
 // rel is the node's path relative to SOURCE.

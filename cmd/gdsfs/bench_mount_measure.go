@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"time"
 
@@ -304,7 +305,7 @@ func (b *mountBench) measureStats(ctx context.Context) error {
 		return err
 	}
 	for _, s := range subjects {
-		s.row.StatPerSec = mbBest(s.row.StatRuns)
+		s.row.StatPerSec = mbMedian(s.row.StatRuns)
 	}
 	return nil
 }
@@ -336,6 +337,15 @@ func mbDropDentries() error {
 		return fmt.Errorf("drop dentries and inodes: %w", err)
 	}
 	return nil
+}
+
+func mbMedian(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	return s[len(s)/2]
 }
 
 func mbBest(v []float64) float64 {

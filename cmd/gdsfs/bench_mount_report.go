@@ -11,7 +11,8 @@ import (
 	"github.com/gdsfs/gdsfs/internal/units"
 )
 
-// mbRow is one filesystem's results. Rates are the best of the runs.
+// mbRow is one filesystem's results: read rates the best of the runs,
+// stat rates their median.
 type mbRow struct {
 	Key         string `json:"key"`
 	Name        string `json:"name"`
@@ -61,7 +62,7 @@ func (b *mountBench) newReport() *mountBenchReport {
 	return &mountBenchReport{
 		Kernel: unix.ByteSliceToString(u.Release[:]), Dir: b.dir,
 		SizeBytes: int64(b.opts.size), ReadBlockBytes: mbReadBlock,
-		Files: b.opts.files, FileBytes: mbSmallSize, Runs: b.opts.runs, Statistic: "best of runs",
+		Files: b.opts.files, FileBytes: mbSmallSize, Runs: b.opts.runs, Statistic: "reads: best of runs; stat: median of runs",
 	}
 }
 
@@ -123,29 +124,29 @@ func (r *mountBenchReport) readTarget(key string, want float64) mbTarget {
 	return t
 }
 
-// statTarget: each gdsfs mount stats at least as fast as the loopback; the
-// slower of the two decides.
+// statTarget: gdsfs stats at least as fast as the loopback, compared like
+// for like: the gdsfs mount in the loopback's read mode (passthrough, which
+// the loopback example uses as root), or the other one where that mode is
+// unavailable. Medians of the runs: one lucky run decides nothing.
 func (r *mountBenchReport) statTarget() mbTarget {
 	t := mbTarget{Name: "gdsfs stat", Want: ">= 1.00 x loopback"}
 	lb := r.row("loopback")
-	var worst *mbRow
-	for _, key := range []string{"gdsfs-passthrough", "gdsfs-no-passthrough"} {
-		if row := r.row(key); row != nil && (worst == nil || row.StatPerSec < worst.StatPerSec) {
-			worst = row
-		}
+	row := r.row("gdsfs-passthrough")
+	if row == nil || row.StatPerSec == 0 {
+		row = r.row("gdsfs-no-passthrough")
 	}
 	switch {
 	case lb == nil:
 		t.Result, t.Detail = "N/A", "loopback: "+r.why("loopback")
 		return t
-	case worst == nil:
+	case row == nil:
 		t.Result, t.Detail = "N/A", "no gdsfs mount measured"
 		return t
 	}
-	t.Ratio = worst.StatXLoopback
-	t.Result = mbVerdict(worst.StatPerSec >= lb.StatPerSec)
-	t.Detail = fmt.Sprintf("%.0f files/s (%s, the slower gdsfs mount) = %.2f x loopback %.0f files/s",
-		worst.StatPerSec, worst.Name, t.Ratio, lb.StatPerSec)
+	t.Ratio = row.StatXLoopback
+	t.Result = mbVerdict(row.StatPerSec >= lb.StatPerSec)
+	t.Detail = fmt.Sprintf("%.0f files/s (%s) = %.2f x loopback %.0f files/s (medians)",
+		row.StatPerSec, row.Name, t.Ratio, lb.StatPerSec)
 	return t
 }
 
@@ -169,7 +170,7 @@ func (r *mountBenchReport) writeText(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "gdsfs bench mount: kernel %s; read: one %s file, %d KiB reads, page cache warm, fresh open per pass;\n",
 		r.Kernel, units.Size(r.SizeBytes), r.ReadBlockBytes>>10)
-	fmt.Fprintf(&b, "stat: lstat of %d files of %d B, dentries dropped before each pass; best of %d runs\n\n", r.Files, r.FileBytes, r.Runs)
+	fmt.Fprintf(&b, "stat: lstat of %d files of %d B, dentries dropped before each pass; reads best of %d runs, stat median\n\n", r.Files, r.FileBytes, r.Runs)
 	const head = "%-22s %9s %8s %13s %8s %10s  %s\n"
 	fmt.Fprintf(&b, head, "filesystem", "read GB/s", "x native", "stat files/s", "x native", "x loopback", "passthrough")
 	for _, row := range r.Rows {

@@ -10,9 +10,9 @@ Pure Python over ctypes; importing gdsfs imports neither torch nor cupy.
 See python/README.md.
 """
 
-from ._lease import Lease, load, open, stat
+from ._lease import Lease, disconnect, load, open, stat
 from ._mount import locate
 from ._proto import NotMountedError
 
-__all__ = ["Lease", "NotMountedError", "load", "locate", "open", "stat"]
+__all__ = ["Lease", "NotMountedError", "disconnect", "load", "locate", "open", "stat"]
 __version__ = "0.1.0"

@@ -14,7 +14,7 @@ from ._mount import locate
 
 log = logging.getLogger("gdsfs")
 
-__all__ = ["Lease", "open", "stat", "load"]
+__all__ = ["Lease", "open", "stat", "load", "disconnect"]
 
 # Errors of a daemon that went away: the lease ended with it.
 _GONE = (_errno.EPIPE, _errno.ECONNRESET, _errno.ENOTCONN, _errno.ECONNREFUSED, _errno.ESTALE)
@@ -121,10 +121,12 @@ class Lease:
     mapping is gone.
     """
 
-    def __init__(self, conn, resp, fds, path):
-        # Built by open(); takes ownership of conn (and closes the fds).
+    def __init__(self, conn, resp, fds, path, shared=False):
+        # Built by open(); takes ownership of conn unless shared (and closes
+        # the fds).
         self._lock = threading.RLock()
         self._conn = conn
+        self._shared = shared
         self._pid = os.getpid()
         self._mapping = None
         self._nviews = 0
@@ -246,7 +248,7 @@ class Lease:
                 self._release()
             except Exception as e:
                 errs.append(e)
-        if self._conn is not None:
+        if self._conn is not None and (forked or not self._shared):
             self._conn.close()  # in a forked child only this copy of the socket
         if errs:
             if quiet:
@@ -274,7 +276,7 @@ class Lease:
                 self._release()
         except Exception:
             pass
-        if self._conn is not None:
+        if self._conn is not None and not self._shared:
             self._conn.close()
 
     def __del__(self):
@@ -376,20 +378,87 @@ class Lease:
 
 
 
+# One connection per (socket, timeout) per process carries every lease
+# taken through it: no connect per lease, and no cap on leases from the
+# daemon's ipc.max_connections. The daemon still ends all of them when the
+# process dies (the connection closes). A forked child makes its own.
+_shared = {}
+_shared_lock = threading.Lock()
+
+# Where the files of a directory are leased from: directory -> (socket,
+# directory relative to the mount, mount). Reading /proc/self/mountinfo and
+# .gdsfs/socket costs more than the rest of an acquire; a failed connection
+# drops the entry.
+_located = {}
+
+
+def disconnect():
+    """Close this process's connections to gdsfs daemons. Leases still open
+    on them end (the daemon releases them); later opens connect again."""
+    with _shared_lock:
+        conns = list(_shared.values())
+        _shared.clear()
+    _located.clear()
+    for c in conns:
+        c.close()
+
+
+def _shared_conn(sock, timeout, fresh=False):
+    """(connection, whether it served earlier requests)."""
+    key = (sock, timeout)
+    with _shared_lock:
+        c = _shared.get(key)
+        if fresh or c is None or c.closed or c.pid != os.getpid():
+            c = Conn(sock, timeout)
+            _shared[key] = c
+            return c, False
+        return c, True
+
+
+def _locate(path, socket):
+    """locate(), remembered per directory; the last value says whether it
+    was remembered."""
+    if socket or os.environ.get("GDSFS_SOCKET"):
+        return locate(path, socket) + (False,)
+    p = os.path.abspath(os.fspath(path))
+    d, base = os.path.split(p)
+    hit = _located.get(d)
+    if hit is not None:
+        sock, reldir, mnt = hit
+        return sock, os.path.join(reldir, base) if reldir not in ("", ".") else base, mnt, True
+    sock, rel, mnt = locate(path, socket)
+    if len(_located) > 4096:
+        _located.clear()
+    _located[d] = (sock, os.path.dirname(rel), mnt)
+    return sock, rel, mnt, False
+
+
+# Errors that mean no daemon answered on a remembered socket or connection.
+_STALE = (_errno.ENOENT, _errno.ECONNREFUSED, _errno.ECONNRESET, _errno.EPIPE, _errno.ENOTCONN)
+
+
 def open(path, *, socket=None, timeout=None):  # noqa: A001 (gdsfs.open)
     """Lease the staged bytes of path, a file under a gdsfs mount (staging
     it first if needed), and map them. socket: the lease socket (default: env
     GDSFS_SOCKET, else the mount's .gdsfs/socket). timeout: seconds for
     socket operations (default: wait as long as the daemon does, bounded by
     its ipc.acquire_timeout)."""
-    sock, req_path, _ = locate(path, socket)
-    conn = Conn(sock, timeout)
-    try:
-        resp, fds = conn.request({"op": "acquire", "path": req_path}, path=path)
-    except BaseException:
-        conn.close()
-        raise
-    return Lease(conn, resp, fds, path)
+    fresh = False
+    while True:
+        sock, req_path, _, remembered = _locate(path, socket)
+        reused = False
+        try:
+            conn, reused = _shared_conn(sock, timeout, fresh)
+            resp, fds = conn.request({"op": "acquire", "path": req_path}, path=path)
+        except OSError as e:
+            if not fresh and (remembered or reused) and e.errno in _STALE and not getattr(e, "gdsfs_answer", False):
+                # The daemon restarted or the mount moved since: look again,
+                # on a new connection, once.
+                _located.clear()
+                fresh = True
+                continue
+            raise
+        return Lease(conn, resp, fds, path, shared=True)
 
 
 def stat(path, *, socket=None, timeout=None):

@@ -34,9 +34,9 @@ def daemon_error(resp, path):
     if not isinstance(num, int):
         num = _errno.EIO
     msg = "gdsfs: %s" % (resp.get("error") or name)
-    if path is None:
-        return OSError(num, msg)
-    return OSError(num, msg, os.fspath(path))
+    err = OSError(num, msg) if path is None else OSError(num, msg, os.fspath(path))
+    err.gdsfs_answer = True  # the daemon said so; not a broken connection
+    return err
 
 
 def _wrap(e, what):

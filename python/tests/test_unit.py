@@ -105,6 +105,7 @@ class ProtocolTests(unittest.TestCase):
     def fake(self, handler, on_accept=()):
         f = FakeDaemon(handler, on_accept)
         self.addCleanup(f.close)
+        self.addCleanup(gdsfs.disconnect)  # runs first: the shared connection
         return f
 
     def test_split_answer_with_fds(self):
@@ -127,6 +128,7 @@ class ProtocolTests(unittest.TestCase):
         lease.close()
         self.assertTrue(lease.released)
         self.assertEqual(f.requests[1], {"op": "release", "lease": 3, "epoch": 7})
+        gdsfs.disconnect()  # the process's shared connection
         self.assertEqual(nfds(), before, "received descriptors and the socket must be closed")
 
     def test_error_answers(self):
@@ -157,6 +159,7 @@ class ProtocolTests(unittest.TestCase):
             gdsfs.open("/a/b", socket=f.path)
         self.assertEqual(cm.exception.errno, errno.EPROTO)
         self.assertEqual([r["op"] for r in f.requests], ["acquire", "release"])
+        gdsfs.disconnect()
         self.assertEqual(nfds(), before)
 
     def test_daemon_gone_before_close(self):

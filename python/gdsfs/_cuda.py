@@ -12,6 +12,8 @@ import ctypes
 import os
 import threading
 
+from ._proto import check_chunks
+
 CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR = 1
 CU_MEM_LOCATION_TYPE_DEVICE = 1
 CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 3
@@ -172,14 +174,7 @@ class CudaMapping:
     """The chunks imported on their GPU and mapped at one device pointer."""
 
     def __init__(self, device, fds, lens, size):
-        if not fds or len(fds) != len(lens):
-            raise ValueError("gdsfs: %d descriptors for %d chunks" % (len(fds), len(lens)))
-        for i, n in enumerate(lens):
-            if n <= 0:
-                raise ValueError("gdsfs: chunk %d has length %d" % (i, n))
-        total = sum(lens)
-        if size < 0 or size > total:
-            raise ValueError("gdsfs: size %d outside chunks of %d bytes" % (size, total))
+        total = check_chunks(fds, lens, size)
         d = driver()
         self._d = d
         self.device = device

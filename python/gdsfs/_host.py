@@ -4,6 +4,8 @@ import ctypes
 import errno as _errno
 import os
 
+from ._proto import check_chunks
+
 # Linux values (x86_64 and aarch64 alike).
 PROT_NONE = 0x0
 PROT_READ = 0x1
@@ -41,14 +43,7 @@ class HostMapping:
     close the descriptors; the mapping keeps the memory alive on its own."""
 
     def __init__(self, fds, lens, size):
-        if len(fds) != len(lens):
-            raise ValueError("gdsfs: %d descriptors for %d chunks" % (len(fds), len(lens)))
-        for i, n in enumerate(lens):
-            if n <= 0:
-                raise ValueError("gdsfs: chunk %d has length %d" % (i, n))
-        total = sum(lens)
-        if size < 0 or size > total:
-            raise ValueError("gdsfs: size %d outside chunks of %d bytes" % (size, total))
+        total = check_chunks(fds, lens, size)
         self.size = size
         self.total = total
         self.lens = tuple(lens)

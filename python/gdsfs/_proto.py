@@ -25,6 +25,20 @@ class NotMountedError(OSError):
     """The path is not on a gdsfs mount (errno ENODEV)."""
 
 
+def check_chunks(fds, lens, size):
+    """Validate an acquire answer's chunks against its descriptors and the
+    file size; return the chunks' total length."""
+    if not fds or len(fds) != len(lens):
+        raise ValueError("gdsfs: %d descriptors for %d chunks" % (len(fds), len(lens)))
+    for i, n in enumerate(lens):
+        if n <= 0:
+            raise ValueError("gdsfs: chunk %d has length %d" % (i, n))
+    total = sum(lens)
+    if size < 0 or size > total:
+        raise ValueError("gdsfs: size %d outside chunks of %d bytes" % (size, total))
+    return total
+
+
 def daemon_error(resp, path):
     """The OSError for an {"ok":false} answer: OSError picks the subclass
     from the errno (PermissionError for EACCES, FileNotFoundError for ENOENT,

@@ -43,7 +43,8 @@ gpu-bundle:
 	$(GO) test -c -o .bin/gpustaging.test ./staging/gputest
 	$(GO) build -o .bin/leasecheck ./integration/leasecheck
 	$(GO) build -o .bin/loopback github.com/hanwen/go-fuse/v2/example/loopback
-	cp scripts/test-gpu.sh scripts/mount-gpu.sh ../shared/device/cufile-compat.sh .bin/ 2>/dev/null || cp scripts/test-gpu.sh scripts/mount-gpu.sh .bin/
+	cp scripts/test-gpu.sh scripts/mount-gpu.sh scripts/torch-gpu.sh .bin/
+	-cp ../shared/device/cufile-compat.sh .bin/ 2>/dev/null
 
 # On the GPU machine: every GPU test, which fails (never skips) where no GPU
 # answers. Builds the bundle first where Go is installed.

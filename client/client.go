@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -34,16 +35,12 @@ func (e *Error) Unwrap() error { return e.Errno }
 type Conn struct {
 	mu    sync.Mutex // serialises request/answer pairs
 	c     *net.UnixConn
-	epoch uint64 // of the last answer
-	dead  bool   // a request failed without an answer; guarded by mu
+	epoch uint64      // of the last answer
+	dead  atomic.Bool // a request failed without an answer
 }
 
-// broken reports whether the connection failed.
-func (c *Conn) broken() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.dead
-}
+// broken reports whether a request on c failed without an answer.
+func (c *Conn) broken() bool { return c.dead.Load() }
 
 // Dial connects to a lease socket.
 func Dial(socket string) (*Conn, error) {
@@ -82,7 +79,7 @@ func (c *Conn) roundTrip(req ipc.Request) (ipc.Response, []*os.File, error) {
 	defer c.mu.Unlock()
 	b, _ := json.Marshal(req)
 	if _, err := c.c.Write(append(b, '\n')); err != nil {
-		c.dead = true
+		c.dead.Store(true)
 		return ipc.Response{}, nil, fmt.Errorf("gdsfs %s: %w", req.Op, err)
 	}
 	var line []byte
@@ -102,7 +99,7 @@ func (c *Conn) roundTrip(req ipc.Request) (ipc.Response, []*os.File, error) {
 		line = append(line, buf[:n]...)
 		if err != nil || n == 0 {
 			closeAll(files)
-			c.dead = true
+			c.dead.Store(true)
 			return ipc.Response{}, nil, fmt.Errorf("gdsfs %s: connection closed by the daemon: %v", req.Op, err)
 		}
 	}

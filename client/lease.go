@@ -42,6 +42,7 @@ func Open(path string) (*Lease, error) {
 			return nil, err
 		}
 		c, reused, err := sharedConn(socket, fresh)
+		dialFailed := err != nil
 		var l *Lease
 		if err == nil {
 			l, err = c.Acquire(rel)
@@ -49,10 +50,12 @@ func Open(path string) (*Lease, error) {
 		if err == nil {
 			return l, nil
 		}
-		var answered *Error
-		if !fresh && (remembered || reused) && !errors.As(err, &answered) {
-			// No answer on a remembered socket or connection: the daemon
-			// restarted or the mount moved. Look again, once.
+		// Only a failure to reach the daemon is worth a second look: a
+		// remembered socket that is gone, or a shared connection that broke
+		// (the daemon restarted, the mount moved). Any other error leaves
+		// the connection, and the other leases on it, alone.
+		stale := (dialFailed && remembered) || (!dialFailed && reused && c.broken())
+		if !fresh && stale {
 			forget(socket)
 			fresh = true
 			continue
@@ -85,10 +88,12 @@ func sharedConn(socket string, fresh bool) (*Conn, bool, error) {
 	return c, false, nil
 }
 
+// forget drops what is remembered about socket: the places found through
+// it, and its connection if it broke (a working one keeps its leases).
 func forget(socket string) {
 	shared.Lock()
 	defer shared.Unlock()
-	if c := shared.conns[socket]; c != nil {
+	if c := shared.conns[socket]; c != nil && c.broken() {
 		c.Close()
 		delete(shared.conns, socket)
 	}

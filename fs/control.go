@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"path"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -209,13 +208,16 @@ func (w *controlWriter) line(text string) syscall.Errno {
 		return syscall.EINVAL
 	}
 	if w.cred != nil {
-		var st syscall.Stat_t
-		if err := syscall.Stat(filepath.Join(s.source, rel), &st); err != nil {
+		// Another user (fuse.allow_other): only files they could read,
+		// reached through directories they may search.
+		resolved, st, err := perm.Resolve(s.source, rel, *w.cred)
+		if err != nil {
 			return s.errs.toErrno(err)
 		}
-		if !perm.CanRead(&st, *w.cred) {
+		if !perm.CanRead(st, *w.cred) {
 			return syscall.EACCES
 		}
+		rel = resolved
 	}
 	return s.errs.toErrno(w.file.ctl.Write(rel))
 }
@@ -233,4 +235,39 @@ func (s *Server) relPath(line string) (string, error) {
 		return "", fmt.Errorf("%q does not name a file under the mount", line)
 	}
 	return p, nil
+}
+
+// The control directory's entries are the daemon's: every change is
+// refused (go-fuse would otherwise take a missing method for success and
+// drop the child from the tree).
+var (
+	_ = (gofs.NodeUnlinker)((*controlDir)(nil))
+	_ = (gofs.NodeRmdirer)((*controlDir)(nil))
+	_ = (gofs.NodeRenamer)((*controlDir)(nil))
+	_ = (gofs.NodeMkdirer)((*controlDir)(nil))
+	_ = (gofs.NodeCreater)((*controlDir)(nil))
+	_ = (gofs.NodeSymlinker)((*controlDir)(nil))
+	_ = (gofs.NodeLinker)((*controlDir)(nil))
+	_ = (gofs.NodeMknoder)((*controlDir)(nil))
+)
+
+func (d *controlDir) Unlink(ctx context.Context, name string) syscall.Errno { return syscall.EPERM }
+func (d *controlDir) Rmdir(ctx context.Context, name string) syscall.Errno  { return syscall.EPERM }
+func (d *controlDir) Rename(ctx context.Context, name string, newParent gofs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	return syscall.EPERM
+}
+func (d *controlDir) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	return nil, syscall.EPERM
+}
+func (d *controlDir) Create(ctx context.Context, name string, flags, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
+	return nil, nil, 0, syscall.EPERM
+}
+func (d *controlDir) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	return nil, syscall.EPERM
+}
+func (d *controlDir) Link(ctx context.Context, target gofs.InodeEmbedder, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	return nil, syscall.EPERM
+}
+func (d *controlDir) Mknod(ctx context.Context, name string, mode, rdev uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	return nil, syscall.EPERM
 }

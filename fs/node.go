@@ -87,6 +87,9 @@ var _ = (gofs.NodeCreater)((*node)(nil))
 
 // Create creates a file in SOURCE (read-write mode only).
 func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
+	if n.reserved(name) {
+		return nil, nil, 0, syscall.EPERM
+	}
 	if n.srv.opts.ReadOnly {
 		return nil, nil, 0, syscall.EROFS
 	}
@@ -104,6 +107,26 @@ var _ = (gofs.NodeCopyFileRanger)((*node)(nil))
 func (n *node) CopyFileRange(ctx context.Context, fhIn gofs.FileHandle, offIn uint64, out *gofs.Inode,
 	fhOut gofs.FileHandle, offOut uint64, length uint64, flags uint64) (uint32, syscall.Errno) {
 	return n.LoopbackNode.CopyFileRange(ctx, unwrapFile(fhIn), offIn, out, unwrapFile(fhOut), offOut, length, flags)
+}
+
+var _ = (gofs.NodeIoctler)((*node)(nil))
+
+// Ioctl reaches the backing file only when it cannot change anything the
+// caller may not: the daemon runs it with its own privileges. Pure getters
+// (_IOR, such as FS_IOC_GETFLAGS for lsattr) pass for everyone; anything
+// else (chattr, enabling fs-verity) only for root on a read-write mount.
+func (n *node) Ioctl(ctx context.Context, f gofs.FileHandle, cmd uint32, arg uint64, input, output []byte) (int32, syscall.Errno) {
+	fio, ok := unwrapFile(f).(gofs.FileIoctler)
+	if !ok {
+		return 0, syscall.ENOTTY
+	}
+	const iocRead = 2 // _IOC_READ: the kernel only hands data back
+	caller, known := fuse.FromContext(ctx)
+	privileged := known && caller.Uid == 0 && !n.srv.opts.ReadOnly
+	if cmd>>30 != iocRead && !privileged {
+		return 0, syscall.ENOTTY
+	}
+	return fio.Ioctl(ctx, cmd, arg, input, output)
 }
 
 const xattrPrefix = "user.gdsfs."

@@ -28,6 +28,10 @@ var (
 
 func (n *node) ro() bool { return n.srv.opts.ReadOnly }
 
+// reserved reports whether name in n is the control directory's, which no
+// change may touch even on a read-write mount.
+func (n *node) reserved(name string) bool { return name == controlDirName && n.IsRoot() }
+
 func (n *node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
 	if n.ro() {
 		return syscall.EROFS
@@ -36,6 +40,9 @@ func (n *node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrI
 }
 
 func (n *node) Mknod(ctx context.Context, name string, mode, rdev uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	if n.reserved(name) {
+		return nil, syscall.EPERM
+	}
 	if n.ro() {
 		return nil, syscall.EROFS
 	}
@@ -43,6 +50,9 @@ func (n *node) Mknod(ctx context.Context, name string, mode, rdev uint32, out *f
 }
 
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	if n.reserved(name) {
+		return nil, syscall.EPERM
+	}
 	if n.ro() {
 		return nil, syscall.EROFS
 	}
@@ -50,6 +60,9 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 }
 
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
+	if n.reserved(name) {
+		return syscall.EPERM
+	}
 	if n.ro() {
 		return syscall.EROFS
 	}
@@ -57,6 +70,9 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 }
 
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
+	if n.reserved(name) {
+		return syscall.EPERM
+	}
 	if n.ro() {
 		return syscall.EROFS
 	}
@@ -64,6 +80,9 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 }
 
 func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	if p, ok := newParent.(*rootNode); n.reserved(name) || ok && p.reserved(newName) {
+		return syscall.EPERM
+	}
 	if n.ro() {
 		return syscall.EROFS
 	}
@@ -71,6 +90,9 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 }
 
 func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	if n.reserved(name) {
+		return nil, syscall.EPERM
+	}
 	if n.ro() {
 		return nil, syscall.EROFS
 	}
@@ -78,6 +100,9 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 }
 
 func (n *node) Link(ctx context.Context, target gofs.InodeEmbedder, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	if n.reserved(name) {
+		return nil, syscall.EPERM
+	}
 	if n.ro() {
 		return nil, syscall.EROFS
 	}

@@ -72,6 +72,13 @@ func TestLeaseBytesAndPermissions(t *testing.T) {
 	randomFile(t, filepath.Join(src, "secret.bin"), 70000, 5)
 	os.Chmod(filepath.Join(src, "secret.bin"), 0o600)
 	os.Chmod(filepath.Join(src, "data/fe.bin"), 0o644)
+	// A readable file in a directory uid 65534 may not search, and a link
+	// to it from one it may: the link must not be a way in.
+	randomFile(t, filepath.Join(src, "private/sub/file"), 5000, 6)
+	os.Chmod(filepath.Join(src, "private"), 0o700)
+	os.MkdirAll(filepath.Join(src, "u"), 0o755)
+	os.Symlink("../private/sub/file", filepath.Join(src, "u/l"))
+	os.Symlink("fe.bin", filepath.Join(src, "data/latest"))
 	m := startMount(t, src, "fuse.allow_other=true", "staging.chunk_size=64KiB")
 	// The test's temp directories are 0700: let uid 65534 reach the mount
 	// and the socket.
@@ -96,8 +103,14 @@ func TestLeaseBytesAndPermissions(t *testing.T) {
 	if out, err := run("data/fe.bin"); err != nil {
 		t.Fatalf("uid 65534 leasing a world-readable file: %v %s", err, out)
 	}
-	if s := statsOf(t, m); s["lease_denied"].(float64) != 1 {
-		t.Fatalf("lease_denied = %v, want 1", s["lease_denied"])
+	if out, err := run("data/latest"); err != nil {
+		t.Fatalf("uid 65534 leasing through a link it may follow: %v %s", err, out)
+	}
+	if out, err := run("u/l"); err == nil || !strings.HasPrefix(out, "EACCES") {
+		t.Fatalf("uid 65534 leasing through a link into a directory it may not search: %v %q, want EACCES", err, out)
+	}
+	if s := statsOf(t, m); s["lease_denied"].(float64) != 2 {
+		t.Fatalf("lease_denied = %v, want 2", s["lease_denied"])
 	}
 }
 

@@ -132,6 +132,15 @@ func TestReadOnly(t *testing.T) {
 			t.Errorf("%s: %q, want EROFS", cmd, msg)
 		}
 	}
+	// Ioctls run with the daemon's privileges: only getters pass.
+	if _, err := exec.LookPath("chattr"); err == nil {
+		if msg := shErr(t, "chattr +d "+m.path("hello.txt")); !strings.Contains(msg, "not supported") {
+			t.Errorf("chattr through a read-only mount: %q, want ENOTTY", msg)
+		}
+		if got := sh(t, "lsattr "+m.path("hello.txt")+" | cut -d' ' -f1"); got != sh(t, "lsattr "+filepath.Join(src, "hello.txt")+" | cut -d' ' -f1") {
+			t.Errorf("lsattr through the mount = %q", got)
+		}
+	}
 	if after := sh(t, "cd "+src+" && find . -printf '%p %s %T@\\n' | sort && find . -type f -print0 | sort -z | xargs -0 sha256sum"); after != before {
 		t.Fatalf("SOURCE changed under a read-only mount")
 	}
@@ -147,6 +156,12 @@ func TestReadWrite(t *testing.T) {
 	sh(t, "echo new > "+m.path("n.txt")+" && echo more >> "+m.path("n.txt")+" && mkdir "+m.path("d")+
 		" && mv "+m.path("n.txt")+" "+m.path("d/m.txt")+" && rm "+m.path("hello.txt")+" && truncate -s 3 "+m.path("data/fb.bin")+
 		" && dd if=/dev/zero of="+m.path("data/fc.bin")+" bs=1 count=10 seek=100 conv=notrunc status=none")
+	for _, cmd := range []string{"mkdir " + m.path(".gdsfs/x"), "mv " + m.path("d") + " " + m.path(".gdsfs"), "rm -rf " + m.path(".gdsfs")} {
+		shErr(t, cmd) // the control directory is not SOURCE's to change
+	}
+	if m.control("version") == "" {
+		t.Fatal("the control directory went away")
+	}
 	if b, _ := os.ReadFile(filepath.Join(src, "d/m.txt")); string(b) != "new\nmore\n" {
 		t.Errorf("SOURCE d/m.txt = %q", b)
 	}

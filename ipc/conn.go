@@ -12,7 +12,6 @@ import (
 	"net"
 	"os"
 	"path"
-	"path/filepath"
 	"strings"
 	"syscall"
 
@@ -149,15 +148,21 @@ func (cn *conn) handle(line []byte) (Response, []*os.File) {
 
 func (cn *conn) acquire(req Request) (Response, []*os.File) {
 	s := cn.s
-	rel, err := cn.checkAccess(req.Path)
+	rel, st, err := cn.checkAccess(req.Path)
 	if err != nil {
 		return cn.failErr(err), nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Options.AcquireTimeout)
+	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.Options.AcquireTimeout)
 	defer cancel()
 	l, err := s.cfg.Cache.Acquire(ctx, rel, s.cfg.Options.Sharing == SharingPrivate)
 	if err != nil {
 		return cn.failErr(err), nil
+	}
+	if dev, ino := l.Inode(); dev != st.Dev || ino != st.Ino {
+		// Renamed or replaced between the check and the load: what was
+		// staged is not what the peer was allowed to read.
+		l.Release()
+		return cn.fail(syscall.EAGAIN, fmt.Errorf("%s changed while it was being leased; try again", rel)), nil
 	}
 	chunks := l.Chunks()
 	if len(chunks) > maxFDs {
@@ -196,56 +201,44 @@ func (cn *conn) release(req Request) Response {
 }
 
 func (cn *conn) stat(req Request) Response {
-	rel, err := cn.checkAccess(req.Path)
+	rel, st, err := cn.checkAccess(req.Path)
 	if err != nil {
-		return cn.failErr(err)
-	}
-	var st syscall.Stat_t
-	if err := syscall.Stat(filepath.Join(cn.s.cfg.Source, rel), &st); err != nil {
 		return cn.failErr(err)
 	}
 	state, loadPath := cn.s.cfg.Cache.Attr(rel)
 	return Response{OK: true, Epoch: cn.s.epoch, State: state, LoadPath: loadPath, Size: st.Size}
 }
 
-// checkAccess turns a request path into a SOURCE-relative one and checks
-// that the peer could read it: search permission on every directory on the
-// way and read permission on the file.
-func (cn *conn) checkAccess(p string) (string, error) {
+// checkAccess turns a request path into a SOURCE-relative one with no
+// symbolic links left and checks that the peer could read it: search
+// permission on every directory the walk passes through (links included)
+// and read permission on the file. It returns the file's attributes, so
+// the caller can check that the file leased is the file checked.
+func (cn *conn) checkAccess(p string) (string, *syscall.Stat_t, error) {
 	s := cn.s
 	if rest, ok := strings.CutPrefix(p, s.cfg.Mountpoint+"/"); ok {
 		p = rest
 	}
 	rel := path.Clean("/" + p)[1:]
 	if rel == "" || p == "" {
-		return "", fmt.Errorf("path %q: does not name a file under the mount: %w", p, syscall.EINVAL)
+		return "", nil, fmt.Errorf("path %q: does not name a file under the mount: %w", p, syscall.EINVAL)
 	}
 	if cn.credOK != nil {
 		s.denied.Add(1)
-		return "", fmt.Errorf("%s: peer credentials unknown (%v): %w", rel, cn.credOK, syscall.EACCES)
+		return "", nil, fmt.Errorf("%s: peer credentials unknown (%v): %w", rel, cn.credOK, syscall.EACCES)
 	}
-	dir := s.cfg.Source
-	parts := strings.Split(rel, "/")
-	for i, part := range parts {
-		var st syscall.Stat_t
-		if err := syscall.Stat(dir, &st); err != nil {
-			return "", fmt.Errorf("%s: %w", rel, err)
-		}
-		if !perm.CanSearch(&st, cn.cred) {
+	resolved, st, err := perm.Resolve(s.cfg.Source, rel, cn.cred)
+	if err != nil {
+		if errors.Is(err, syscall.EACCES) {
 			s.denied.Add(1)
-			return "", fmt.Errorf("%s: uid %d may not search %s: %w", rel, cn.cred.UID, strings.Join(parts[:i], "/"), syscall.EACCES)
 		}
-		dir = filepath.Join(dir, part)
+		return "", nil, err
 	}
-	var st syscall.Stat_t
-	if err := syscall.Stat(dir, &st); err != nil {
-		return "", fmt.Errorf("%s: %w", rel, err)
-	}
-	if !perm.CanRead(&st, cn.cred) {
+	if !perm.CanRead(st, cn.cred) {
 		s.denied.Add(1)
-		return "", fmt.Errorf("%s: uid %d may not read it: %w", rel, cn.cred.UID, syscall.EACCES)
+		return "", nil, fmt.Errorf("%s: uid %d may not read it: %w", rel, cn.cred.UID, syscall.EACCES)
 	}
-	return rel, nil
+	return resolved, st, nil
 }
 
 func (cn *conn) fail(errno syscall.Errno, err error) Response {

@@ -47,6 +47,10 @@ type Server struct {
 	epoch uint64
 	ln    *net.UnixListener
 	log   *zap.Logger
+	// ctx bounds every acquire; Close cancels it so no handler outlives
+	// the server waiting for a load.
+	ctx    context.Context
+	cancel context.CancelFunc
 
 	nextLease                    atomic.Uint64
 	conns, requests, bad, denied atomic.Uint64
@@ -80,6 +84,7 @@ func Listen(cfg Config) (*Server, error) {
 		cfg: cfg, path: path, epoch: binary.LittleEndian.Uint64(b[:]) | 1, ln: ln,
 		log: cfg.Log.Named("ipc"), active: map[*net.UnixConn]bool{},
 	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
 	return s, nil
 }
 
@@ -184,6 +189,7 @@ func (s *Server) Close() error {
 		return nil
 	}
 	s.closed = true
+	s.cancel()
 	err := s.ln.Close()
 	for c := range s.active {
 		c.Close()

@@ -82,8 +82,9 @@ func New(ctx context.Context, cfg Config) (*Cache, error) {
 	for _, d := range cfg.Devices {
 		free, _, err := d.MemInfo()
 		if err != nil {
-			root.Close()
 			cancel()
+			c.wg.Wait() // the loaders of the slots made so far
+			root.Close()
 			return nil, fmt.Errorf("staging: %s: %w", d.Name(), err)
 		}
 		capacity := cfg.Options.Capacity.Resolve(free)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -448,4 +449,27 @@ func TestAcquireTimeout(t *testing.T) {
 		t.Fatalf("acquire past its deadline: %v", err)
 	}
 	close(release)
+}
+
+// TestLateCopyErrorFailsLoad: a copy error that only Wait reports, on a
+// task's first piece, fails the load even when the worker flushes both
+// buffers at once (the last piece must be accounted last).
+func TestLateCopyErrorFailsLoad(t *testing.T) {
+	src := t.TempDir()
+	writeFile(t, src, "f", randomBytes(32<<10, 15)) // one task, two 16 KiB pieces
+	d := newFake(1 << 20)
+	var once sync.Once
+	d.waitHook = func(i int) error {
+		var err error
+		if i == 0 {
+			once.Do(func() { err = errors.New("DMA fault on buffer 0") })
+		}
+		return err
+	}
+	opts, io := testOptions()
+	io.NumThreads = 1
+	c := newCache(t, src, opts, io, d)
+	if _, err := c.Stage(context.Background(), "f"); err == nil || !strings.Contains(err.Error(), "DMA fault") {
+		t.Fatalf("stage with a failed first piece: %v", err)
+	}
 }

@@ -26,6 +26,7 @@ type fakeDevice struct {
 	allocs   atomic.Int32
 	alloc    func(size int64) (gpu.Region, error) // nil: the host's
 	copyHook func() error                         // called on every CopyAsync; its error fails the copy
+	waitHook func(i int) error                    // called on every Wait; its error is the copy's
 	cufile   gpu.CuFile                           // nil: no cuFile
 }
 
@@ -59,6 +60,16 @@ func (d *fakeDevice) CuFile() (gpu.CuFile, string) {
 type fakeWorker struct {
 	gpu.Worker
 	d *fakeDevice
+}
+
+func (w *fakeWorker) Wait(i int) error {
+	err := w.Worker.Wait(i)
+	if w.d.waitHook != nil {
+		if herr := w.d.waitHook(i); herr != nil {
+			return herr
+		}
+	}
+	return err
 }
 
 func (w *fakeWorker) CopyAsync(dst gpu.Region, off int64, i, n int) error {

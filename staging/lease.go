@@ -105,6 +105,9 @@ func (l *Lease) Release() {
 // Path is the SOURCE-relative path leased.
 func (l *Lease) Path() string { return l.e.rel }
 
+// Inode is the device and inode number of the file staged.
+func (l *Lease) Inode() (dev, ino uint64) { return l.e.id.dev, l.e.id.ino }
+
 // Size is the file size.
 func (l *Lease) Size() int64 { return l.e.id.size }
 

@@ -49,7 +49,15 @@ func (c *Cache) fill(e *entry, f *os.File, region gpu.Region) (path, note string
 	}
 	j := &job{region: region, size: e.id.size, f: f}
 	if c.wantDirect(f, e.id.size) {
-		if df, derr := c.open(e.rel, os.O_RDONLY|syscall.O_DIRECT); derr == nil {
+		df, derr := c.open(e.rel, os.O_RDONLY|syscall.O_DIRECT)
+		if derr == nil {
+			// Opened again by path: it must still be the file checked.
+			if id, _, ierr := fileIdentity(df); ierr != nil || id.dev != e.id.dev || id.ino != e.id.ino {
+				df.Close()
+				df, derr = nil, fmt.Errorf("the path names another file now")
+			}
+		}
+		if derr == nil {
 			defer df.Close()
 			j.f, j.direct = df, true
 			note = joinNote(note, "read with O_DIRECT")
@@ -207,9 +215,12 @@ func (wk *worker) complete(i int) {
 	}
 }
 
+// flush completes both buffers, oldest first: the buffer to be filled
+// next holds the older copy. A task's last piece must be accounted after
+// its earlier ones, or an earlier piece's error would come too late.
 func (wk *worker) flush() {
 	for i := range wk.inflight {
-		wk.complete(wk.next ^ 1 ^ i) // oldest first
+		wk.complete(wk.next ^ i)
 	}
 }
 

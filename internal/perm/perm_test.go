@@ -1,6 +1,7 @@
 package perm
 
 import (
+	"errors"
 	"os"
 	"syscall"
 	"testing"
@@ -56,5 +57,50 @@ func TestForPID(t *testing.T) {
 	}
 	if _, err := ForPID(-5, 0, 0); err == nil {
 		t.Error("ForPID of a missing process succeeded")
+	}
+}
+
+func TestResolve(t *testing.T) {
+	root := t.TempDir()
+	os.MkdirAll(root+"/private/sub", 0o700)
+	os.WriteFile(root+"/private/sub/file", []byte("x"), 0o644)
+	os.MkdirAll(root+"/pub/v3", 0o755)
+	os.WriteFile(root+"/pub/v3/data", []byte("x"), 0o644)
+	os.MkdirAll(root+"/u", 0o755)
+	os.Symlink("../private/sub/file", root+"/u/l")
+	os.Symlink("v3", root+"/pub/latest")
+	os.Symlink("/etc/passwd", root+"/u/abs")
+	os.Symlink("../../outside", root+"/u/out")
+	os.Symlink("loop", root+"/u/loop")
+	os.Chmod(root, 0o755)
+	nobody := Cred{UID: 65534, GIDs: []uint32{65534}}
+	for _, tc := range []struct {
+		rel, want string
+		errno     syscall.Errno
+	}{
+		{"pub/latest/data", "pub/v3/data", 0},
+		{"./pub//v3/../v3/data", "pub/v3/data", 0},
+		{"private/sub/file", "", syscall.EACCES},
+		{"u/l", "", syscall.EACCES}, // the link leads through private/
+		{"u/abs", "", syscall.EXDEV},
+		{"u/out", "", syscall.EXDEV},
+		{"u/loop", "", syscall.ELOOP},
+		{"../x", "", syscall.EXDEV},
+		{"pub/v3/data/x", "", syscall.ENOTDIR},
+		{"pub/missing", "", syscall.ENOENT},
+	} {
+		got, st, err := Resolve(root, tc.rel, nobody)
+		if tc.errno != 0 {
+			if !errors.Is(err, tc.errno) {
+				t.Errorf("Resolve(%q) = %q, %v; want %v", tc.rel, got, err, tc.errno)
+			}
+			continue
+		}
+		if err != nil || got != tc.want || st == nil {
+			t.Errorf("Resolve(%q) = %q, %v; want %q", tc.rel, got, err, tc.want)
+		}
+	}
+	if got, _, err := Resolve(root, "u/l", Cred{UID: 0}); err != nil || got != "private/sub/file" {
+		t.Errorf("root resolving u/l: %q, %v", got, err)
 	}
 }

@@ -125,9 +125,6 @@ func (c *Cache) Close() error {
 	for _, r := range regions {
 		r.Free()
 	}
-	for _, s := range c.slots {
-		s.loader.close()
-	}
 	return c.root.Close()
 }
 

@@ -180,8 +180,6 @@ func (l *loader) run(j *job) error {
 	return j.err
 }
 
-func (l *loader) close() {}
-
 // piece is one bounce buffer's worth of a task, in flight to the device.
 type piece struct {
 	t    *task

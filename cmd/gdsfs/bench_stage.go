@@ -172,13 +172,13 @@ func (b *stageBench) copyBaseline() benchRow {
 	defer w.Close()
 	for range b.o.runs {
 		start := time.Now()
-		for k := range total / buf {
-			if err := w.Wait(k & 1); err == nil {
+		var err error
+		for k := 0; k < total/buf && err == nil; k++ {
+			if err = w.Wait(k & 1); err == nil {
 				err = w.CopyAsync(r, int64(k)*buf, k&1, buf)
 			}
 		}
-		err := errors.Join(w.Wait(0), w.Wait(1))
-		if err != nil {
+		if err = errors.Join(err, w.Wait(0), w.Wait(1)); err != nil {
 			row.Why = err.Error()
 			return row
 		}

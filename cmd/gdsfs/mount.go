@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
@@ -48,7 +47,6 @@ type daemon struct {
 	ipc     *ipc.Server
 	fs      *fs.Server
 	version string
-	started time.Time
 }
 
 func runMount(cfg *config.Config, source, mnt string) error {
@@ -57,7 +55,7 @@ func runMount(cfg *config.Config, source, mnt string) error {
 		return usageError{fmt.Errorf("log.level: %w", err)}
 	}
 	defer log.Sync()
-	d := &daemon{cfg: cfg, log: log, started: time.Now()}
+	d := &daemon{cfg: cfg, log: log}
 	// Signals that arrive while starting are handled once mounted.
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)

@@ -216,9 +216,6 @@ func TestAutoPicksAndReports(t *testing.T) {
 	}
 }
 
-type (
-	gpuDevice = gpu.Device
-	gpuRegion = gpu.Region
-)
+type gpuDevice = gpu.Device
 
 func sharePercent(p float64) units.Share { return units.Share{Percent: p} }

@@ -109,6 +109,7 @@ func Mount(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("SOURCE %s: %w", source, err)
 	}
 	// Like gofs.NewLoopbackRoot, with our node type made in one allocation.
+	//lint:ignore SA1019 the node layer is being replaced (issue 7)
 	lr := &gofs.LoopbackRoot{Path: source, Dev: uint64(st.Dev), NewNode: s.newNode}
 	root := &rootNode{node: node{LoopbackNode: gofs.LoopbackNode{RootData: lr}, srv: s}}
 	lr.RootNode = root

@@ -1,0 +1,233 @@
+package access
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"strings"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Root is SOURCE, held open: every path is resolved beneath it.
+//
+// If the directory at SOURCE's path is removed and made again while the
+// daemon runs, the next resolution that fails with ENOENT or ESTALE
+// notices (the path names another directory than the one held) and
+// continues with the new one.
+type Root struct {
+	path string
+
+	mu  sync.RWMutex
+	f   *os.File // guarded by mu; replaced when SOURCE is made anew
+	id  [2]uint64
+	gen uint64 // guarded by mu; counts replacements
+}
+
+// OpenRoot opens the directory path.
+func OpenRoot(p string) (*Root, error) {
+	f, id, err := openDir(p)
+	if err != nil {
+		return nil, err
+	}
+	return &Root{path: p, f: f, id: id}, nil
+}
+
+func openDir(p string) (*os.File, [2]uint64, error) {
+	fd, err := unix.Open(p, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, [2]uint64{}, &os.PathError{Op: "open", Path: p, Err: err}
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, [2]uint64{}, &os.PathError{Op: "stat", Path: p, Err: err}
+	}
+	return os.NewFile(uintptr(fd), p), [2]uint64{st.Dev, st.Ino}, nil
+}
+
+// Path is SOURCE's path.
+func (r *Root) Path() string { return r.path }
+
+// Close closes the directory descriptor.
+func (r *Root) Close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.f.Close()
+}
+
+// Generation counts the times SOURCE was found made anew.
+func (r *Root) Generation() uint64 {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.gen
+}
+
+// At runs fn with SOURCE's descriptor. If fn fails with ENOENT or ESTALE
+// and SOURCE's path now names another directory, fn runs once more with
+// that directory. fn must not keep the descriptor.
+func (r *Root) At(fn func(dirfd int) error) error {
+	r.mu.RLock()
+	f, gen := r.f, r.gen
+	err := fn(int(f.Fd()))
+	r.mu.RUnlock()
+	if !errors.Is(err, syscall.ENOENT) && !errors.Is(err, syscall.ESTALE) {
+		return err
+	}
+	if !r.renew(gen) {
+		return err
+	}
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return fn(int(r.f.Fd()))
+}
+
+// renew reopens SOURCE if its path names another directory than the one
+// held at generation gen, and reports whether there is a newer one.
+func (r *Root) renew(gen uint64) bool {
+	var st unix.Stat_t
+	if err := unix.Stat(r.path, &st); err != nil {
+		return false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.gen != gen {
+		return true // renewed meanwhile
+	}
+	if [2]uint64{st.Dev, st.Ino} == r.id {
+		return false
+	}
+	f, id, err := openDir(r.path)
+	if err != nil {
+		return false
+	}
+	r.f.Close()
+	r.f, r.id, r.gen = f, id, r.gen+1
+	return true
+}
+
+// Clean turns a path under SOURCE into its clean relative form ("." for
+// SOURCE itself). It refuses paths that climb above SOURCE lexically.
+func Clean(rel string) (string, error) {
+	if strings.IndexByte(rel, 0) >= 0 {
+		return "", fmt.Errorf("%q: a NUL byte in a path: %w", rel, syscall.EINVAL)
+	}
+	c := path.Clean("/" + rel)
+	if c == "/" {
+		return ".", nil
+	}
+	return c[1:], nil
+}
+
+// Resolve flags. Beneath follows symbolic links that stay beneath SOURCE
+// (as a reader of SOURCE would, minus absolute ones); NoSymlinks refuses
+// any link on the way (ELOOP), for paths the kernel already walked through
+// the mount, where a link can only mean the tree changed underneath.
+const (
+	Beneath    = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS
+	NoSymlinks = Beneath | unix.RESOLVE_NO_SYMLINKS
+)
+
+// Open opens rel beneath SOURCE with flags (O_CLOEXEC is added) and
+// resolve (Beneath or NoSymlinks), with the daemon's own credentials.
+func (r *Root) Open(rel string, flags int, mode uint32, resolve uint64) (*os.File, error) {
+	rel, err := Clean(rel)
+	if err != nil {
+		return nil, err
+	}
+	how := &unix.OpenHow{Flags: uint64(flags | unix.O_CLOEXEC), Mode: uint64(mode), Resolve: resolve}
+	var fd int
+	err = r.At(func(dirfd int) error {
+		var e error
+		fd, e = openat2(dirfd, rel, how)
+		return e
+	})
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: rel, Err: err}
+	}
+	return os.NewFile(uintptr(fd), rel), nil
+}
+
+// OpenAs is Open run with c's credentials: the kernel checks c's right to
+// every directory on the way and to the file itself.
+func (r *Root) OpenAs(c Cred, rel string, flags int, mode uint32, resolve uint64) (*os.File, error) {
+	var f *os.File
+	err := c.Do(func() error {
+		var e error
+		f, e = r.Open(rel, flags, mode, resolve)
+		return e
+	})
+	return f, err
+}
+
+// ErrNotRegular is wrapped when a file to be read whole is a directory,
+// FIFO, socket or device.
+var ErrNotRegular = errors.New("not a regular file")
+
+// OpenRegular opens rel for reading as c, never blocking in open (a FIFO
+// opened O_RDONLY would wait for a writer forever): it opens with
+// O_NONBLOCK, refuses anything but a regular file, then clears O_NONBLOCK.
+// extra is or-ed into the flags (O_NOATIME, O_DIRECT). It returns the
+// file's attributes as read from the descriptor.
+func (r *Root) OpenRegular(c Cred, rel string, extra int, resolve uint64) (*os.File, *unix.Stat_t, error) {
+	flags := unix.O_RDONLY | unix.O_NONBLOCK | unix.O_NOCTTY | extra
+	f, err := r.OpenAs(c, rel, flags, 0, resolve)
+	if errors.Is(err, syscall.EPERM) && extra&unix.O_NOATIME != 0 {
+		// O_NOATIME needs ownership of the file (or CAP_FOWNER).
+		f, err = r.OpenAs(c, rel, flags&^unix.O_NOATIME, 0, resolve)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		f.Close()
+		return nil, nil, &os.PathError{Op: "stat", Path: f.Name(), Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		f.Close()
+		return nil, nil, &os.PathError{Op: "open", Path: f.Name(), Err: fmt.Errorf("%w (%s)", ErrNotRegular, kind(st.Mode))}
+	}
+	fl, err := unix.FcntlInt(f.Fd(), unix.F_GETFL, 0)
+	if err == nil {
+		_, err = unix.FcntlInt(f.Fd(), unix.F_SETFL, fl&^unix.O_NONBLOCK)
+	}
+	if err != nil {
+		f.Close()
+		return nil, nil, &os.PathError{Op: "fcntl", Path: f.Name(), Err: err}
+	}
+	return f, &st, nil
+}
+
+func kind(mode uint32) string {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+		return "a directory"
+	case unix.S_IFIFO:
+		return "a FIFO"
+	case unix.S_IFSOCK:
+		return "a socket"
+	case unix.S_IFCHR:
+		return "a character device"
+	case unix.S_IFBLK:
+		return "a block device"
+	case unix.S_IFLNK:
+		return "a symbolic link"
+	}
+	return "not a regular file"
+}
+
+// openat2 retries EINTR and EAGAIN (the kernel answers EAGAIN to
+// RESOLVE_* lookups racing with a rename elsewhere).
+func openat2(dirfd int, rel string, how *unix.OpenHow) (int, error) {
+	for i := 0; ; i++ {
+		fd, err := unix.Openat2(dirfd, rel, how)
+		if (err == unix.EINTR || err == unix.EAGAIN) && i < 16 {
+			continue
+		}
+		return fd, err
+	}
+}

@@ -154,7 +154,7 @@ func (cn *conn) acquire(req Request) (Response, []*os.File) {
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.Options.AcquireTimeout)
 	defer cancel()
-	l, err := s.cfg.Cache.Acquire(ctx, rel, s.cfg.Options.Sharing == SharingPrivate)
+	l, err := s.cfg.Cache.Acquire(ctx, staging.Request{Rel: rel, Private: s.cfg.Options.Sharing == SharingPrivate})
 	if err != nil {
 		return cn.failErr(err), nil
 	}

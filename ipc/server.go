@@ -19,7 +19,7 @@ import (
 
 // Cache is what the server needs from the staging cache.
 type Cache interface {
-	Acquire(ctx context.Context, rel string, private bool) (*staging.Lease, error)
+	Acquire(ctx context.Context, req staging.Request) (*staging.Lease, error)
 	Attr(rel string) (state, path string)
 }
 

@@ -162,6 +162,23 @@ func (c *Cache) Opened(rel string) {
 	}
 }
 
+// Changed tells the cache that rel was changed through the mount (a
+// write, truncation, attribute change, unlink or rename): its entry is
+// dropped so no later lease sees the old bytes. It never blocks on a load.
+func (c *Cache) Changed(rel string) {
+	c.mu.Lock()
+	var r gpu.Region
+	if e := c.entries[rel]; e != nil {
+		r = c.dropLocked(e)
+		c.stats.invalidations.Add(1)
+	}
+	c.mu.Unlock()
+	freeRegion(r)
+}
+
+// Closed tells the cache that one open of rel through the mount ended.
+func (c *Cache) Closed(rel string) {}
+
 // Prefetch queues rel for staging. It drops the request (and returns
 // false) when the queue is full, and ignores a path already queued.
 func (c *Cache) Prefetch(rel string) bool {

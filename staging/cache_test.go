@@ -141,7 +141,7 @@ func TestLeaseBlocksEviction(t *testing.T) {
 		writeFile(t, src, name, data[name])
 	}
 	ctx := context.Background()
-	la, err := c.Acquire(ctx, "a", false)
+	la, err := c.Acquire(ctx, Request{Rel: "a"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +156,7 @@ func TestLeaseBlocksEviction(t *testing.T) {
 	if err := c.Evict("a"); !errors.Is(err, syscall.EBUSY) {
 		t.Fatalf("evict of a leased file: %v, want EBUSY", err)
 	}
-	lc, err := c.Acquire(ctx, "c", false)
+	lc, err := c.Acquire(ctx, Request{Rel: "c"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +188,7 @@ func TestInvalidationOnChange(t *testing.T) {
 	ctx := context.Background()
 	old := randomBytes(50000, 1)
 	writeFile(t, src, "f", old)
-	l, err := c.Acquire(ctx, "f", false)
+	l, err := c.Acquire(ctx, Request{Rel: "f"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +199,7 @@ func TestInvalidationOnChange(t *testing.T) {
 	if state, _ := c.Attr("f"); state != StateAbsent {
 		t.Fatalf("state after change = %s, want absent", state)
 	}
-	l2, err := c.Acquire(ctx, "f", false)
+	l2, err := c.Acquire(ctx, Request{Rel: "f"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -445,7 +445,7 @@ func TestAcquireTimeout(t *testing.T) {
 	c := newCache(t, src, opts, io, d)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
-	if _, err := c.Acquire(ctx, "f", false); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := c.Acquire(ctx, Request{Rel: "f"}); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("acquire past its deadline: %v", err)
 	}
 	close(release)

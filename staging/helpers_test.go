@@ -183,7 +183,7 @@ func regionBytes(t *testing.T, r gpu.Region) []byte {
 // checkStaged leases rel and compares its bytes with want.
 func checkStaged(t *testing.T, c *Cache, rel string, want []byte) {
 	t.Helper()
-	l, err := c.Acquire(context.Background(), rel, false)
+	l, err := c.Acquire(context.Background(), Request{Rel: rel})
 	if err != nil {
 		t.Fatalf("acquire %s: %v", rel, err)
 	}

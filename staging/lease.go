@@ -6,6 +6,8 @@ import (
 	"os"
 	"sync"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/gdsfs/gdsfs/gpu"
 )
 
@@ -19,11 +21,29 @@ type Lease struct {
 	once    sync.Once
 }
 
-// Acquire stages rel if needed (waiting, bounded by ctx) and leases it.
-// With private, the lease gets its own device copy.
-func (c *Cache) Acquire(ctx context.Context, rel string, private bool) (*Lease, error) {
+// Request is one acquire.
+type Request struct {
+	// Rel is the path relative to SOURCE.
+	Rel string
+	// File, when set, is the file as the asker opened it (as the asker,
+	// so the kernel checked its right to read it). The lease is of exactly
+	// that file (same device and inode) or the acquire fails with EAGAIN.
+	File *os.File
+	// Private gives the lease its own device copy.
+	Private bool
+}
+
+// Acquire stages req.Rel if needed (waiting, bounded by ctx) and leases it.
+func (c *Cache) Acquire(ctx context.Context, req Request) (*Lease, error) {
+	var want *unix.Stat_t
+	if req.File != nil {
+		want = new(unix.Stat_t)
+		if err := unix.Fstat(int(req.File.Fd()), want); err != nil {
+			return nil, fmt.Errorf("acquire %s: fstat: %w", req.Rel, err)
+		}
+	}
 	for {
-		e, err := c.ensure(ctx, rel)
+		e, err := c.ensure(ctx, req.Rel)
 		if err != nil {
 			return nil, err
 		}
@@ -32,12 +52,18 @@ func (c *Cache) Acquire(ctx context.Context, rel string, private bool) (*Lease, 
 			c.mu.Unlock()
 			continue // evicted or invalidated since: stage again
 		}
+		if want != nil && (e.id.dev != want.Dev || e.id.ino != want.Ino) {
+			c.mu.Unlock()
+			// Renamed or replaced between the asker's open and the load:
+			// what was staged is not what the asker may read.
+			return nil, fmt.Errorf("%s changed while it was being leased; try again: %w", req.Rel, unix.EAGAIN)
+		}
 		e.leases++
 		l := &Lease{c: c, e: e, region: e.region}
 		c.stats.leasesActive.Add(1)
 		c.stats.leasesTotal.Add(1)
 		c.mu.Unlock()
-		if private {
+		if req.Private {
 			if err := l.copyPrivate(); err != nil {
 				l.Release()
 				return nil, err

@@ -100,12 +100,12 @@ func TestPrivateLease(t *testing.T) {
 	opts.Capacity = capacityFor(2, 100000)
 	c := newCache(t, src, opts, io)
 	ctx := context.Background()
-	shared, err := c.Acquire(ctx, "f", false)
+	shared, err := c.Acquire(ctx, Request{Rel: "f"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer shared.Release()
-	priv, err := c.Acquire(ctx, "f", true)
+	priv, err := c.Acquire(ctx, Request{Rel: "f", Private: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +116,7 @@ func TestPrivateLease(t *testing.T) {
 		t.Fatal("private copy differs")
 	}
 	// The capacity holds the file and one copy: a second copy has no room.
-	if _, err := c.Acquire(ctx, "f", true); err == nil {
+	if _, err := c.Acquire(ctx, Request{Rel: "f", Private: true}); err == nil {
 		t.Fatal("private copy beyond capacity accepted")
 	}
 	used := c.Stats().UsedBytes

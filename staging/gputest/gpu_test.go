@@ -151,7 +151,7 @@ func stageAndVerify(t *testing.T, compat, wantPath string) {
 	for _, n := range sizes(t) {
 		p := testFile(t, dir, n)
 		start := time.Now()
-		l, err := c.Acquire(context.Background(), filepath.Base(p), false)
+		l, err := c.Acquire(context.Background(), staging.Request{Rel: filepath.Base(p)})
 		if err != nil {
 			if wantPath == staging.PathCuFile && os.Getenv("GDSFS_REQUIRE_CUFILE") != "1" {
 				t.Skipf("SKIPPED: cuFile cannot stage here (set up compat mode, see shared/device/README.md): %v", err)

@@ -1,0 +1,95 @@
+"""gdsfs autoloader: unmodified safetensors and torch.load calls served
+from gdsfs leases.
+
+Importing this module enables it in this process; `gdsfs run COMMAND`
+enables it in every Python process COMMAND starts (a sitecustomize on
+PYTHONPATH), as does GDSFS_AUTOLOAD=1 with gdsfs's python/ directory on
+PYTHONPATH. Patched, once the program imports them (nothing is imported
+early):
+
+- safetensors.torch.load_file(path, device=...)
+- safetensors.safe_open(path, framework="pt", device=...): keys(),
+  offset_keys(), metadata(), get_tensor(), get_slice()[...]
+- torch.load(path or file, map_location=..., weights_only=..., mmap=...)
+  of torch.save zip checkpoints
+
+for files under a gdsfs mount. The tensors are copies out of the lease onto
+the device asked for (device to device on a GPU mount): ordinary writable
+tensors equal to the original call's. GDSFS_ZERO_COPY=1 returns read-only
+views of the staged bytes instead. Everything else goes to the original
+function, counted by reason (fallbacks(), the daemon's stats) and logged
+once per reason. See python/README.md and the README's "Unmodified loaders".
+"""
+
+from . import _hooks
+from ._report import fallbacks, served, reset
+
+__all__ = ["disable", "enable", "enabled", "fallbacks", "served", "reset"]
+
+
+def _patch_safetensors(mod):
+    from . import _safetensors
+
+    orig = getattr(mod, "safe_open", None)
+    if orig is not None and getattr(orig, "_gdsfs_original", None) is None:
+        _hooks.replace(mod, "safe_open", _safetensors.patch_safe_open(orig))
+
+
+def _patch_safetensors_torch(mod):
+    from . import _safetensors
+
+    orig = getattr(mod, "load_file", None)
+    if orig is not None and getattr(orig, "_gdsfs_original", None) is None:
+        _hooks.replace(mod, "load_file", _safetensors.patch_load_file(orig))
+    so = getattr(mod, "safe_open", None)
+    if so is not None:
+        if getattr(so, "_gdsfs_original", None) is None:
+            _hooks.replace(mod, "safe_open", _safetensors.patch_safe_open(so))
+        else:  # bound from the patched safetensors package
+            _hooks.remember(mod, "safe_open", so._gdsfs_original)
+
+
+def _patch_torch_serialization(mod):
+    import sys
+
+    from . import _torchload
+
+    _torchload.install(mod, sys.modules.get("torch"))
+
+
+def _patch_torch(mod):
+    # torch/__init__ binds torch.load from torch.serialization after that
+    # module ran; rebind in case torch.serialization was patched first.
+    ser = getattr(mod, "serialization", None)
+    load = getattr(ser, "load", None)
+    if load is not None and getattr(load, "_gdsfs_original", None) is not None:
+        if getattr(mod, "load", None) is load._gdsfs_original:
+            _hooks.replace(mod, "load", load)
+
+
+_enabled = False
+
+
+def enable():
+    """Install the import hooks (idempotent)."""
+    global _enabled
+    _hooks.register("safetensors", _patch_safetensors)
+    _hooks.register("safetensors.torch", _patch_safetensors_torch)
+    _hooks.register("torch.serialization", _patch_torch_serialization)
+    _hooks.register("torch", _patch_torch)
+    _enabled = True
+
+
+def enabled():
+    return _enabled
+
+
+def disable():
+    """Put the original functions back and stop hooking imports in this
+    process (children started later still get what their environment says)."""
+    global _enabled
+    _hooks.disable()
+    _enabled = False
+
+
+enable()

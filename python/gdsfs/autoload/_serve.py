@@ -1,0 +1,140 @@
+"""What every served load shares: taking the lease (or the reason not to),
+the caller's file as a path, the device asked for, the env policies, and
+bypassing the patches while an original function runs."""
+
+import contextlib
+import os
+import stat as _stat
+import threading
+
+import gdsfs
+
+from . import _report
+
+_tls = threading.local()
+
+# Directories whose files were leased from a GPU (True) or host (False)
+# mount: CPU requests there skip the lease (see cpu_policy).
+_gpu_dirs = {}
+
+
+class Fallback(Exception):
+    """The call cannot be served from a lease: hand it to the original."""
+
+    def __init__(self, reason, socket=None, detail=None):
+        super().__init__(reason)
+        self.reason = reason
+        self.socket = socket
+        self.detail = detail
+
+
+def zero_copy():
+    """GDSFS_ZERO_COPY=1: hand read-only views of the lease, not copies."""
+    return os.environ.get("GDSFS_ZERO_COPY", "").lower() in ("1", "true", "yes", "on")
+
+
+def cpu_policy():
+    """GDSFS_AUTOLOAD_CPU: where a CPU tensor is asked for and the file is
+    staged on a GPU. "original" (the default; measured slower through the
+    lease, see README) or "lease" (device-to-host copies from the lease)."""
+    v = os.environ.get("GDSFS_AUTOLOAD_CPU", "original").lower()
+    return v if v in ("original", "lease") else "original"
+
+
+@contextlib.contextmanager
+def bypass():
+    """Run an original function with the patches passing straight through
+    (an original load_file calls safe_open, which is patched too)."""
+    prev = getattr(_tls, "bypass", False)
+    _tls.bypass = True
+    try:
+        yield
+    finally:
+        _tls.bypass = prev
+
+
+def bypassed():
+    return getattr(_tls, "bypass", False)
+
+
+def path_of(f):
+    """The absolute path of f (a path, or a file object at position 0
+    opened on a regular file), or None when f is neither."""
+    if isinstance(f, (str, bytes, os.PathLike)):
+        try:
+            p = os.fsdecode(os.fspath(f))
+        except TypeError:
+            return None
+        return os.path.abspath(p)
+    fileno = getattr(f, "fileno", None)
+    if fileno is None:
+        return None
+    try:
+        fd = fileno()
+        if f.tell() != 0:
+            return None
+        p = os.readlink("/proc/self/fd/%d" % fd)
+        a, b = os.fstat(fd), os.stat(p)
+    except (OSError, ValueError, AttributeError, TypeError):
+        return None
+    import io
+
+    if not _stat.S_ISREG(a.st_mode) or (a.st_dev, a.st_ino) != (b.st_dev, b.st_ino):
+        return None
+    if isinstance(f, io.TextIOBase):
+        return None
+    return p
+
+
+def known_gpu(path):
+    """True/False when a file of path's directory was leased before from a
+    GPU/host mount, None when not known yet."""
+    return _gpu_dirs.get(os.path.dirname(path))
+
+
+def _socket_of(path):
+    try:
+        return gdsfs.locate(path)[0]
+    except Exception:
+        return None
+
+
+def acquire(path):
+    """gdsfs.open(path), or Fallback with the reason it was not possible."""
+    try:
+        lease = gdsfs.open(path)
+    except gdsfs.NotMountedError:
+        raise Fallback("not-gdsfs") from None
+    except OSError as e:
+        if getattr(e, "gdsfs_answer", False):
+            raise Fallback("refused:" + _report.errno_name(e), _socket_of(path), str(e)) from None
+        raise Fallback("daemon-unavailable", None, str(e)) from None
+    except Exception as e:  # a client failure (CUDA mapping, ...) is not the caller's
+        raise Fallback("client-error:" + type(e).__name__, _socket_of(path), str(e)) from None
+    _gpu_dirs[os.path.dirname(path)] = lease.is_gpu
+    if len(_gpu_dirs) > 4096:
+        _gpu_dirs.clear()
+    return lease
+
+
+def socket_of(lease):
+    """The socket to report a fallback of a leased file to."""
+    return _socket_of(lease.path)
+
+
+def element_size(torch, dtype):
+    return torch.empty((), dtype=dtype).element_size()
+
+
+def sync(torch, devices):
+    """Wait for the copies queued on these CUDA devices: the lease they read
+    from may be unmapped next."""
+    for d in devices:
+        torch.cuda.current_stream(d).synchronize()
+
+
+def ustorage(t):
+    """The untyped storage of tensor t (torch 1.13 and 2.x)."""
+    if hasattr(t, "untyped_storage"):
+        return t.untyped_storage()
+    return t.storage().untyped()

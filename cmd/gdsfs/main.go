@@ -21,7 +21,7 @@ func main() {
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(mountCmd(), umountCmd(), statsCmd(), warmupCmd(), checkCmd(), versionCmd(), benchCmd())
+	root.AddCommand(mountCmd(), umountCmd(), statsCmd(), warmupCmd(), checkCmd(), versionCmd(), benchCmd(), runCmd())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintf(os.Stderr, "gdsfs: %v\n", err)
 		var ue usageError

@@ -139,7 +139,7 @@ class Served:
             full = self._materialize(info)
             if self._zero and self._on_target():
                 return full[key]
-            return full[key].contiguous()
+            return full[key].clone(memory_format=torch.contiguous_format)
         v = full[key]
         if self._zero and self._on_target():
             return v

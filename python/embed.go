@@ -1,0 +1,11 @@
+// Package python embeds the gdsfs Python package (client, autoloader and
+// the sitecustomize bootstrap) so that `gdsfs run` works from a binary
+// installed anywhere: it unpacks these files into a per-user cache.
+package python
+
+import "embed"
+
+// Files holds sitecustomize.py and gdsfs/ (Python sources only).
+//
+//go:embed sitecustomize.py gdsfs/*.py gdsfs/autoload/*.py gdsfs/_bootstrap/*.py
+var Files embed.FS

@@ -7,6 +7,9 @@ BIN     := bin
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/gdsfs/gdsfs.Version=$(VERSION)
 DEMO    ?= /tmp/gdsfs-demo
+# The Python tests want a python3 that can import torch (the autoloader's
+# tests fail without it in CI): Debian's python3-torch is /usr/bin/python3's.
+PYTHON  ?= $(shell for p in python3 /usr/bin/python3; do $$p -c 'import torch' >/dev/null 2>&1 && { echo $$p; exit 0; }; done; echo python3)
 
 .PHONY: all build demo test lint test-gpu gpu-bundle bench clean
 
@@ -35,7 +38,7 @@ lint:
 
 test: lint
 	$(GO) test -race -count=1 -timeout 15m ./...
-	python3 -m unittest discover -s python/tests -v
+	$(PYTHON) -m unittest discover -s python/tests -v
 
 # Test binaries for the GPU machine (it has no Go): built here into .bin/.
 gpu-bundle:
@@ -45,7 +48,7 @@ gpu-bundle:
 	$(GO) test -c -o .bin/gpustaging.test ./staging/gputest
 	$(GO) build -o .bin/leasecheck ./integration/leasecheck
 	$(GO) build -o .bin/loopback github.com/hanwen/go-fuse/v2/example/loopback
-	cp scripts/test-gpu.sh scripts/mount-gpu.sh scripts/torch-gpu.sh .bin/
+	cp scripts/test-gpu.sh scripts/mount-gpu.sh scripts/torch-gpu.sh scripts/autoload-gpu.py scripts/make-safetensors-fixtures.py .bin/
 	-cp ../shared/device/cufile-compat.sh .bin/ 2>/dev/null
 
 # On the GPU machine: every GPU test, which fails (never skips) where no GPU

@@ -1,0 +1,393 @@
+#!/usr/bin/env python3
+"""The autoloader on the H200, in one run: speed and correctness of
+unmodified loaders plain vs under `gdsfs run`. Prints one JSON object and a
+markdown table for the README ("Unmodified loaders").
+
+    python3 scripts/autoload-gpu.py --bin .bin/gdsfs [--work /tmp/gdsfs-autoload] [--size-gib 4]
+
+Needs root, /dev/fuse, a GPU, torch, safetensors and transformers (nothing
+is downloaded: the model is made here with random weights). Measured, each
+in a fresh interpreter, median of --repeat runs:
+- safetensors.torch.load_file(FILE, device="cuda") of a --size-gib file:
+  plain from SOURCE and through the mount (page cache warm, and dropped),
+  and under `gdsfs run` with the file resident, and not yet staged (warm
+  and dropped page cache). Targets: resident >= 20x plain; not staged no
+  slower than plain; plain through the mount >= 0.95 of plain from SOURCE.
+- transformers from_pretrained(DIR, device_map="cuda") of a >= 2 GiB model:
+  the same cases, with identical state-dict checksums and logits required.
+- torch.load(FILE, map_location="cuda") of a torch.save state dict.
+- correctness under `gdsfs run` against the libraries themselves on CUDA:
+  load_file, safe_open get_tensor/get_slice, torch.load (dtype, shape,
+  stride, bytes), for the test fixtures and the big files.
+"""
+
+import argparse
+import hashlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.abspath(__file__)
+
+
+# ---- measuring, inside one fresh interpreter ---------------------------------
+
+def checksum(tensors):
+    import torch
+
+    h = hashlib.sha256()
+    for name in sorted(tensors):
+        t = tensors[name]
+        h.update(("%s %s %s %s\n" % (name, t.dtype, tuple(t.shape), tuple(t.stride()))).encode())
+        if t.numel():
+            u = t.detach().contiguous().reshape(-1).view(torch.uint8).to(torch.int64)
+            w = torch.arange(u.numel(), device=u.device, dtype=torch.int64) % 251 + 1
+            h.update(("%d %d\n" % (int(u.sum()), int((u * w).sum()))).encode())
+    return h.hexdigest()[:16]
+
+
+def measure(a):
+    import torch
+
+    torch.cuda.init()
+    torch.empty(1, device="cuda")
+    torch.cuda.synchronize()
+    out = {}
+    t0 = time.perf_counter()
+    if a.what == "load_file":
+        from safetensors.torch import load_file
+
+        res = load_file(a.path, device="cuda")
+        torch.cuda.synchronize()
+        out["seconds"] = time.perf_counter() - t0
+        out["checksum"] = checksum(res)
+    elif a.what == "torch_load":
+        res = torch.load(a.path, map_location="cuda", weights_only=True)
+        torch.cuda.synchronize()
+        out["seconds"] = time.perf_counter() - t0
+        out["checksum"] = checksum(res)
+    elif a.what == "hf":
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(a.path, device_map="cuda", torch_dtype=torch.bfloat16)
+        torch.cuda.synchronize()
+        out["seconds"] = time.perf_counter() - t0
+        out["checksum"] = checksum(model.state_dict())
+        ids = (torch.arange(64, device="cuda") * 7919 % model.config.vocab_size).reshape(1, -1)
+        with torch.no_grad():
+            logits = model(ids).logits.float()
+        out["logits"] = hashlib.sha256(logits.cpu().numpy().tobytes()).hexdigest()[:16]
+    a_mod = sys.modules.get("gdsfs.autoload")
+    out["served"] = a_mod.served() if a_mod else {}
+    out["fallbacks"] = a_mod.fallbacks() if a_mod else {}
+    print(json.dumps(out))
+
+
+def check(a):
+    """Under gdsfs run: patched calls vs the libraries' own, on CUDA."""
+    import torch
+    import safetensors
+    import safetensors.torch as stt
+    from gdsfs.autoload import _serve
+
+    def desc(t):
+        return (str(t.dtype), tuple(t.shape), tuple(t.stride()), str(t.device),
+                hashlib.sha256(t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+                               if t.numel() else b"").hexdigest())
+
+    bad, n = [], 0
+    for p in a.files:
+        if p.endswith(".safetensors"):
+            got = stt.load_file(p, device="cuda")
+            with _serve.bypass():
+                want = stt.load_file._gdsfs_original(p, device="cuda")
+            for k in want:
+                n += 1
+                if desc(got[k]) != desc(want[k]):
+                    bad.append("%s load_file %s: %s != %s" % (p, k, desc(got[k])[:4], desc(want[k])[:4]))
+            with safetensors.safe_open(p, framework="pt", device="cuda") as f, _serve.bypass():
+                o = safetensors.safe_open._gdsfs_original(p, framework="pt", device="cuda")
+                for k in o.keys():
+                    shape = o.get_slice(k).get_shape()
+                    keys = [slice(None)] + ([slice(1, None)] if shape and shape[0] > 1 else [])
+                    keys += [(slice(None), slice(0, 2))] if len(shape) > 1 and shape[1] > 2 else []
+                    for key in keys:
+                        n += 1
+                        try:
+                            w = desc(o.get_slice(k)[key])
+                        except Exception as e:
+                            w = type(e).__name__
+                        try:
+                            g = desc(f.get_slice(k)[key])
+                        except Exception as e:
+                            g = type(e).__name__
+                        if g != w:
+                            bad.append("%s get_slice %s[%r]: %s != %s" % (p, k, key, g[:3], w[:3]))
+        elif p.endswith(".pt"):
+            got = torch.load(p, map_location="cuda", weights_only=True)
+            with _serve.bypass():
+                want = torch.load._gdsfs_original(p, map_location="cuda", weights_only=True)
+            for k in want:
+                n += 1
+                if desc(got[k]) != desc(want[k]):
+                    bad.append("%s torch.load %s" % (p, k))
+    from gdsfs import autoload
+
+    print(json.dumps({"compared": n, "mismatches": bad, "served": autoload.served(),
+                      "fallbacks": autoload.fallbacks(), "torch": torch.__version__,
+                      "safetensors": safetensors.__version__}))
+
+
+# ---- the driver -------------------------------------------------------------
+
+def sh(cmd, **kw):
+    return subprocess.run(cmd, check=True, **kw)
+
+
+class Bench:
+    def __init__(self, a):
+        self.a = a
+        self.work = a.work
+        self.src = os.path.join(self.work, "src")
+        self.mnt = os.path.join(self.work, "mnt")
+        self.results = {"cases": {}, "checks": {}}
+
+    def mount(self):
+        for d in (self.src, self.mnt):
+            os.makedirs(d, exist_ok=True)
+        self.log = open(os.path.join(self.work, "daemon.log"), "wb")
+        self.proc = subprocess.Popen([self.a.bin, "mount", "--set", "ipc.socket=" + os.path.join(self.work, "lease.sock"),
+                                      self.src, self.mnt], stdout=self.log, stderr=subprocess.STDOUT)
+        for _ in range(600):
+            if os.path.exists(os.path.join(self.mnt, ".gdsfs", "version")):
+                return
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        raise SystemExit("gdsfs mount did not come up; see %s/daemon.log" % self.work)
+
+    def umount(self):
+        self.proc.terminate()
+        self.proc.wait(60)
+
+    def make_files(self):
+        import torch
+
+        st = os.path.join(self.src, "big.safetensors")
+        if not os.path.exists(st):
+            from safetensors.torch import save_file
+
+            n = self.a.size_gib * 16  # 64 MiB bf16 tensors
+            g = torch.Generator(device="cuda").manual_seed(1)
+            save_file({"layer.%03d.weight" % i: torch.randn(8192, 4096, device="cuda", generator=g,
+                                                           dtype=torch.bfloat16).cpu() for i in range(n)}, st)
+        pt = os.path.join(self.src, "state.pt")
+        if not os.path.exists(pt):
+            g = torch.Generator().manual_seed(2)
+            torch.save({"w%02d" % i: torch.randn(4096, 4096, generator=g).to(torch.bfloat16) for i in range(32)}, pt)
+        hf = os.path.join(self.src, "model")
+        if not os.path.exists(os.path.join(hf, "config.json")):
+            from transformers import LlamaConfig, LlamaForCausalLM
+
+            cfg = LlamaConfig(hidden_size=2048, intermediate_size=5504, num_hidden_layers=20, num_attention_heads=16,
+                              num_key_value_heads=16, vocab_size=32000, torch_dtype="bfloat16")
+            torch.manual_seed(3)
+            with torch.device("cuda"):
+                model = LlamaForCausalLM(cfg).to(torch.bfloat16)
+            model.save_pretrained(hf, safe_serialization=True)
+            del model
+        size = sum(os.path.getsize(os.path.join(hf, f)) for f in os.listdir(hf) if f.endswith(".safetensors"))
+        self.results["files"] = {"safetensors_bytes": os.path.getsize(st), "torch_save_bytes": os.path.getsize(pt),
+                                 "hf_model_bytes": size}
+        return st, pt, hf
+
+    def rels(self, path):
+        rel = os.path.relpath(path, self.src)
+        if os.path.isdir(path):
+            return [os.path.join(rel, f) for f in sorted(os.listdir(path))]
+        return [rel]
+
+    def warm_cache(self, path):
+        for rel in self.rels(path):
+            with open(os.path.join(self.src, rel), "rb") as f:
+                while f.read(64 << 20):
+                    pass
+
+    def drop_cache(self):
+        try:
+            sh(["sync"])
+            with open("/proc/sys/vm/drop_caches", "w") as f:
+                f.write("3\n")
+            return True
+        except OSError:
+            return False
+
+    def evict(self, path):
+        for rel in self.rels(path):
+            try:
+                with open(os.path.join(self.mnt, ".gdsfs", "evict"), "w") as f:
+                    f.write(rel + "\n")
+            except OSError:
+                pass
+
+    def stage(self, path):
+        paths = [os.path.join(self.mnt, r) for r in self.rels(path) if not r.endswith(".json")]
+        sh([self.a.bin, "warmup", "--wait"] + paths, stdout=subprocess.DEVNULL)
+
+    def one(self, what, path, wrap):
+        cmd = ([self.a.bin, "run", "--"] if wrap else []) + [sys.executable, HERE, "measure", "--what", what, "--path", path]
+        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=False)
+        if r.returncode:
+            raise SystemExit("%s failed:\n%s" % (cmd, r.stderr.decode(errors="replace")[-3000:]))
+        return json.loads(r.stdout.decode().strip().splitlines()[-1])
+
+    def case(self, name, what, src_path, where, wrap, prep):
+        path = src_path if where == "src" else os.path.join(self.mnt, os.path.relpath(src_path, self.src))
+        runs = []
+        for _ in range(self.a.repeat):
+            if prep(src_path) is False:
+                self.results["cases"][name] = {"skipped": "page cache could not be dropped"}
+                return
+            runs.append(self.one(what, path, wrap))
+        secs = [r["seconds"] for r in runs]
+        r = dict(runs[-1], seconds=statistics.median(secs), runs=secs)
+        self.results["cases"][name] = r
+        print("%-40s %8.3f s  served=%s fallbacks=%s" % (name, r["seconds"], r.get("served"), r.get("fallbacks")),
+              file=sys.stderr)
+
+    def loaders(self, st, pt, hf):
+        warm = lambda p: (self.evict(p), self.warm_cache(p))  # noqa: E731
+        for what, p in (("load_file", st), ("hf", hf), ("torch_load", pt)):
+            self.case(what + " plain SOURCE warm", what, p, "src", False, warm)
+            self.case(what + " plain mount warm", what, p, "mnt", False, warm)
+            self.case(what + " run resident", what, p, "mnt", True, lambda q: (self.warm_cache(q), self.stage(q)))
+            self.case(what + " run not staged warm", what, p, "mnt", True, warm)
+            if what != "torch_load":
+                self.case(what + " plain SOURCE cold", what, p, "src", False, self._cold)
+                self.case(what + " plain mount cold", what, p, "mnt", False, self._cold)
+                self.case(what + " run not staged cold", what, p, "mnt", True, self._cold)
+
+    def _cold(self, p):
+        self.evict(p)
+        return self.drop_cache()
+
+    def checks(self, st, pt, hf):
+        fixtures = os.path.join(os.path.dirname(HERE), "..", "python", "tests", "fixtures", "safetensors")
+        files = []
+        if os.path.isdir(fixtures):
+            dst = os.path.join(self.src, "fixtures")
+            os.makedirs(dst, exist_ok=True)
+            for f in sorted(os.listdir(fixtures)):
+                if f.endswith(".safetensors"):
+                    with open(os.path.join(fixtures, f), "rb") as i, open(os.path.join(dst, f), "wb") as o:
+                        o.write(i.read())
+                    files.append(os.path.join(self.mnt, "fixtures", f))
+        files += [os.path.join(self.mnt, os.path.relpath(p, self.src)) for p in (st, pt)]
+        files += [os.path.join(self.mnt, "model", f) for f in sorted(os.listdir(hf)) if f.endswith(".safetensors")]
+        r = subprocess.run([self.a.bin, "run", "--", sys.executable, HERE, "check"] + files,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        if r.returncode:
+            self.results["checks"] = {"error": r.stderr.decode(errors="replace")[-3000:]}
+        else:
+            self.results["checks"] = json.loads(r.stdout.decode().strip().splitlines()[-1])
+
+    def verdicts(self):
+        c = self.results["cases"]
+        s = lambda k: c.get(k, {}).get("seconds")  # noqa: E731
+        v = {}
+        for what in ("load_file", "hf", "torch_load"):
+            base, mnt = s(what + " plain SOURCE warm"), s(what + " plain mount warm")
+            res, nsw = s(what + " run resident"), s(what + " run not staged warm")
+            if base and res:
+                v[what + " resident speed-up"] = round(base / res, 1)
+            if base and nsw:
+                v[what + " not staged (warm) vs plain"] = round(base / nsw, 2)
+            if base and mnt:
+                v[what + " plain mount / SOURCE (speed)"] = round(base / mnt, 3)
+            cold, ncold = s(what + " plain SOURCE cold"), s(what + " run not staged cold")
+            if cold and ncold:
+                v[what + " not staged (cold) vs plain cold"] = round(cold / ncold, 2)
+            sums = {c[k].get("checksum") for k in c if k.startswith(what) and "checksum" in c[k]}
+            v[what + " identical checksums"] = len(sums) == 1
+            if what == "hf":
+                logits = {c[k].get("logits") for k in c if k.startswith("hf") and "logits" in c[k]}
+                v["hf identical logits"] = len(logits) == 1
+        v["targets"] = {
+            "load_file resident >= 20x": (v.get("load_file resident speed-up") or 0) >= 20,
+            "load_file not staged (warm) not slower": (v.get("load_file not staged (warm) vs plain") or 0) >= 1.0,
+            "load_file not staged (cold) not slower": (v.get("load_file not staged (cold) vs plain cold") or 0) >= 1.0,
+            "load_file plain mount >= 0.95 SOURCE": (v.get("load_file plain mount / SOURCE (speed)") or 0) >= 0.95,
+            "hf plain mount >= 0.95 SOURCE": (v.get("hf plain mount / SOURCE (speed)") or 0) >= 0.95,
+            "hf identical checksums and logits": bool(v.get("hf identical checksums") and v.get("hf identical logits")),
+            "no mismatches against the libraries": not self.results["checks"].get("mismatches", ["not run"]),
+        }
+        self.results["verdicts"] = v
+
+    def table(self):
+        rows = ["| case | seconds (median) | GB/s | served / fallbacks |", "|---|---|---|---|"]
+        sizes = {"load_file": self.results["files"]["safetensors_bytes"], "hf": self.results["files"]["hf_model_bytes"],
+                 "torch_load": self.results["files"]["torch_save_bytes"]}
+        for k, r in self.results["cases"].items():
+            if "seconds" not in r:
+                rows.append("| %s | %s | | |" % (k, r.get("skipped")))
+                continue
+            gbs = sizes[k.split(" ")[0]] / r["seconds"] / 1e9
+            rows.append("| %s | %.3f | %.2f | %s / %s |" % (k, r["seconds"], gbs, r.get("served") or "-",
+                                                             r.get("fallbacks") or "-"))
+        rows.append("")
+        rows += ["| figure | value |", "|---|---|"]
+        for k, val in self.results["verdicts"].items():
+            if k != "targets":
+                rows.append("| %s | %s |" % (k, val))
+        for k, ok in self.results["verdicts"]["targets"].items():
+            rows.append("| target: %s | %s |" % (k, "PASS" if ok else "FAIL"))
+        return "\n".join(rows)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="mode")
+    m = sub.add_parser("measure")
+    m.add_argument("--what", required=True)
+    m.add_argument("--path", required=True)
+    c = sub.add_parser("check")
+    c.add_argument("files", nargs="*")
+    ap.add_argument("--bin", default=os.path.join(os.path.dirname(HERE), "..", ".bin", "gdsfs"))
+    ap.add_argument("--work", default="/tmp/gdsfs-autoload")
+    ap.add_argument("--size-gib", type=int, default=4)
+    ap.add_argument("--repeat", type=int, default=3)
+    a = ap.parse_args()
+    if a.mode == "measure":
+        return measure(a)
+    if a.mode == "check":
+        return check(a)
+    a.bin = os.path.abspath(a.bin)
+    b = Bench(a)
+    os.makedirs(a.work, exist_ok=True)
+    st, pt, hf = b.make_files()
+    b.mount()
+    try:
+        b.checks(st, pt, hf)
+        b.loaders(st, pt, hf)
+    finally:
+        b.umount()
+    b.verdicts()
+    import torch
+
+    b.results["versions"] = {"torch": torch.__version__}
+    for mod in ("safetensors", "transformers"):
+        try:
+            b.results["versions"][mod] = __import__(mod).__version__
+        except Exception:
+            pass
+    print(json.dumps(b.results, indent=1))
+    print()
+    print(b.table())
+    return 0 if all(b.results["verdicts"]["targets"].values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

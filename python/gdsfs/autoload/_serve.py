@@ -3,6 +3,7 @@ the caller's file as a path, the device asked for, the env policies, and
 bypassing the patches while an original function runs."""
 
 import contextlib
+import io
 import os
 import stat as _stat
 import threading
@@ -77,8 +78,6 @@ def path_of(f):
         a, b = os.fstat(fd), os.stat(p)
     except (OSError, ValueError, AttributeError, TypeError):
         return None
-    import io
-
     if not _stat.S_ISREG(a.st_mode) or (a.st_dev, a.st_ino) != (b.st_dev, b.st_ino):
         return None
     if isinstance(f, io.TextIOBase):

@@ -211,7 +211,7 @@ def install(serialization, torch_module=None):
     orig_reader = serialization._open_zipfile_reader
     orig_grl = serialization._get_restore_location
 
-    opener_init = orig_reader.__mro__[1].__init__  # torch.serialization._opener
+    opener_init = getattr(serialization, "_opener", orig_reader.__mro__[1]).__init__
 
     class _open_zipfile_reader(orig_reader):
         # Not super().__init__: torch 1.13's names _open_zipfile_reader,

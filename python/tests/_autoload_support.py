@@ -16,7 +16,7 @@ FAKE_ST = os.path.join(FIXTURES, "fake_safetensors")
 # Lead: set True when committing the fixtures written by the safetensors
 # library (scripts/make-safetensors-fixtures.py on the GPU machine); the
 # tests then refuse fixtures of the minimal writer.
-REQUIRE_LIBRARY_FIXTURES = False
+REQUIRE_LIBRARY_FIXTURES = True
 
 
 def require_torch(tc):

@@ -19,6 +19,11 @@ func (s *Server) caller(ctx context.Context) (access.Cred, bool) {
 	if !ok {
 		return access.Cred{}, false
 	}
+	if s.uid != 0 {
+		// A daemon that is not root serves only the user who mounted (no
+		// allow_other) and cannot take another identity.
+		return access.Daemon(), c.Uid == s.uid
+	}
 	if c.Uid == 0 {
 		// Root's rights do not depend on its groups.
 		return access.Cred{UID: 0, GID: c.Gid}, true

@@ -52,7 +52,7 @@ const safeUmask = 0o077
 // createMode is the mode to create an entry with in dirfd: mode less the
 // caller's umask, unless dirfd has a default ACL.
 func (s *Server) createMode(ctx context.Context, dirfd int, mode uint32) uint32 {
-	if n, err := unix.Getxattr(procPath(dirfd), "system.posix_acl_default", nil); err == nil && n > 0 {
+	if n, err := unix.Getxattr(procPath(dirfd), aclDefault, nil); err == nil && n > 0 {
 		return mode
 	}
 	umask := uint32(safeUmask)

@@ -69,7 +69,7 @@ func (n *node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrI
 				}
 				st, _, err := fstatx(fd)
 				if err == nil {
-					n.fill(st, &out.Attr)
+					out.Attr.FromStat(st)
 				}
 				return err
 			})

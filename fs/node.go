@@ -27,7 +27,7 @@ type node struct {
 	id  fileID // the backing inode this node stands for; fixed
 
 	mu   sync.Mutex
-	seen fileVersion        // last version told to the kernel or seen at open; guarded by mu
+	seen fileVersion        // the file's version at the last open; guarded by mu
 	open map[*file]struct{} // handles open on the node; guarded by mu
 }
 
@@ -133,9 +133,9 @@ func (n *node) dir(ctx context.Context, fn func(dirfd int) error) syscall.Errno 
 
 // newChild makes the node for the entry st (a child of n) and fills out.
 func (n *node) newChild(ctx context.Context, st *syscall.Stat_t, id fileID, out *fuse.EntryOut) *gofs.Inode {
-	child := &node{srv: n.srv, id: id, seen: versionOf(st)}
+	ch := n.NewInode(ctx, &node{srv: n.srv, id: id}, n.srv.stableAttr(st, id))
 	out.Attr.FromStat(st)
-	return n.NewInode(ctx, child, n.srv.stableAttr(st, id))
+	return ch
 }
 
 // stableAttr is go-fuse's identity of a backing inode: its number, mixed
@@ -145,16 +145,6 @@ func (s *Server) stableAttr(st *syscall.Stat_t, id fileID) gofs.StableAttr {
 	swapped := id.dev<<32 | id.dev>>32
 	rootDev := s.dev<<32 | s.dev>>32
 	return gofs.StableAttr{Mode: st.Mode, Ino: swapped ^ rootDev ^ id.ino, Gen: id.gen}
-}
-
-// fill reports st to the kernel and remembers its version as told.
-func (n *node) fill(st *syscall.Stat_t, a *fuse.Attr) {
-	a.FromStat(st)
-	if isRegular(st.Mode) {
-		n.mu.Lock()
-		n.seen = versionOf(st)
-		n.mu.Unlock()
-	}
 }
 
 var _ = (gofs.NodeLookuper)((*node)(nil))
@@ -182,11 +172,11 @@ func (n *node) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut
 		if err != nil {
 			return n.srv.errs.toErrno(err)
 		}
-		n.fill(st, &out.Attr)
+		out.Attr.FromStat(st)
 		return 0
 	}
 	return n.self(ctx, func(fd int, st *syscall.Stat_t) error {
-		n.fill(st, &out.Attr)
+		out.Attr.FromStat(st)
 		return nil
 	})
 }

@@ -86,8 +86,12 @@ func (n *node) opened(f *os.File, st *syscall.Stat_t, rel string, flags uint32, 
 	return h, fl, 0
 }
 
-// sawVersion records st as seen and reports whether it differs from what
-// the kernel was last told or saw at the last open.
+// sawVersion records st as seen at an open and reports whether it differs
+// from the version at the last open. Every open that finds a change (and
+// the node's first) invalidates the kernel's attributes and pages, so when
+// the version is unchanged the kernel holds this version's attributes or
+// none. (Attributes in replies are not trusted for this: the kernel may
+// drop a reply's attributes that race with a change of its own.)
 func (n *node) sawVersion(st *syscall.Stat_t) bool {
 	v := versionOf(st)
 	n.mu.Lock()

@@ -106,7 +106,7 @@ func TestSymlinkSwapRace(t *testing.T) {
 // caller on SOURCE refuses them. (With a mask of ---, the group class bits
 // are 0 and the kernel decides from the mode bits alone, natively too.)
 func TestACLsThroughMount(t *testing.T) {
-	need(t, "setfacl")
+	need(t, "setfacl", "getfacl")
 	needMount(t)
 	src := userDir(t)
 	for _, f := range []struct{ name, group, acl string }{
@@ -122,7 +122,7 @@ func TestACLsThroughMount(t *testing.T) {
 			sh(t, "setfacl -m "+f.acl+" "+p)
 		}
 	}
-	m := startMount(t, src, "fuse.allow_other=true")
+	m := startMount(t, src, "fuse.allow_other=true", "fuse.read_only=false")
 	os.Chmod(filepath.Dir(m.mnt), 0o755)
 	member := user(4242)
 	for _, tc := range []struct{ name, native, want string }{
@@ -137,6 +137,25 @@ func TestACLsThroughMount(t *testing.T) {
 		if got := fsuser(t, member, "read", m.path(tc.name)); got != tc.want {
 			t.Errorf("through the mount %s reads %q, want %q", tc.name, got, tc.want)
 		}
+	}
+	// ACLs set through the mount: by the owner, keeping the entries there
+	// were; not by anyone else.
+	own := filepath.Join(src, "own")
+	os.WriteFile(own, nil, 0o644)
+	sh(t, "chown 65534 "+own+" && setfacl -m u:65533:rw- "+own)
+	setfacl := func(cred *syscall.Credential, args ...string) error {
+		cmd := exec.Command("setfacl", args...)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+		return cmd.Run()
+	}
+	if err := setfacl(user(), "-m", "g:4242:r--", m.path("own")); err != nil {
+		t.Fatalf("the owner's setfacl through the mount: %v", err)
+	}
+	if got := sh(t, "getfacl -cp "+own); !strings.Contains(got, "user:65533:rw-") || !strings.Contains(got, "group:4242:r--") {
+		t.Errorf("ACL after the owner's setfacl through the mount:\n%s", got)
+	}
+	if err := setfacl(user(), "-m", "u:65534:rw-", m.path("open")); err == nil {
+		t.Errorf("setfacl on root's file by uid 65534 through the mount succeeded")
 	}
 }
 

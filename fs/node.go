@@ -66,7 +66,9 @@ func (n *node) rel() (string, bool) {
 	if _, parent := n.Parent(); parent == nil {
 		return "", false
 	}
-	p := n.Path(nil)
+	// Below a removed directory, go-fuse names a path that does not
+	// exist; the identity check catches any other stale path.
+	p := n.Path(n.Root())
 	return p, p != ""
 }
 

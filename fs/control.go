@@ -11,8 +11,9 @@ import (
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"go.uber.org/zap"
 
-	"github.com/gdsfs/gdsfs/internal/perm"
+	"github.com/gdsfs/gdsfs/internal/access"
 )
 
 const controlDirName = ".gdsfs"
@@ -91,35 +92,28 @@ func (c *controlFile) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.S
 
 var _ = (gofs.NodeOpener)((*controlFile)(nil))
 
-// Open snapshots a readable file's content, or checks the writer of a
-// writable one. Both are served with direct I/O: their size is unknown.
+// Open snapshots a readable file's content for the reader, or notes the
+// writer of a writable one. Both are served with direct I/O: their size is
+// unknown.
 func (c *controlFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
 	acc := flags & syscall.O_ACCMODE
+	cred, ok := c.srv.caller(ctx)
+	if !ok {
+		return nil, 0, syscall.EACCES
+	}
 	if c.ctl.Write == nil {
 		if acc != syscall.O_RDONLY {
 			return nil, 0, syscall.EACCES
 		}
-		return &controlReader{data: c.ctl.Read()}, fuse.FOPEN_DIRECT_IO, 0
+		return &controlReader{data: c.ctl.Read(cred)}, fuse.FOPEN_DIRECT_IO, 0
 	}
 	if acc == syscall.O_RDONLY {
 		return nil, 0, syscall.EACCES
 	}
-	caller, ok := fuse.FromContext(ctx)
-	if !ok {
+	if cred.UID != 0 && cred.UID != c.srv.uid && !c.srv.opts.AllowOther {
 		return nil, 0, syscall.EACCES
 	}
-	w := &controlWriter{file: c}
-	if caller.Uid != 0 && caller.Uid != c.srv.uid {
-		if !c.srv.opts.AllowOther {
-			return nil, 0, syscall.EACCES
-		}
-		cred, err := perm.ForPID(int32(caller.Pid), caller.Uid, caller.Gid)
-		if err != nil {
-			return nil, 0, syscall.EACCES
-		}
-		w.cred = &cred
-	}
-	return w, fuse.FOPEN_DIRECT_IO, 0
+	return &controlWriter{file: c, cred: cred}, fuse.FOPEN_DIRECT_IO, 0
 }
 
 var _ = (gofs.NodeReader)((*controlFile)(nil))
@@ -161,7 +155,7 @@ type controlReader struct{ data []byte }
 // controlWriter buffers a partial line between writes.
 type controlWriter struct {
 	file *controlFile
-	cred *perm.Cred // nil: the writer is root or the daemon's owner
+	cred access.Cred // the writer
 
 	mu      sync.Mutex
 	partial []byte // guarded by mu
@@ -207,19 +201,17 @@ func (w *controlWriter) line(text string) syscall.Errno {
 		s.log.Info("control write refused: " + err.Error())
 		return syscall.EINVAL
 	}
-	if w.cred != nil {
-		// Another user (fuse.allow_other): only files they could read,
-		// reached through directories they may search.
-		resolved, st, err := perm.Resolve(s.source, rel, *w.cred)
-		if err != nil {
-			return s.errs.toErrno(err)
-		}
-		if !perm.CanRead(st, *w.cred) {
-			return syscall.EACCES
-		}
-		rel = resolved
+	// The writer must be able to read the file, and it must be a regular
+	// file: opened as the writer, never blocking (a FIFO would wait for a
+	// writer forever).
+	f, _, err := s.root.OpenRegular(w.cred, rel, 0, access.Beneath)
+	if err != nil {
+		s.log.Info("control write refused", zap.String("path", rel), zap.Error(err))
+		return s.errs.toErrno(err)
 	}
-	return s.errs.toErrno(w.file.ctl.Write(rel))
+	err = w.file.ctl.Write(w.cred, rel)
+	f.Close()
+	return s.errs.toErrno(err)
 }
 
 // relPath turns a line written to a control file into a path relative to

@@ -8,6 +8,8 @@ import (
 	"syscall"
 
 	"go.uber.org/zap"
+
+	"github.com/gdsfs/gdsfs/internal/access"
 )
 
 // errnoLogger logs each distinct unexpected error text once.
@@ -18,8 +20,9 @@ type errnoLogger struct {
 }
 
 // toErrno is the one place errors become kernel errnos: context.Canceled is
-// EINTR, not-found ENOENT, permission EACCES, an errno anywhere in the chain
-// is itself, and anything else is logged once and becomes EIO.
+// EINTR, an errno anywhere in the chain is itself, not-found ENOENT,
+// permission EACCES, a file that is not regular where one must be EINVAL,
+// and anything else is logged once and becomes EIO.
 func (l *errnoLogger) toErrno(err error) syscall.Errno {
 	var errno syscall.Errno
 	switch {
@@ -33,6 +36,8 @@ func (l *errnoLogger) toErrno(err error) syscall.Errno {
 		return syscall.ENOENT
 	case errors.Is(err, fs.ErrPermission):
 		return syscall.EACCES
+	case errors.Is(err, access.ErrNotRegular):
+		return syscall.EINVAL
 	}
 	l.mu.Lock()
 	first := !l.seen[err.Error()]

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -16,14 +17,22 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"github.com/gdsfs/gdsfs/internal/access"
 	"github.com/gdsfs/gdsfs/internal/mountinfo"
 )
 
-// Stager is what fs needs from the staging cache.
+// Stager is what fs needs from the staging cache. No method may block.
 type Stager interface {
 	// Opened tells the cache that a regular file (path relative to
-	// SOURCE) was opened. It must not block.
+	// SOURCE) was opened for reading through the mount.
 	Opened(rel string)
+	// Closed tells the cache that one such open ended (the kernel
+	// released that handle).
+	Closed(rel string)
+	// Changed tells the cache that the mount changed rel: a write,
+	// truncation, attribute change, creation, unlink, rename (both names)
+	// or link.
+	Changed(rel string)
 	// Attr answers the user.gdsfs.state and user.gdsfs.path xattrs.
 	Attr(rel string) (state, path string)
 }
@@ -32,11 +41,14 @@ type Stager interface {
 // is set.
 type Control struct {
 	Name string
-	// Read returns the content; it is snapshotted when the file is opened.
-	Read func() []byte
+	// Read returns the content for the reader c; it is snapshotted when
+	// the file is opened.
+	Read func(c access.Cred) []byte
 	// Write is called once per line written, with the line as a path
-	// relative to the mount. Its error becomes the write's errno.
-	Write func(rel string) error
+	// relative to SOURCE, after fs opened that file for reading as the
+	// writer c (so c may read it; it is a regular file). Its error
+	// becomes the write's errno.
+	Write func(c access.Cred, rel string) error
 }
 
 // Config is what Mount needs.
@@ -63,6 +75,9 @@ type Stats struct {
 // Server is a mounted gdsfs.
 type Server struct {
 	fuse       *fuse.Server
+	raw        *umaskFS
+	root       *access.Root // SOURCE, held open; every access resolves beneath it
+	dev        uint64       // SOURCE's device
 	source     string
 	mountpoint string
 	opts       Options
@@ -72,6 +87,7 @@ type Server struct {
 	errs       errnoLogger
 	uid, gid   uint32
 	started    time.Time
+	closeRoot  sync.Once
 
 	// Settled once by Mount; read by open files and Stats.
 	passthrough    atomic.Bool
@@ -81,6 +97,11 @@ type Server struct {
 }
 
 // Mount mounts SOURCE on MOUNTPOINT. Errors name the path or key at fault.
+//
+// It sets the process's umask to 0: the kernel already applied the
+// caller's umask to the mode of every file created through the mount, and
+// the daemon must not apply its own again. Files the daemon makes for
+// itself get explicit modes.
 func Mount(cfg Config) (*Server, error) {
 	if err := cfg.Options.Validate(); err != nil {
 		return nil, err
@@ -92,8 +113,14 @@ func Mount(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	root, err := access.OpenRoot(source)
+	if err != nil {
+		return nil, fmt.Errorf("SOURCE %s: %w", source, unwrapPath(err))
+	}
+	var st unix.Stat_t
+	root.At(func(dirfd int) error { return unix.Fstat(dirfd, &st) })
 	s := &Server{
-		source: source, mountpoint: mnt, opts: cfg.Options, stager: cfg.Stager,
+		root: root, dev: st.Dev, source: source, mountpoint: mnt, opts: cfg.Options, stager: cfg.Stager,
 		log: cfg.Log, errs: errnoLogger{log: cfg.Log},
 		uid: uint32(os.Geteuid()), gid: uint32(os.Getegid()), started: time.Now(),
 	}
@@ -101,24 +128,19 @@ func Mount(cfg Config) (*Server, error) {
 	if cfg.Controls != nil {
 		s.controls = cfg.Controls(s)
 	}
-	if _, err := os.Lstat(filepath.Join(source, controlDirName)); err == nil {
+	if root.At(func(dirfd int) error {
+		return unix.Fstatat(dirfd, controlDirName, &st, unix.AT_SYMLINK_NOFOLLOW)
+	}) == nil {
 		s.log.Warn("SOURCE has its own .gdsfs; the control directory hides it", zap.String("source", source))
 	}
-	var st syscall.Stat_t
-	if err := syscall.Stat(source, &st); err != nil {
-		return nil, fmt.Errorf("SOURCE %s: %w", source, err)
-	}
-	// Like gofs.NewLoopbackRoot, with our node type made in one allocation.
-	//lint:ignore SA1019 the node layer is being replaced (issue 7)
-	lr := &gofs.LoopbackRoot{Path: source, Dev: uint64(st.Dev), NewNode: s.newNode}
-	root := &rootNode{node: node{LoopbackNode: gofs.LoopbackNode{RootData: lr}, srv: s}}
-	lr.RootNode = root
-	s.fuse, err = gofs.Mount(mnt, root, s.mountOptions())
-	if err != nil {
+	syscall.Umask(0)
+	if err := s.serve(mnt); err != nil {
+		root.Close()
 		return nil, fmt.Errorf("mount %s: %w", mnt, err)
 	}
 	if err := s.settlePassthrough(); err != nil {
 		s.fuse.Unmount()
+		root.Close()
 		return nil, err
 	}
 	s.raiseReadAhead()
@@ -132,17 +154,25 @@ func CheckPaths(source, mnt string) (string, string, error) {
 		return "", "", errors.New("want SOURCE and MOUNTPOINT")
 	}
 	src, err := filepath.Abs(source)
+	if err == nil {
+		src, err = filepath.EvalSymlinks(src)
+	}
 	if err != nil {
-		return "", "", fmt.Errorf("SOURCE %s: %w", source, err)
+		return "", "", fmt.Errorf("SOURCE %s: %w", source, unwrapPath(err))
 	}
 	if st, err := os.Stat(src); err != nil {
 		return "", "", fmt.Errorf("SOURCE %s: %w", source, unwrapPath(err))
 	} else if !st.IsDir() {
 		return "", "", fmt.Errorf("SOURCE %s: not a directory", source)
 	}
+	// A symbolic link is resolved first: mounting on a link to a mount
+	// point would stack a second mount there.
 	m, err := filepath.Abs(mnt)
+	if err == nil {
+		m, err = filepath.EvalSymlinks(m)
+	}
 	if err != nil {
-		return "", "", fmt.Errorf("MOUNTPOINT %s: %w", mnt, err)
+		return "", "", fmt.Errorf("MOUNTPOINT %s: %w", mnt, unwrapPath(err))
 	}
 	if st, err := os.Stat(m); err != nil {
 		return "", "", fmt.Errorf("MOUNTPOINT %s: %w", mnt, unwrapPath(err))
@@ -166,6 +196,23 @@ func unwrapPath(err error) error {
 	return err
 }
 
+// serve mounts the node tree (as gofs.Mount does, with the umask layer in
+// front of it) and serves it.
+func (s *Server) serve(mnt string) error {
+	opts := s.mountOptions()
+	s.raw = &umaskFS{RawFileSystem: gofs.NewNodeFS(&rootNode{node: node{srv: s}}, opts)}
+	srv, err := fuse.NewServer(s.raw, mnt, &opts.MountOptions)
+	if err != nil {
+		return err
+	}
+	go srv.Serve()
+	if err := srv.WaitMount(); err != nil {
+		return err
+	}
+	s.fuse = srv
+	return nil
+}
+
 func (s *Server) mountOptions() *gofs.Options {
 	o := s.opts
 	mo := fuse.MountOptions{
@@ -176,6 +223,11 @@ func (s *Server) mountOptions() *gofs.Options {
 		MaxReadAhead:      int(o.MaxRead),
 		EnableLocks:       true,
 		DirectMountStrict: os.Geteuid() == 0,
+		// The kernel checks permissions with ACLs, as SOURCE's
+		// filesystem would (it reads them through getxattr), and passes
+		// the umask of creating calls to the daemon (umask.go).
+		EnableAcl:         true,
+		ExtraCapabilities: fuse.CAP_DONT_MASK,
 		Debug:             o.Debug,
 		MaxStackDepth:     stackDepthFor(s.source),
 		Logger:            log.New(&zapWriter{s.log}, "", 0),
@@ -267,8 +319,22 @@ func (s *Server) raiseReadAhead() {
 	}
 }
 
-// Wait blocks until the file system is unmounted.
-func (s *Server) Wait() { s.fuse.Wait() }
+// Wait blocks until the file system is unmounted, then lets SOURCE go.
+func (s *Server) Wait() {
+	s.fuse.Wait()
+	s.closeRoot.Do(func() { s.root.Close() })
+}
+
+// CanRead reports whether c may open rel (relative to SOURCE) for reading:
+// the kernel decides, as c, opening without blocking.
+func (s *Server) CanRead(c access.Cred, rel string) bool {
+	f, _, err := s.root.OpenRegular(c, rel, 0, access.Beneath)
+	if err != nil {
+		return false
+	}
+	f.Close()
+	return true
+}
 
 // Unmount unmounts; it fails with EBUSY while files are open.
 func (s *Server) Unmount() error { return s.fuse.Unmount() }
@@ -291,6 +357,3 @@ func (w *zapWriter) Write(p []byte) (int, error) {
 	w.log.Debug(strings.TrimRight(string(p), "\n"), zap.String("component", "go-fuse"))
 	return len(p), nil
 }
-
-// IsRegular reports whether mode is a regular file's.
-func isRegular(mode uint32) bool { return mode&syscall.S_IFMT == syscall.S_IFREG }

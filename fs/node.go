@@ -2,167 +2,284 @@ package fs
 
 import (
 	"context"
-	"strings"
+	"fmt"
+	"os"
+	"path"
 	"sync"
 	"syscall"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+
+	"github.com/gdsfs/gdsfs/internal/access"
 )
 
-// node is a mirrored file or directory: go-fuse's loopback node, plus the
-// prefetch trigger on open, the user.gdsfs.* xattrs and read-only mode
-// (readonly.go).
+// node is a file, directory or other entry of SOURCE. It never acts by
+// path as root: every call resolves the node's path beneath SOURCE with
+// the caller's credentials (access.Root, no symbolic link on the way: the
+// kernel already walked it), checks that the path still names the node's
+// inode (ESTALE otherwise, so the kernel looks the name up again), and acts
+// on the descriptor it resolved.
 type node struct {
-	gofs.LoopbackNode
+	gofs.Inode
 	srv *Server
+	id  fileID // the backing inode this node stands for; fixed
 
-	mu       sync.Mutex
-	cacheKey fileVersion // of the backing file at the last open; guarded by mu
+	mu   sync.Mutex
+	seen fileVersion        // the file's version at the last open; guarded by mu
+	open map[*file]struct{} // handles open on the node; guarded by mu
 }
 
-// fileVersion tells whether a file changed between two opens.
+// anyOpen returns one handle open on the node, or nil.
+func (n *node) anyOpen() *file {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for f := range n.open {
+		return f
+	}
+	return nil
+}
+
+// fileID names a backing inode: device, inode number and birth time (so a
+// reused inode number is another file).
+type fileID struct {
+	dev, ino, gen uint64
+}
+
+// fileVersion tells whether a file changed between two looks at it.
 type fileVersion struct {
 	size         int64
 	mtime, ctime syscall.Timespec
 }
 
-// newNode makes every loopback child a node (gofs.LoopbackRoot.NewNode).
-func (s *Server) newNode(r *gofs.LoopbackRoot, parent *gofs.Inode, name string, st *syscall.Stat_t) gofs.InodeEmbedder {
-	return &node{LoopbackNode: gofs.LoopbackNode{RootData: r}, srv: s}
+func versionOf(st *syscall.Stat_t) fileVersion {
+	return fileVersion{size: st.Size, mtime: st.Mtim, ctime: st.Ctim}
 }
 
-// rel is the node's path relative to SOURCE.
-func (n *node) rel() string { return n.Path(nil) }
-
-var _ = (gofs.NodeOpener)((*node)(nil))
-
-// Open opens the backing file and, for a regular file opened for reading,
-// tells the Stager.
-func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
-	if n.srv.opts.ReadOnly && writes(flags) {
-		return nil, 0, syscall.EROFS
+// rel is the node's path relative to SOURCE ("." for the root). ok is
+// false for a node no longer in any directory (unlinked while open).
+func (n *node) rel() (string, bool) {
+	if n.IsRoot() {
+		return ".", true
 	}
-	fh, fl, errno := n.LoopbackNode.Open(ctx, flags)
+	if _, parent := n.Parent(); parent == nil {
+		return "", false
+	}
+	// Below a removed directory, go-fuse names a path that does not
+	// exist; the identity check catches any other stale path.
+	p := n.Path(n.Root())
+	return p, p != ""
+}
+
+// relName is the path of name in directory n.
+func (n *node) relName(name string) string {
+	r, _ := n.rel()
+	return path.Join(r, name)
+}
+
+// resolve opens the node's path as the calling thread's credentials are
+// (call it inside Cred.Do) with flags, and checks that it still names the
+// node's inode.
+func (n *node) resolve(flags int) (*os.File, *syscall.Stat_t, error) {
+	rel, ok := n.rel()
+	if !ok {
+		return nil, nil, syscall.ENOENT
+	}
+	f, err := n.srv.root.Open(rel, flags|unix.O_NOFOLLOW, 0, access.NoSymlinks)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, id, err := fstatx(int(f.Fd()))
+	if err == nil && !n.IsRoot() && id != n.id {
+		err = fmt.Errorf("%s names another file than the kernel looked up: %w", rel, syscall.ESTALE)
+	}
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	return f, st, nil
+}
+
+// self runs fn as the caller with an O_PATH descriptor of the node itself
+// (a symbolic link is not followed).
+func (n *node) self(ctx context.Context, fn func(fd int, st *syscall.Stat_t) error) syscall.Errno {
+	return n.srv.as(ctx, func() error { return n.selfAs(fn) })
+}
+
+// selfAs is self for a caller already in effect.
+func (n *node) selfAs(fn func(fd int, st *syscall.Stat_t) error) error {
+	f, st, err := n.resolve(unix.O_PATH)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return fn(int(f.Fd()), st)
+}
+
+// dirAs runs fn with an O_PATH descriptor of directory n, for a caller
+// already in effect.
+func (n *node) dirAs(fn func(dirfd int) error) error {
+	f, _, err := n.resolve(unix.O_PATH | unix.O_DIRECTORY)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return fn(int(f.Fd()))
+}
+
+// dir runs fn as the caller with an O_PATH descriptor of directory n.
+func (n *node) dir(ctx context.Context, fn func(dirfd int) error) syscall.Errno {
+	return n.srv.as(ctx, func() error { return n.dirAs(fn) })
+}
+
+// newChild makes the node for the entry st (a child of n) and fills out.
+func (n *node) newChild(ctx context.Context, st *syscall.Stat_t, id fileID, out *fuse.EntryOut) *gofs.Inode {
+	ch := n.NewInode(ctx, &node{srv: n.srv, id: id}, n.srv.stableAttr(st, id))
+	out.Attr.FromStat(st)
+	return ch
+}
+
+// stableAttr is go-fuse's identity of a backing inode: its number, mixed
+// with its device when that is not SOURCE's (as go-fuse's loopback does),
+// and its birth time as generation.
+func (s *Server) stableAttr(st *syscall.Stat_t, id fileID) gofs.StableAttr {
+	swapped := id.dev<<32 | id.dev>>32
+	rootDev := s.dev<<32 | s.dev>>32
+	return gofs.StableAttr{Mode: st.Mode, Ino: swapped ^ rootDev ^ id.ino, Gen: id.gen}
+}
+
+var _ = (gofs.NodeLookuper)((*node)(nil))
+
+func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	var st *syscall.Stat_t
+	var id fileID
+	errno := n.dir(ctx, func(dirfd int) (err error) {
+		st, id, err = statx(dirfd, name, unix.AT_SYMLINK_NOFOLLOW)
+		return err
+	})
+	if errno != 0 {
+		return nil, errno
+	}
+	return n.newChild(ctx, st, id, out), 0
+}
+
+var _ = (gofs.NodeGetattrer)((*node)(nil))
+
+// Getattr answers from an open descriptor of the node when there is one
+// (a file unlinked while open has no path), else from the path.
+func (n *node) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	if fh, ok := f.(*file); ok {
+		st, _, err := fstatx(fh.fd())
+		if err != nil {
+			return n.srv.errs.toErrno(err)
+		}
+		out.Attr.FromStat(st)
+		return 0
+	}
+	return n.self(ctx, func(fd int, st *syscall.Stat_t) error {
+		out.Attr.FromStat(st)
+		return nil
+	})
+}
+
+var _ = (gofs.NodeReadlinker)((*node)(nil))
+
+func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
+	var target []byte
+	errno := n.self(ctx, func(fd int, st *syscall.Stat_t) error {
+		for size := 256; ; size *= 2 {
+			buf := make([]byte, size)
+			k, err := unix.Readlinkat(fd, "", buf)
+			if err != nil {
+				return err
+			}
+			if k < size {
+				target = buf[:k]
+				return nil
+			}
+		}
+	})
+	return target, errno
+}
+
+var _ = (gofs.NodeOpendirHandler)((*node)(nil))
+
+// OpendirHandle opens the directory as the caller; entries are read from
+// that descriptor.
+func (n *node) OpendirHandle(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	var fd int
+	errno := n.srv.as(ctx, func() error {
+		f, _, err := n.resolve(unix.O_RDONLY | unix.O_DIRECTORY)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		fd, err = unix.Dup(int(f.Fd()))
+		return err
+	})
 	if errno != 0 {
 		return nil, 0, errno
 	}
-	if isRegular(n.StableAttr().Mode) {
-		fl |= n.keepCache(fh)
-		n.srv.opens.Add(1)
-		// Staging a file being written would copy bytes about to change.
-		if n.srv.stager != nil && !writes(flags) {
-			n.srv.stager.Opened(n.rel())
-		}
-	}
-	return n.srv.wrapFile(fh), fl, 0
-}
-
-// keepCache lets the kernel keep the file's cached pages across opens
-// (FOPEN_KEEP_CACHE) when the backing file did not change since the last
-// open; a changed file starts with an empty cache. Only daemon-served reads
-// use this cache: go-fuse drops the flag for passthrough opens.
-func (n *node) keepCache(fh gofs.FileHandle) uint32 {
-	lf, ok := fh.(*gofs.LoopbackFile)
-	if !ok {
-		return 0
-	}
-	fd, ok := lf.PassthroughFd()
-	var st syscall.Stat_t
-	if !ok || syscall.Fstat(fd, &st) != nil {
-		return 0
-	}
-	v := fileVersion{size: st.Size, mtime: st.Mtim, ctime: st.Ctim}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	same := n.cacheKey == v
-	n.cacheKey = v
-	if same {
-		return fuse.FOPEN_KEEP_CACHE
-	}
-	return 0
-}
-
-var _ = (gofs.NodeCreater)((*node)(nil))
-
-// Create creates a file in SOURCE (read-write mode only).
-func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
-	if n.reserved(name) {
-		return nil, nil, 0, syscall.EPERM
-	}
-	if n.srv.opts.ReadOnly {
-		return nil, nil, 0, syscall.EROFS
-	}
-	in, fh, fl, errno := n.LoopbackNode.Create(ctx, name, flags, mode, out)
+	unix.CloseOnExec(fd)
+	ds, errno := gofs.NewLoopbackDirStreamFd(fd)
 	if errno != 0 {
-		return nil, nil, 0, errno
+		unix.Close(fd)
+		return nil, 0, errno
 	}
-	n.srv.opens.Add(1)
-	return in, n.srv.wrapFile(fh), fl, 0
+	return ds, 0, 0
 }
 
-var _ = (gofs.NodeCopyFileRanger)((*node)(nil))
+var _ = (gofs.NodeStatfser)((*node)(nil))
 
-// CopyFileRange copies between backing files in the kernel.
-func (n *node) CopyFileRange(ctx context.Context, fhIn gofs.FileHandle, offIn uint64, out *gofs.Inode,
-	fhOut gofs.FileHandle, offOut uint64, length uint64, flags uint64) (uint32, syscall.Errno) {
-	return n.LoopbackNode.CopyFileRange(ctx, unwrapFile(fhIn), offIn, out, unwrapFile(fhOut), offOut, length, flags)
+func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	return n.self(ctx, func(fd int, _ *syscall.Stat_t) error {
+		var st syscall.Statfs_t
+		if err := syscall.Fstatfs(fd, &st); err != nil {
+			return err
+		}
+		out.FromStatfsT(&st)
+		return nil
+	})
 }
 
-var _ = (gofs.NodeIoctler)((*node)(nil))
+var _ = (gofs.NodeAccesser)((*node)(nil))
 
-// Ioctl reaches the backing file only when it cannot change anything the
-// caller may not: the daemon runs it with its own privileges. Pure getters
-// (_IOR, such as FS_IOC_GETFLAGS for lsattr) pass for everyone; anything
-// else (chattr, enabling fs-verity) only for root on a read-write mount.
-func (n *node) Ioctl(ctx context.Context, f gofs.FileHandle, cmd uint32, arg uint64, input, output []byte) (int32, syscall.Errno) {
-	fio, ok := unwrapFile(f).(gofs.FileIoctler)
-	if !ok {
-		return 0, syscall.ENOTTY
-	}
-	const iocRead = 2 // _IOC_READ: the kernel only hands data back
-	caller, known := fuse.FromContext(ctx)
-	privileged := known && caller.Uid == 0 && !n.srv.opts.ReadOnly
-	if cmd>>30 != iocRead && !privileged {
-		return 0, syscall.ENOTTY
-	}
-	return fio.Ioctl(ctx, cmd, arg, input, output)
+// Access answers access(2) as the caller (AT_EACCESS: with the
+// credentials in effect, which are the caller's).
+func (n *node) Access(ctx context.Context, mask uint32) syscall.Errno {
+	return n.self(ctx, func(fd int, _ *syscall.Stat_t) error {
+		return unix.Faccessat2(fd, "", mask, unix.AT_EACCESS|unix.AT_EMPTY_PATH)
+	})
 }
 
-const xattrPrefix = "user.gdsfs."
-
-var _ = (gofs.NodeGetxattrer)((*node)(nil))
-
-// Getxattr answers user.gdsfs.state and user.gdsfs.path for regular files
-// and passes every other name to the backing file.
-func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
-	name, ok := strings.CutPrefix(attr, xattrPrefix)
-	if !ok || !isRegular(n.StableAttr().Mode) {
-		return n.LoopbackNode.Getxattr(ctx, attr, dest)
+// statx stats name in dirfd (flags: AT_SYMLINK_NOFOLLOW or AT_EMPTY_PATH)
+// and returns the attributes with the file's identity.
+func statx(dirfd int, name string, flags int) (*syscall.Stat_t, fileID, error) {
+	var x unix.Statx_t
+	if err := unix.Statx(dirfd, name, flags, unix.STATX_BASIC_STATS|unix.STATX_BTIME, &x); err != nil {
+		return nil, fileID{}, err
 	}
-	state, path := "absent", ""
-	if n.srv.stager != nil {
-		state, path = n.srv.stager.Attr(n.rel())
+	st := &syscall.Stat_t{
+		Dev: unix.Mkdev(x.Dev_major, x.Dev_minor), Ino: x.Ino, Nlink: uint64(x.Nlink),
+		Mode: uint32(x.Mode), Uid: x.Uid, Gid: x.Gid, Rdev: unix.Mkdev(x.Rdev_major, x.Rdev_minor),
+		Size: int64(x.Size), Blksize: int64(x.Blksize), Blocks: int64(x.Blocks),
+		Atim: timespec(x.Atime), Mtim: timespec(x.Mtime), Ctim: timespec(x.Ctime),
 	}
-	var v string
-	switch name {
-	case "state":
-		v = state
-	case "path":
-		v = path
+	id := fileID{dev: st.Dev, ino: st.Ino, gen: 1}
+	if x.Mask&unix.STATX_BTIME != 0 {
+		id.gen = uint64(x.Btime.Sec)*1e9 + uint64(x.Btime.Nsec)
 	}
-	if v == "" {
-		return 0, syscall.ENODATA
-	}
-	if len(dest) < len(v) {
-		return uint32(len(v)), syscall.ERANGE
-	}
-	return uint32(copy(dest, v)), 0
+	return st, id, nil
 }
 
-// writes reports whether open flags ask for write access or truncation.
-func writes(flags uint32) bool {
-	return flags&syscall.O_ACCMODE != syscall.O_RDONLY || flags&syscall.O_TRUNC != 0
+// fstatx is statx of an open descriptor (O_PATH ones included).
+func fstatx(fd int) (*syscall.Stat_t, fileID, error) {
+	return statx(fd, "", unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW)
+}
+
+func timespec(t unix.StatxTimestamp) syscall.Timespec {
+	return syscall.Timespec{Sec: t.Sec, Nsec: int64(t.Nsec)}
 }
 
 // rootNode is the mount's root: a node that also answers the .gdsfs lookup.
@@ -189,42 +306,5 @@ func (r *rootNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) 
 	return r.node.Lookup(ctx, name, out)
 }
 
-// file is an open backing file. Reads that reach the daemon (no
-// passthrough) are counted.
-type file struct {
-	*gofs.LoopbackFile
-	srv *Server
-}
-
-func (s *Server) wrapFile(fh gofs.FileHandle) gofs.FileHandle {
-	if lf, ok := fh.(*gofs.LoopbackFile); ok {
-		return &file{LoopbackFile: lf, srv: s}
-	}
-	return fh
-}
-
-func unwrapFile(fh gofs.FileHandle) gofs.FileHandle {
-	if f, ok := fh.(*file); ok {
-		return f.LoopbackFile
-	}
-	return fh
-}
-
-var _ = (gofs.FileReader)((*file)(nil))
-
-func (f *file) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	f.srv.reads.Add(1)
-	f.srv.readBytes.Add(uint64(len(dest)))
-	return f.LoopbackFile.Read(ctx, dest, off)
-}
-
-var _ = (gofs.FilePassthroughFder)((*file)(nil))
-
-// PassthroughFd offers the backing descriptor to the kernel only when
-// passthrough was settled on at mount.
-func (f *file) PassthroughFd() (int, bool) {
-	if !f.srv.passthrough.Load() {
-		return 0, false
-	}
-	return f.LoopbackFile.PassthroughFd()
-}
+// isRegular reports whether mode is a regular file's.
+func isRegular(mode uint32) bool { return mode&syscall.S_IFMT == syscall.S_IFREG }

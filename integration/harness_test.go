@@ -14,10 +14,11 @@ import (
 	"github.com/gdsfs/gdsfs/internal/mountinfo"
 )
 
-// bins holds the binaries TestMain builds: gdsfs and the lease checker.
+// bins holds the binaries TestMain builds: gdsfs, the lease checker and
+// the unprivileged actor.
 var bins struct {
-	dir, gdsfs, leasecheck string
-	skip                   string // why mounting tests cannot run here
+	dir, gdsfs, leasecheck, fsuser string
+	skip                           string // why mounting tests cannot run here
 }
 
 func TestMain(m *testing.M) {
@@ -40,9 +41,10 @@ func run(m *testing.M) int {
 	bins.dir = dir
 	bins.gdsfs = filepath.Join(dir, "gdsfs")
 	bins.leasecheck = filepath.Join(dir, "leasecheck")
-	for out, pkg := range map[string]string{bins.gdsfs: "../cmd/gdsfs", bins.leasecheck: "./leasecheck"} {
+	bins.fsuser = filepath.Join(dir, "fsuser")
+	for out, pkg := range map[string]string{bins.gdsfs: "../cmd/gdsfs", bins.leasecheck: "./leasecheck", bins.fsuser: "./fsuser"} {
 		args := []string{"build", "-o", out}
-		if raceEnabled {
+		if raceEnabled && out != bins.fsuser { // fsuser starts thousands of times
 			args = append(args, "-race")
 		}
 		cmd := exec.Command("go", append(args, pkg)...)

@@ -1,6 +1,8 @@
 package integration
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -25,8 +27,9 @@ func sourceTree(t *testing.T) string {
 	os.WriteFile(filepath.Join(src, "hello.txt"), []byte("hello, gdsfs\n"), 0o640)
 	os.Symlink("hello.txt", filepath.Join(src, "link"))
 	os.Chmod(filepath.Join(src, "deep/er"), 0o750)
-	if err := exec.Command("setfattr", "-n", "user.origin", "-v", "source", filepath.Join(src, "hello.txt")).Run(); err != nil {
-		t.Logf("no user xattr on SOURCE's filesystem (%v): the xattr comparison is skipped", err)
+	need(t, "setfattr")
+	if out, err := exec.Command("setfattr", "-n", "user.origin", "-v", "source", filepath.Join(src, "hello.txt")).CombinedOutput(); err != nil {
+		t.Fatalf("setfattr on SOURCE (the tests need user xattrs on the temporary directory's filesystem): %v %s", err, out)
 	}
 	return src
 }
@@ -88,13 +91,14 @@ func TestToolsSeeSOURCE(t *testing.T) {
 			if got := sh(t, "cat "+m.path("link")); got != "hello, gdsfs\n" {
 				t.Errorf("cat through the symlink = %q", got)
 			}
-			if a, b := sh(t, "stat -f -c '%b %f %a %s %c %d' "+src), sh(t, "stat -f -c '%b %f %a %s %c %d' "+m.mnt); a != b {
+			// Only what cannot change while the test runs: free counts
+			// belong to every writer of SOURCE's filesystem.
+			statfs := "stat -f -c 'blocks %b bsize %s frsize %S inodes %c namelen %l' "
+			if a, b := sh(t, statfs+src), sh(t, statfs+m.mnt); a != b {
 				t.Errorf("statfs differs: %q vs %q", a, b)
 			}
-			if exec.Command("getfattr", "-n", "user.origin", filepath.Join(src, "hello.txt")).Run() == nil {
-				if got := sh(t, "getfattr --only-values -n user.origin "+m.path("hello.txt")); got != "source" {
-					t.Errorf("xattr through the mount = %q", got)
-				}
+			if got := sh(t, "getfattr --only-values -n user.origin "+m.path("hello.txt")); got != "source" {
+				t.Errorf("xattr through the mount = %q", got)
 			}
 			if pt == "off" {
 				var after map[string]any
@@ -152,9 +156,14 @@ func TestReadOnly(t *testing.T) {
 // TestReadWrite: with fuse.read_only=false changes pass through to SOURCE.
 func TestReadWrite(t *testing.T) {
 	src := sourceTree(t)
+	orig := map[string][]byte{}
+	for _, rel := range []string{"data/fb.bin", "data/fd.bin"} {
+		orig[rel], _ = os.ReadFile(filepath.Join(src, rel))
+	}
 	m := startMount(t, src, "fuse.read_only=false")
 	sh(t, "echo new > "+m.path("n.txt")+" && echo more >> "+m.path("n.txt")+" && mkdir "+m.path("d")+
-		" && mv "+m.path("n.txt")+" "+m.path("d/m.txt")+" && rm "+m.path("hello.txt")+" && truncate -s 3 "+m.path("data/fb.bin")+
+		" && mv "+m.path("n.txt")+" "+m.path("d/m.txt")+" && rm "+m.path("hello.txt")+
+		" && truncate -s 3 "+m.path("data/fd.bin")+" && truncate -s 5000 "+m.path("data/fb.bin")+
 		" && dd if=/dev/zero of="+m.path("data/fc.bin")+" bs=1 count=10 seek=100 conv=notrunc status=none")
 	for _, cmd := range []string{"mkdir " + m.path(".gdsfs/x"), "mv " + m.path("d") + " " + m.path(".gdsfs"), "rm -rf " + m.path(".gdsfs")} {
 		shErr(t, cmd) // the control directory is not SOURCE's to change
@@ -168,8 +177,13 @@ func TestReadWrite(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(src, "hello.txt")); !os.IsNotExist(err) {
 		t.Errorf("unlink did not reach SOURCE: %v", err)
 	}
-	if st, _ := os.Stat(filepath.Join(src, "data/fb.bin")); st == nil || st.Size() != 1 && st.Size() != 3 {
-		t.Errorf("truncate did not reach SOURCE: %v", st)
+	// Both sizes differ from the originals (4096 and 1 bytes).
+	if b, err := os.ReadFile(filepath.Join(src, "data/fd.bin")); err != nil || !bytes.Equal(b, orig["data/fd.bin"][:3]) {
+		t.Errorf("truncate -s 3 did not reach SOURCE: %d bytes, %v", len(b), err)
+	}
+	if b, err := os.ReadFile(filepath.Join(src, "data/fb.bin")); err != nil ||
+		!bytes.Equal(b, append(orig["data/fb.bin"], make([]byte, 4999)...)) {
+		t.Errorf("truncate -s 5000 did not reach SOURCE: %d bytes, %v", len(b), err)
 	}
 	b, _ := os.ReadFile(filepath.Join(src, "data/fc.bin"))
 	if len(b) != 4095 || string(b[100:110]) != string(make([]byte, 10)) {
@@ -206,6 +220,8 @@ func TestBadInput(t *testing.T) {
 	needMount(t)
 	src := t.TempDir()
 	busy := startMount(t, t.TempDir())
+	linkToBusy := filepath.Join(t.TempDir(), "link")
+	os.Symlink(busy.mnt, linkToBusy)
 	cfg := filepath.Join(t.TempDir(), "bad.yaml")
 	os.WriteFile(cfg, []byte("staging:\n  capasity: 1GiB\n"), 0o644)
 	for _, tc := range []struct {
@@ -220,13 +236,24 @@ func TestBadInput(t *testing.T) {
 		{[]string{"mount", "/nonexistent-source", t.TempDir()}, "SOURCE /nonexistent-source: no such file or directory"},
 		{[]string{"mount", src, "/nonexistent-mnt"}, "MOUNTPOINT /nonexistent-mnt: no such file or directory"},
 		{[]string{"mount", src, busy.mnt}, "MOUNTPOINT " + busy.mnt + ": busy"},
+		{[]string{"mount", src, linkToBusy}, "MOUNTPOINT " + linkToBusy + ": busy"},
 		{[]string{"mount", src, filepath.Join(src)}, "inside SOURCE"},
 		{[]string{"mount", src}, "want 2 arguments"},
 		{[]string{"umount", src}, "not a mount point"},
 		{[]string{"stats", src}, "not a gdsfs mount"},
 	} {
-		out, err := exec.Command(bins.gdsfs, tc.args...).CombinedOutput()
+		// A mount that wrongly comes up serves until SIGTERM: bound it.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		cmd := exec.CommandContext(ctx, bins.gdsfs, tc.args...)
+		cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+		out, err := cmd.CombinedOutput()
+		timedOut := ctx.Err() == context.DeadlineExceeded
+		cancel()
 		msg := strings.TrimSpace(string(out))
+		if timedOut {
+			t.Errorf("gdsfs %v did not exit within 10s (it mounted?): %s", tc.args, msg)
+			continue
+		}
 		if err == nil {
 			t.Errorf("gdsfs %v succeeded, want an error", tc.args)
 			continue
@@ -335,5 +362,31 @@ func TestNoStalePageCache(t *testing.T) {
 			t.Fatalf("round %d: the mount serves bytes SOURCE does not hold", round)
 		}
 		randomFile(t, filepath.Join(src, "f"), 1<<20, round) // same size, new bytes
+	}
+}
+
+// TestGetfattrDump: `getfattr -d -m -` lists the user.gdsfs.* attributes
+// of a regular file beside its own, and only those that have a value.
+func TestGetfattrDump(t *testing.T) {
+	need(t, "getfattr")
+	src := sourceTree(t)
+	m := startMount(t, src, "staging.prefetch=manual")
+	dump := func(rel string) string {
+		return sh(t, "getfattr --absolute-names -d -m - "+m.path(rel))
+	}
+	if got := dump("hello.txt"); !strings.Contains(got, `user.gdsfs.state="absent"`) ||
+		!strings.Contains(got, `user.origin="source"`) || strings.Contains(got, "user.gdsfs.path") {
+		t.Errorf("getfattr -d of an unstaged file:\n%s", got)
+	}
+	if err := os.WriteFile(m.path(".gdsfs/prefetch"), []byte("data/fe.bin\n"), 0); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, m.path("data/fe.bin"), "resident")
+	if got := dump("data/fe.bin"); !strings.Contains(got, `user.gdsfs.state="resident"`) ||
+		!strings.Contains(got, `user.gdsfs.path="host"`) {
+		t.Errorf("getfattr -d of a staged file:\n%s", got)
+	}
+	if got := sh(t, "getfattr --absolute-names -d -m - "+m.path("data")); strings.Contains(got, "gdsfs") {
+		t.Errorf("a directory lists gdsfs attributes:\n%s", got)
 	}
 }

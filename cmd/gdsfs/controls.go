@@ -10,27 +10,28 @@ import (
 
 	"github.com/gdsfs/gdsfs/fs"
 	"github.com/gdsfs/gdsfs/gpu/cuda"
+	"github.com/gdsfs/gdsfs/internal/access"
 )
 
 // controls are the files of MOUNTPOINT/.gdsfs/; srv is the mount they
 // report on.
 func (d *daemon) controls(srv *fs.Server) []fs.Control {
-	stats := func() map[string]any { return d.stats(srv) }
+	stats := func(access.Cred) map[string]any { return d.stats(srv) }
 	return []fs.Control{
-		{Name: "stats", Read: func() []byte { return formatStats(stats()) }},
-		{Name: "stats.json", Read: func() []byte { return statsJSON(stats()) }},
-		{Name: "config", Read: d.cfg.YAML},
-		{Name: "cache", Read: d.cacheText},
-		{Name: "version", Read: func() []byte { return []byte(d.version) }},
-		{Name: "socket", Read: func() []byte { return []byte(d.ipc.Path() + "\n") }},
+		{Name: "stats", Read: func(c access.Cred) []byte { return formatStats(stats(c)) }},
+		{Name: "stats.json", Read: func(c access.Cred) []byte { return statsJSON(stats(c)) }},
+		{Name: "config", Read: func(access.Cred) []byte { return d.cfg.YAML() }},
+		{Name: "cache", Read: func(c access.Cred) []byte { return d.cacheText(c, srv.CanRead) }},
+		{Name: "version", Read: func(access.Cred) []byte { return []byte(d.version) }},
+		{Name: "socket", Read: func(access.Cred) []byte { return []byte(d.ipc.Path() + "\n") }},
 		{Name: "prefetch", Write: d.prefetch},
-		{Name: "evict", Write: d.cache.Evict},
+		{Name: "evict", Write: func(_ access.Cred, rel string) error { return d.cache.Evict(rel) }},
 	}
 }
 
 // prefetch checks that rel can be staged, then queues it; a full queue is
-// EAGAIN.
-func (d *daemon) prefetch(rel string) error {
+// EAGAIN. fs has checked that the writer may read rel.
+func (d *daemon) prefetch(_ access.Cred, rel string) error {
 	if err := d.cache.Eligible(rel); err != nil {
 		return err
 	}
@@ -119,12 +120,16 @@ func formatStats(m map[string]any) []byte {
 	return b.Bytes()
 }
 
-// cacheText is one line per entry: path, size, state, load path, GB/s,
-// leases, tab-separated under a header.
-func (d *daemon) cacheText() []byte {
+// cacheText is one line per entry the reader c may open for reading
+// (canRead decides, as c): path, size, state, load path, GB/s, leases,
+// tab-separated under a header.
+func (d *daemon) cacheText(c access.Cred, canRead func(access.Cred, string) bool) []byte {
 	var b bytes.Buffer
 	b.WriteString("# path\tsize\tstate\tload_path\tload_gbps\tleases\tdevice\tnote\n")
 	for _, e := range d.cache.Entries() {
+		if !canRead(c, e.Path) {
+			continue
+		}
 		fmt.Fprintf(&b, "%s\t%d\t%s\t%s\t%.2f\t%d\t%s\t%s\n", e.Path, e.Size, e.State, orDash(e.LoadPath), e.GBps, e.Leases, e.Device, orDash(e.Note))
 	}
 	return b.Bytes()

@@ -40,6 +40,9 @@ var _ = (gofs.NodeOpener)((*node)(nil))
 // Open opens the backing file and, for a regular file opened for reading,
 // tells the Stager.
 func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	if errno := n.srv.drain.admit(); errno != 0 {
+		return nil, 0, errno
+	}
 	if n.srv.opts.ReadOnly && writes(flags) {
 		return nil, 0, syscall.EROFS
 	}
@@ -92,6 +95,9 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 	}
 	if n.srv.opts.ReadOnly {
 		return nil, nil, 0, syscall.EROFS
+	}
+	if errno := n.srv.drain.admit(); errno != 0 {
+		return nil, nil, 0, errno
 	}
 	in, fh, fl, errno := n.LoopbackNode.Create(ctx, name, flags, mode, out)
 	if errno != 0 {
@@ -198,6 +204,7 @@ type file struct {
 
 func (s *Server) wrapFile(fh gofs.FileHandle) gofs.FileHandle {
 	if lf, ok := fh.(*gofs.LoopbackFile); ok {
+		s.drain.opened() // until file.Release
 		return &file{LoopbackFile: lf, srv: s}
 	}
 	return fh

@@ -127,6 +127,9 @@ func (n *node) Tmpfile(ctx context.Context, flags, mode uint32, out *fuse.EntryO
 	if n.ro() {
 		return nil, nil, 0, syscall.EROFS
 	}
+	if errno := n.srv.drain.admit(); errno != 0 {
+		return nil, nil, 0, errno
+	}
 	in, fh, fl, errno := n.LoopbackNode.Tmpfile(ctx, flags, mode, out)
 	if errno != 0 {
 		return nil, nil, 0, errno

@@ -26,11 +26,11 @@ func (d *daemon) serveUntilStopped(sigs <-chan os.Signal, unmounted <-chan struc
 // after the grace period (or a second signal), it detaches the mount
 // lazily. The log says which.
 func (d *daemon) shutdown(sig os.Signal, sigs <-chan os.Signal, unmounted <-chan struct{}) {
-	if err := sdNotify("STOPPING=1"); err != nil {
-		d.log.Warn("cannot tell systemd the mount is stopping", zap.Error(err))
-	}
 	mnt, grace := d.fs.Mountpoint(), d.cfg.Shutdown.Grace
 	open, idle := d.fs.Drain()
+	if err := sdNotify("STOPPING=1"); err != nil { // after Drain: opens from now on fail
+		d.log.Warn("cannot tell systemd the mount is stopping", zap.Error(err))
+	}
 	d.log.Info("stopping: new opens are refused", zap.String("signal", sig.String()),
 		zap.Int("open_files", open), zap.Duration("grace", grace))
 	timer := time.NewTimer(grace)

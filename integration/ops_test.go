@@ -306,3 +306,23 @@ func readFile(t *testing.T, p string) string {
 	}
 	return string(b)
 }
+
+// TestSystemdUnit: the shipped unit passes systemd-analyze verify with no
+// warning (paths pointed at this test's binary and an example env file).
+func TestSystemdUnit(t *testing.T) {
+	need(t, "systemd-analyze")
+	dir := t.TempDir()
+	unit := readFile(t, "../deploy/systemd/gdsfs@.service")
+	if !strings.Contains(unit, "Type=notify") || !strings.Contains(unit, "ExecStart=/usr/local/bin/gdsfs mount ") {
+		t.Fatalf("the unit is not a Type=notify gdsfs mount:\n%s", unit)
+	}
+	unit = strings.ReplaceAll(unit, "/usr/local/bin/gdsfs", bins.gdsfs)
+	unit = strings.ReplaceAll(unit, "/etc/gdsfs/%i.env", filepath.Join(dir, "example.env"))
+	os.WriteFile(filepath.Join(dir, "example.env"), []byte(readFile(t, "../deploy/systemd/example.env")), 0o644)
+	path := filepath.Join(dir, "gdsfs@example.service")
+	os.WriteFile(path, []byte(unit), 0o644)
+	out, err := exec.Command("systemd-analyze", "verify", path).CombinedOutput()
+	if err != nil || len(strings.TrimSpace(string(out))) > 0 {
+		t.Fatalf("systemd-analyze verify: %v\n%s", err, out)
+	}
+}

@@ -36,7 +36,7 @@ func rootCmd() *cobra.Command {
 	}
 	root.SetVersionTemplate(versionText())
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(mountCmd(), umountCmd(), statsCmd(), warmupCmd(), checkCmd(), versionCmd(), benchCmd())
+	root.AddCommand(mountCmd(), umountCmd(), statsCmd(), warmupCmd(), checkCmd(), versionCmd(), benchCmd(), manCmd())
 	return root
 }
 

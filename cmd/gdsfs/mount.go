@@ -34,7 +34,18 @@ still open) and exits 0.
 came up, and errors are printed before it returns. Under systemd run it in the
 foreground (Type=notify): it signals READY=1 once mounted and STOPPING=1 on
 stop. A dead gdsfs mount left on MOUNTPOINT by a killed daemon is unmounted
-first.`,
+first.
+
+Installed as /sbin/mount.fuse.gdsfs (make install), gdsfs is the mount helper
+of "mount -t fuse.gdsfs SOURCE MOUNTPOINT -o OPTIONS" and of /etc/fstab:
+
+  /data/src  /gds  fuse.gdsfs  ro,allow_other,staging.capacity=8GiB,_netdev  0 0
+
+OPTIONS are config keys (key.sub=value, as --set), config=FILE, ro
+(fuse.read_only=true), allow_other, debug, and mount's own (defaults, noauto,
+_netdev, nofail, user, x-*, ...), which are accepted and ignored; rw, which
+mount passes for every line, leaves fuse.read_only as configured. The helper
+mounts with --daemon: it returns once the mount is served.`,
 		Args: exactArgs("SOURCE", "MOUNTPOINT"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			r.source, r.mountpoint = args[0], args[1]

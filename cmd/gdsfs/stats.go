@@ -35,7 +35,7 @@ header repeats every 20 lines. --count stops after N lines.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			mnt, _, err := mountinfo.Root(args[0])
 			if err != nil {
-				return err
+				return fmt.Errorf("%s: not a gdsfs mount, nor a path under one", args[0])
 			}
 			if watch {
 				if interval <= 0 {

@@ -71,6 +71,9 @@ type mountRequest struct {
 func (r mountRequest) run() error {
 	cfg, err := config.Load(r.config, r.sets)
 	if err != nil {
+		if inBackground() { // the starter checked it: a file changed since
+			return readyFromEnv().fail(usageError{err})
+		}
 		return usageError{err}
 	}
 	if r.daemon && !inBackground() {

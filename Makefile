@@ -4,6 +4,11 @@
 
 GO      ?= go
 BIN     := bin
+PREFIX  ?= /usr/local
+BINDIR  ?= $(PREFIX)/bin
+MANDIR  ?= $(PREFIX)/share/man
+SBINDIR ?= /sbin
+UNITDIR ?= /etc/systemd/system
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/gdsfs/gdsfs.Version=$(VERSION)
 DEMO    ?= /tmp/gdsfs-demo
@@ -11,12 +16,29 @@ DEMO    ?= /tmp/gdsfs-demo
 # tests fail without it in CI): Debian's python3-torch is /usr/bin/python3's.
 PYTHON  ?= $(shell for p in python3 /usr/bin/python3; do $$p -c 'import torch' >/dev/null 2>&1 && { echo $$p; exit 0; }; done; echo python3)
 
-.PHONY: all build demo test lint test-gpu gpu-bundle bench clean
+.PHONY: all build install uninstall demo test lint test-gpu gpu-bundle bench clean
 
 all: build
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/gdsfs ./cmd/gdsfs
+
+# The binary, the mount helper mount(8) runs for type fuse.gdsfs (a link to
+# the binary), the systemd unit gdsfs@.service with its example
+# environment file, and the man pages. DESTDIR stages it for a package.
+install: build
+	install -D -m 0755 $(BIN)/gdsfs $(DESTDIR)$(BINDIR)/gdsfs
+	install -d $(DESTDIR)$(SBINDIR)
+	ln -sf $(BINDIR)/gdsfs $(DESTDIR)$(SBINDIR)/mount.fuse.gdsfs
+	install -d $(DESTDIR)$(UNITDIR) $(DESTDIR)/etc/gdsfs
+	sed 's|/usr/local/bin/gdsfs|$(BINDIR)/gdsfs|g' 'deploy/systemd/gdsfs@.service' > '$(DESTDIR)$(UNITDIR)/gdsfs@.service'
+	install -m 0644 deploy/systemd/example.env $(DESTDIR)/etc/gdsfs/example.env.sample
+	$(BIN)/gdsfs man --dir $(DESTDIR)$(MANDIR)/man8
+	@echo "installed; mount with: gdsfs mount --daemon SOURCE MOUNTPOINT, an fstab line of type fuse.gdsfs, or systemctl enable --now gdsfs@NAME (/etc/gdsfs/NAME.env)"
+
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/gdsfs $(DESTDIR)$(SBINDIR)/mount.fuse.gdsfs '$(DESTDIR)$(UNITDIR)/gdsfs@.service' \
+		$(DESTDIR)/etc/gdsfs/example.env.sample $(DESTDIR)$(MANDIR)/man8/gdsfs*.8
 
 # Mounts $(DEMO)/src on $(DEMO)/mnt in the foreground with the embedded
 # default configuration. In another terminal: cat $(DEMO)/mnt/.gdsfs/stats
@@ -35,9 +57,11 @@ lint:
 	$(GO) vet ./...
 	$(GO) tool staticcheck ./...
 	$(GO) mod tidy -diff
+	cd deploy/kubernetes/validate && $(GO) vet ./... && $(GO) mod tidy -diff
 
 test: lint
 	$(GO) test -race -count=1 -timeout 15m ./...
+	cd deploy/kubernetes/validate && $(GO) test -count=1 ./...
 	$(PYTHON) -m unittest discover -s python/tests -v
 
 # Test binaries for the GPU machine (it has no Go): built here into .bin/.
@@ -48,7 +72,7 @@ gpu-bundle:
 	$(GO) test -c -o .bin/gpustaging.test ./staging/gputest
 	$(GO) build -o .bin/leasecheck ./integration/leasecheck
 	$(GO) build -o .bin/loopback github.com/hanwen/go-fuse/v2/example/loopback
-	cp scripts/test-gpu.sh scripts/mount-gpu.sh scripts/torch-gpu.sh scripts/autoload-gpu.py scripts/make-safetensors-fixtures.py .bin/
+	cp scripts/test-gpu.sh scripts/mount-gpu.sh scripts/torch-gpu.sh scripts/check-gpu.sh scripts/autoload-gpu.py scripts/make-safetensors-fixtures.py .bin/
 	-cp ../shared/device/cufile-compat.sh .bin/ 2>/dev/null
 
 # On the GPU machine: every GPU test, which fails (never skips) where no GPU

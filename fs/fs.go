@@ -94,6 +94,7 @@ type Server struct {
 	passthroughWhy atomic.Pointer[string]
 
 	opens, reads, readBytes atomic.Uint64
+	drain                   drain // open files, and refusing new opens on shutdown (drain.go)
 }
 
 // Mount mounts SOURCE on MOUNTPOINT. Errors name the path or key at fault.

@@ -30,6 +30,9 @@ var _ = (gofs.NodeOpener)((*node)(nil))
 // so a kernel passthrough backing file is only ever shared by opens of the
 // same inode.
 func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	if errno := n.srv.drain.admit(); errno != 0 {
+		return nil, 0, errno
+	}
 	if n.srv.opts.ReadOnly && writes(flags) {
 		return nil, 0, syscall.EROFS
 	}
@@ -65,6 +68,7 @@ func (n *node) opened(f *os.File, st *syscall.Stat_t, rel string, flags uint32, 
 	}
 	n.open[h] = struct{}{}
 	n.mu.Unlock()
+	n.srv.drain.opened()
 	if !isRegular(st.Mode) {
 		return h, 0, 0
 	}
@@ -120,6 +124,9 @@ var _ = (gofs.NodeCreater)((*node)(nil))
 // entry that appeared meanwhile is opened only if it is a regular file and
 // never followed if it is a symbolic link.
 func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
+	if errno := n.srv.drain.admit(); errno != 0 {
+		return nil, nil, 0, errno
+	}
 	if errno := n.mayChange(name); errno != 0 {
 		return nil, nil, 0, errno
 	}
@@ -224,6 +231,7 @@ func (f *file) Release(ctx context.Context) syscall.Errno {
 	delete(f.node.open, f)
 	f.node.mu.Unlock()
 	errno := f.LoopbackFile.Release(ctx)
+	f.srv.drain.closed()
 	if s := f.srv.stager; s != nil && f.reading {
 		s.Closed(f.rel)
 	}
@@ -289,6 +297,9 @@ var _ = (gofs.NodeTmpfiler)((*node)(nil))
 
 // Tmpfile makes an unnamed file in directory n as the caller (O_TMPFILE).
 func (n *node) Tmpfile(ctx context.Context, flags, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
+	if errno := n.srv.drain.admit(); errno != 0 {
+		return nil, nil, 0, errno
+	}
 	if n.ro() {
 		return nil, nil, 0, syscall.EROFS
 	}

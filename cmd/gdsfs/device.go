@@ -1,53 +1,20 @@
 package main
 
 import (
-	"fmt"
-
 	"go.uber.org/zap"
 
 	"github.com/gdsfs/gdsfs/gpu"
-	"github.com/gdsfs/gdsfs/gpu/cuda"
-	"github.com/gdsfs/gdsfs/gpu/host"
+	"github.com/gdsfs/gdsfs/internal/devices"
 	"github.com/gdsfs/gdsfs/staging"
 )
 
-// openDevices opens the devices staging.device and staging.gpus name. With
-// auto, any GPU that does not answer makes it fall back to host memory, and
-// the reason is returned and logged.
+// openDevices opens the devices staging.device and staging.gpus name
+// (internal/devices).
 func openDevices(o staging.Options, log *zap.Logger) ([]gpu.Device, error) {
-	opts := gpu.Options{ChunkSize: int64(o.ChunkSize)}
-	if o.Device == staging.DeviceHost {
-		return []gpu.Device{host.Open(opts)}, nil
-	}
-	var devs []gpu.Device
-	for _, ord := range o.GPUs {
-		d, err := cuda.Open(ord, opts, log.Named("cuda"))
-		if err == nil {
-			devs = append(devs, d)
-			continue
-		}
-		closeDevices(devs)
-		if o.Device == staging.DeviceCUDA {
-			return nil, fmt.Errorf("staging.device: cuda: GPU %d: %w", ord, err)
-		}
-		log.Info("no GPU answers; staging into host memory", zap.Int("gpu", ord), zap.Error(err))
-		return []gpu.Device{host.Open(opts)}, nil
-	}
-	return devs, nil
+	return devices.Open(o, log)
 }
 
-func closeDevices(devs []gpu.Device) {
-	for _, d := range devs {
-		d.Close()
-	}
-}
+func closeDevices(devs []gpu.Device) { devices.Close(devs) }
 
-// cufileMode is the stats.json cufile_mode: gds, compat or
-// "unavailable: REASON" for the first device.
-func cufileMode(devs []gpu.Device) string {
-	cf, why := devs[0].CuFile()
-	if cf == nil {
-		return "unavailable: " + why
-	}
-	return cf.Mode()
-}
+// cufileMode is the stats.json cufile_mode of the first device.
+func cufileMode(devs []gpu.Device) string { return devices.CuFileMode(devs) }

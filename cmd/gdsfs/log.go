@@ -10,20 +10,21 @@ import (
 	"github.com/gdsfs/gdsfs/internal/config"
 )
 
-// newLogger logs to stderr: console text on a terminal (or when asked),
-// JSON otherwise.
+// newLogger logs to log.file, or stderr: console text on a terminal (or
+// when asked), JSON otherwise.
 func newLogger(c config.Log) (*zap.Logger, error) {
 	level, err := zapcore.ParseLevel(c.Level)
 	if err != nil {
 		return nil, err
 	}
-	console := c.Format == "console" || (c.Format == "auto" && term.IsTerminal(int(os.Stderr.Fd())))
+	tty := c.File == "" && term.IsTerminal(int(os.Stderr.Fd()))
+	console := c.Format == "console" || (c.Format == "auto" && tty)
 	var zc zap.Config
 	if console {
 		zc = zap.NewDevelopmentConfig()
 		zc.Development = false
 		zc.EncoderConfig.EncodeLevel = zapcore.CapitalColorLevelEncoder
-		if !term.IsTerminal(int(os.Stderr.Fd())) {
+		if !tty {
 			zc.EncoderConfig.EncodeLevel = zapcore.CapitalLevelEncoder
 		}
 	} else {
@@ -33,5 +34,8 @@ func newLogger(c config.Log) (*zap.Logger, error) {
 	zc.Level = zap.NewAtomicLevelAt(level)
 	zc.DisableStacktrace = true
 	zc.OutputPaths = []string{"stderr"}
+	if c.File != "" {
+		zc.OutputPaths = []string{c.File}
+	}
 	return zc.Build()
 }

@@ -1,5 +1,9 @@
 // Command gdsfs mounts a directory through FUSE, stages opened files into a
 // GPU-resident (or host) cache, and shares the staged bytes with consumers.
+//
+// Invoked as mount.fuse.gdsfs (or mount.gdsfs), or by mount.fuse as
+// `gdsfs SOURCE MOUNTPOINT -o OPTIONS`, it is the mount helper of
+// `mount -t fuse.gdsfs` and /etc/fstab (helper.go).
 package main
 
 import (
@@ -8,28 +12,59 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+
+	"github.com/gdsfs/gdsfs"
 )
 
 // usageError marks bad command-line input (exit status 2).
 type usageError struct{ error }
 
 func main() {
+	if helperArgs(os.Args) {
+		exit(runHelper(os.Args))
+	}
+	exit(rootCmd().Execute())
+}
+
+func rootCmd() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "gdsfs",
 		Short:         "FUSE filesystem that stages opened files into GPU memory and shows how",
+		Version:       gdsfs.Version,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.SetVersionTemplate(versionText())
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(mountCmd(), umountCmd(), statsCmd(), warmupCmd(), checkCmd(), versionCmd(), benchCmd(), runCmd())
-	if err := root.Execute(); err != nil {
-		fmt.Fprintf(os.Stderr, "gdsfs: %v\n", err)
-		var ue usageError
-		if errors.As(err, &ue) {
-			os.Exit(2)
-		}
-		os.Exit(1)
+	root.AddCommand(mountCmd(), umountCmd(), statsCmd(), warmupCmd(), checkCmd(), versionCmd(), benchCmd(), runCmd(), manCmd())
+	return root
+}
+
+// exit ends the process: 0 on success, 2 for bad input, else 1 (or the
+// status a detached daemon reported). The error is printed once.
+func exit(err error) {
+	if err == nil {
+		os.Exit(0)
 	}
+	var re reportedError
+	if !errors.As(err, &re) || !re.printed {
+		fmt.Fprintf(os.Stderr, "gdsfs: %v\n", err)
+	}
+	os.Exit(exitCode(err))
+}
+
+func exitCode(err error) int {
+	var re reportedError
+	var ue usageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &re):
+		return re.code
+	case errors.As(err, &ue):
+		return 2
+	}
+	return 1
 }
 
 // exactArgs is cobra.ExactArgs with a message naming what is missing.

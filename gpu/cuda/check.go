@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"os"
 	"strings"
 )
 
@@ -28,21 +29,24 @@ type DeviceReport struct {
 // CuFileReport describes libcufile and its driver.
 type CuFileReport struct {
 	Library    string `json:"library"`               // file libcufile.so.0 was loaded from
+	LoadError  string `json:"load_error,omitempty"`  // why it did not load
 	Version    string `json:"version,omitempty"`     // cuFileGetVersion, "1.15.0"
 	VersionRaw int    `json:"version_raw,omitempty"` // 1000*major + 10*minor + patch
 	NvidiaFS   bool   `json:"nvidia_fs"`             // the nvidia-fs module is loaded
-	DriverOpen bool   `json:"driver_open"`           // cuFileDriverOpen succeeded
-	Mode       string `json:"mode"`                  // "gds", "compat" or "unavailable: REASON"
+	NvidiaFSV  string `json:"nvidia_fs_version,omitempty"`
+	DriverOpen bool   `json:"driver_open"` // cuFileDriverOpen succeeded
+	Mode       string `json:"mode"`        // "gds", "compat" or "unavailable: REASON"
 }
 
 // Check reports the driver, the devices and cuFile. It never fails: what
-// could not be learned is said in the report.
+// could not be learned is said in the report, each failure once (a
+// missing libcuda is r.Error; the cuFile mode then says only that).
 func Check() Report {
-	var r Report
-	r.CuFile.NvidiaFS = nvidiaFSPresent()
+	r := Report{Devices: []DeviceReport{}}
 	if err := loadCUDA(); err != nil {
 		r.Error = err.Error()
-		r.CuFile.Mode = "unavailable: " + r.Error
+		r.CuFile = cufileLibrary()
+		r.CuFile.Mode = "unavailable: libcuda.so.1 not loaded"
 		return r
 	}
 	r.LibCUDA = libPath(0)
@@ -66,13 +70,44 @@ func Check() Report {
 		}
 		r.Devices = append(r.Devices, dr)
 	}
-	r.CuFile = checkCuFile(n, r.CuFile.NvidiaFS)
+	r.CuFile = checkCuFile(n)
 	return r
 }
 
+// cufileLibrary loads libcufile (without opening its driver, which needs
+// a CUDA context) and reports where from, its version and nvidia-fs.
+func cufileLibrary() CuFileReport {
+	var cr CuFileReport
+	cr.NvidiaFS = nvidiaFSPresent()
+	if b, err := os.ReadFile(nvidiaFSVersion); err == nil {
+		cr.NvidiaFSV = strings.TrimSpace(string(b))
+	}
+	cufileDriver.mu.Lock()
+	if !cufileDriver.loaded {
+		cufileDriver.loaded = true
+		cufileDriver.loadErr = loadCuFileLib()
+	}
+	err := cufileDriver.loadErr
+	cufileDriver.mu.Unlock()
+	if err != nil {
+		cr.LoadError = err.Error()
+		return cr
+	}
+	cr.Library = libPath(1)
+	if v, ok := cufileVersion(); ok {
+		cr.VersionRaw = v
+		cr.Version = fmt.Sprintf("%d.%d.%d", v/1000, v%1000/10, v%10)
+	}
+	return cr
+}
+
 // checkCuFile opens and closes the cuFile driver under device 0's context.
-func checkCuFile(devices int, nvfs bool) CuFileReport {
-	cr := CuFileReport{NvidiaFS: nvfs}
+func checkCuFile(devices int) CuFileReport {
+	cr := cufileLibrary()
+	if cr.LoadError != "" {
+		cr.Mode = "unavailable: libcufile.so.0 not loaded"
+		return cr
+	}
 	if devices == 0 {
 		cr.Mode = "unavailable: no CUDA device"
 		return cr
@@ -89,13 +124,6 @@ func checkCuFile(devices int, nvfs bool) CuFileReport {
 	}
 	defer ctx.release()
 	mode, err := acquireCuFile(ctx)
-	if lib := libPath(1); lib != "" {
-		cr.Library = lib
-		if v, ok := cufileVersion(); ok {
-			cr.VersionRaw = v
-			cr.Version = fmt.Sprintf("%d.%d.%d", v/1000, v%1000/10, v%10)
-		}
-	}
 	if err != nil {
 		cr.Mode = "unavailable: " + err.Error()
 		return cr
@@ -107,7 +135,8 @@ func checkCuFile(devices int, nvfs bool) CuFileReport {
 	return cr
 }
 
-// String is the report as `name value` lines.
+// String is the report as `name value` lines (the GPU tests log it;
+// `gdsfs check` prints internal/check's report).
 func (r Report) String() string {
 	var b strings.Builder
 	line := func(k string, v any) { fmt.Fprintf(&b, "%-22s %v\n", k, v) }
@@ -126,6 +155,9 @@ func (r Report) String() string {
 			fmt.Sprintf("%s %s %.1f GiB", d.UUID, d.Name, float64(d.TotalMemory)/(1<<30)))
 	}
 	line("cufile.library", r.CuFile.Library)
+	if r.CuFile.LoadError != "" {
+		line("cufile.load_error", r.CuFile.LoadError)
+	}
 	line("cufile.version", r.CuFile.Version)
 	line("cufile.nvidia_fs", r.CuFile.NvidiaFS)
 	line("cufile.driver_open", r.CuFile.DriverOpen)

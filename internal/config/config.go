@@ -9,14 +9,17 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
 	"github.com/gdsfs/gdsfs"
 	"github.com/gdsfs/gdsfs/fs"
+	"github.com/gdsfs/gdsfs/internal/metrics"
 	"github.com/gdsfs/gdsfs/ipc"
 	"github.com/gdsfs/gdsfs/staging"
 )
@@ -25,15 +28,24 @@ import (
 type Log struct {
 	Level  string `yaml:"level"`
 	Format string `yaml:"format"`
+	File   string `yaml:"file"` // "" is stderr
+}
+
+// Shutdown is the shutdown section: how a stopping daemon treats files
+// still open.
+type Shutdown struct {
+	Grace time.Duration `yaml:"grace"`
 }
 
 // Config is the whole configuration, one field per section of config.yaml.
 type Config struct {
-	Log     Log               `yaml:"log"`
-	FUSE    fs.Options        `yaml:"fuse"`
-	Staging staging.Options   `yaml:"staging"`
-	IO      staging.IOOptions `yaml:"io"`
-	IPC     ipc.Options       `yaml:"ipc"`
+	Log      Log               `yaml:"log"`
+	FUSE     fs.Options        `yaml:"fuse"`
+	Staging  staging.Options   `yaml:"staging"`
+	IO       staging.IOOptions `yaml:"io"`
+	IPC      ipc.Options       `yaml:"ipc"`
+	Metrics  metrics.Options   `yaml:"metrics"`
+	Shutdown Shutdown          `yaml:"shutdown"`
 }
 
 // Load builds the configuration: defaults, then file (if not empty), then
@@ -113,7 +125,13 @@ func (c *Config) Validate() error {
 	default:
 		return fmt.Errorf("log.format: %q is not one of auto, console, json", c.Log.Format)
 	}
-	for _, err := range []error{c.FUSE.Validate(), c.Staging.Validate(), c.IO.Validate(), c.IPC.Validate()} {
+	if c.Log.File != "" && !filepath.IsAbs(c.Log.File) {
+		return fmt.Errorf("log.file: %q is not an absolute path", c.Log.File)
+	}
+	if c.Shutdown.Grace < 0 {
+		return fmt.Errorf("shutdown.grace: %s is negative", c.Shutdown.Grace)
+	}
+	for _, err := range []error{c.FUSE.Validate(), c.Staging.Validate(), c.IO.Validate(), c.IPC.Validate(), c.Metrics.Validate()} {
 		if err != nil {
 			return err
 		}

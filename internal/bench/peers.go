@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	_ "embed"
@@ -13,12 +13,12 @@ import (
 	"github.com/gdsfs/gdsfs/gpu"
 )
 
-//go:embed bench_peers.py
+//go:embed peers.py
 var peersScript []byte
 
 // runPeers measures the Python peers on path, warm and (with --cold)
 // cold. They need python3 with torch and a GPU; without, one row says why.
-func runPeers(path string, dev gpu.Device, o stageBenchOptions) []benchRow {
+func runPeers(path string, dev gpu.Device, o StageOptions) []benchRow {
 	if dev.Kind() != gpu.KindCUDA {
 		return []benchRow{{Name: "python peers", Kind: "peer", Why: "they load into GPU memory; the device is " + dev.Name()}}
 	}
@@ -29,11 +29,11 @@ func runPeers(path string, dev gpu.Device, o stageBenchOptions) []benchRow {
 	defer os.Remove(script)
 	byName := map[string]*benchRow{}
 	modes := []string{"warm"}
-	if o.cold {
+	if o.Cold {
 		modes = append(modes, "cold")
 	}
 	for _, mode := range modes {
-		res, err := runPeerScript(script, path, mode, o.runs)
+		res, err := runPeerScript(script, path, mode, o.Runs)
 		if err != nil {
 			return []benchRow{{Name: "python peers", Kind: "peer", Why: err.Error()}}
 		}

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -11,73 +11,50 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 
 	"github.com/gdsfs/gdsfs/gpu"
 	"github.com/gdsfs/gdsfs/internal/config"
+	"github.com/gdsfs/gdsfs/internal/devices"
 	"github.com/gdsfs/gdsfs/internal/units"
 	"github.com/gdsfs/gdsfs/staging"
 )
 
-type stageBenchOptions struct {
-	file  string
-	size  units.Size
-	dir   string
-	runs  int
-	cold  bool
-	peers bool
-	json  bool
-	sets  []string
+// StageOptions are the flags of `gdsfs bench stage`.
+type StageOptions struct {
+	File  string     // file to stage; "" makes one of Size in Dir
+	Size  units.Size // of the file made
+	Dir   string     // where the file is made (a disk filesystem)
+	Runs  int        // runs per measurement; the best is reported
+	Cold  bool       // also measure with the page cache dropped (root)
+	Peers bool       // also measure the Python peers
+	JSON  bool       // print JSON
 }
 
-func benchStageCmd() *cobra.Command {
-	o := stageBenchOptions{size: 4 << 30}
-	c := &cobra.Command{
-		Use:   "stage [--file PATH | --size 4GiB --dir DIR] [--cold] [--peers] [--set key=value]...",
-		Short: "Staging throughput of each load path against the H2D copy rate, the disk and peers",
-		Long: `Stages one file through each load path of the configured device (POSIX and
+// StageDoc is the long help of `gdsfs bench stage`.
+const StageDoc = `Stages one file through each load path of the configured device (POSIX and
 cuFile), with the page cache warm and, with --cold, dropped before every run
 (root). In the same run it measures the baselines: the pinned host-to-device
 copy rate, the disk's O_DIRECT read rate (16 MiB reads), and with --peers the
 Python peers (a plain read then .cuda(), torch.from_file, pinned readinto,
 torch.cuda.gds), then checks the targets. --set takes config.yaml keys
-(io.num_threads=16, staging.device=host, ...).`,
-		Args: exactArgs(),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if o.runs < 1 {
-				return usageError{fmt.Errorf("--runs %d: want at least 1", o.runs)}
-			}
-			cfg, err := config.Load("", append([]string{"staging.prefetch=manual"}, o.sets...))
-			if err != nil {
-				return usageError{err}
-			}
-			return runStageBench(cfg, o)
-		},
+(io.num_threads=16, staging.device=host, ...).`
+
+// Validate checks the options.
+func (o StageOptions) Validate() error {
+	if o.Runs < 1 {
+		return fmt.Errorf("--runs %d: want at least 1", o.Runs)
 	}
-	f := c.Flags()
-	f.StringVar(&o.file, "file", "", "file to stage (default: a new file of --size in --dir)")
-	f.Var(sizeFlag{&o.size}, "size", "size of the file made when --file is not given")
-	f.StringVar(&o.dir, "dir", "/var/tmp/gdsfs-bench", "directory for the file made (a disk filesystem)")
-	f.IntVar(&o.runs, "runs", 3, "runs per measurement; the best is reported")
-	f.BoolVar(&o.cold, "cold", false, "also measure with the page cache dropped (root)")
-	f.BoolVar(&o.peers, "peers", false, "also measure the Python peers (python3 with torch)")
-	f.BoolVar(&o.json, "json", false, "print the results as JSON")
-	f.StringArrayVar(&o.sets, "set", nil, "override a config.yaml key")
-	return c
+	if o.Cold && os.Geteuid() != 0 {
+		return errors.New("--cold drops the page cache: run as root")
+	}
+	return nil
 }
 
-// sizeFlag makes a units.Size a pflag value.
-type sizeFlag struct{ s *units.Size }
-
-func (f sizeFlag) String() string { return f.s.String() }
-func (f sizeFlag) Type() string   { return "size" }
-func (f sizeFlag) Set(v string) error {
-	s, err := units.ParseSize(v)
-	if err == nil {
-		*f.s = s
-	}
-	return err
+// StageConfig is the configuration `gdsfs bench stage` stages with: the
+// defaults, prefetch off, then sets.
+func StageConfig(sets []string) (*config.Config, error) {
+	return config.Load("", append([]string{"staging.prefetch=manual"}, sets...))
 }
 
 // benchRow is one line of a benchmark table: GB/s warm and cold (0: not
@@ -92,7 +69,7 @@ type benchRow struct {
 }
 
 type stageBench struct {
-	o    stageBenchOptions
+	o    StageOptions
 	cfg  *config.Config
 	dev  gpu.Device
 	path string
@@ -100,15 +77,14 @@ type stageBench struct {
 	rows []benchRow
 }
 
-func runStageBench(cfg *config.Config, o stageBenchOptions) error {
-	if o.cold && os.Geteuid() != 0 {
-		return usageError{errors.New("--cold drops the page cache: run as root")}
-	}
-	devs, err := openDevices(cfg.Staging, nopLogger())
+// Stage runs `gdsfs bench stage` with cfg (StageConfig) and prints the
+// table or JSON to stdout.
+func Stage(cfg *config.Config, o StageOptions) error {
+	devs, err := devices.Open(cfg.Staging, zap.NewNop())
 	if err != nil {
 		return err
 	}
-	defer closeDevices(devs)
+	defer devices.Close(devs)
 	b := &stageBench{o: o, cfg: cfg, dev: devs[0]}
 	if b.path, b.size, err = benchFile(o); err != nil {
 		return err
@@ -118,26 +94,26 @@ func runStageBench(cfg *config.Config, o stageBenchOptions) error {
 	for _, compat := range []string{staging.CompatOn, staging.CompatOff} {
 		b.rows = append(b.rows, b.stagePath(compat))
 	}
-	if o.peers {
+	if o.Peers {
 		b.rows = append(b.rows, runPeers(b.path, b.dev, o)...)
 	}
-	return printStageBench(b, o.json)
+	return printStageBench(b, o.JSON)
 }
 
 // benchFile returns the file to stage, making it if needed.
-func benchFile(o stageBenchOptions) (string, int64, error) {
-	if o.file != "" {
-		st, err := os.Stat(o.file)
+func benchFile(o StageOptions) (string, int64, error) {
+	if o.File != "" {
+		st, err := os.Stat(o.File)
 		if err != nil {
 			return "", 0, err
 		}
-		return o.file, st.Size(), nil
+		return o.File, st.Size(), nil
 	}
-	if err := os.MkdirAll(o.dir, 0o755); err != nil {
+	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
 		return "", 0, err
 	}
-	p := filepath.Join(o.dir, fmt.Sprintf("bench-%d.bin", int64(o.size)))
-	if st, err := os.Stat(p); err == nil && st.Size() == int64(o.size) {
+	p := filepath.Join(o.Dir, fmt.Sprintf("bench-%d.bin", int64(o.Size)))
+	if st, err := os.Stat(p); err == nil && st.Size() == int64(o.Size) {
 		return p, st.Size(), nil
 	}
 	f, err := os.Create(p)
@@ -145,10 +121,10 @@ func benchFile(o stageBenchOptions) (string, int64, error) {
 		return "", 0, err
 	}
 	defer f.Close()
-	if _, err := io.CopyN(f, rand.Reader, int64(o.size)); err != nil {
+	if _, err := io.CopyN(f, rand.Reader, int64(o.Size)); err != nil {
 		return "", 0, fmt.Errorf("write %s: %w", p, err)
 	}
-	return p, int64(o.size), f.Sync()
+	return p, int64(o.Size), f.Sync()
 }
 
 func gbps(n int64, d time.Duration) float64 { return float64(n) / d.Seconds() / 1e9 }
@@ -170,7 +146,7 @@ func (b *stageBench) copyBaseline() benchRow {
 		return row
 	}
 	defer w.Close()
-	for range b.o.runs {
+	for range b.o.Runs {
 		start := time.Now()
 		var err error
 		for k := 0; k < total/buf && err == nil; k++ {
@@ -203,7 +179,7 @@ func (b *stageBench) diskBaseline() benchRow {
 		return row
 	}
 	defer syscall.Munmap(buf)
-	for range b.o.runs {
+	for range b.o.Runs {
 		start := time.Now()
 		var n int64
 		for {
@@ -236,7 +212,7 @@ func (b *stageBench) stagePath(compat string) benchRow {
 	time.Sleep(100 * time.Millisecond) // workers allocate their buffers before the clock starts
 	measure := func(cold bool) float64 {
 		best := 0.0
-		for range b.o.runs {
+		for range b.o.Runs {
 			if cold {
 				dropCaches()
 			} else {
@@ -256,13 +232,11 @@ func (b *stageBench) stagePath(compat string) benchRow {
 		return best
 	}
 	row.Warm = measure(false)
-	if b.o.cold && row.Why == "" {
+	if b.o.Cold && row.Why == "" {
 		row.Cold = measure(true)
 	}
 	return row
 }
-
-func nopLogger() *zap.Logger { return zap.NewNop() }
 
 func dropCaches() {
 	syscall.Sync()

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"encoding/json"
@@ -11,9 +11,9 @@ import (
 	"github.com/gdsfs/gdsfs/internal/units"
 )
 
-// mbRow is one filesystem's results: read rates the best of the runs,
+// mountRow is one filesystem's results: read rates the best of the runs,
 // stat rates their median.
-type mbRow struct {
+type mountRow struct {
 	Key         string `json:"key"`
 	Name        string `json:"name"`
 	Unavailable string `json:"unavailable,omitempty"` // why it was not measured
@@ -33,8 +33,8 @@ type mbRow struct {
 	Notes         []string  `json:"notes,omitempty"`
 }
 
-// mbTarget is one goal with its verdict: PASS, MISS or N/A.
-type mbTarget struct {
+// mountTarget is one goal with its verdict: PASS, MISS or N/A.
+type mountTarget struct {
 	Name   string  `json:"name"`
 	Want   string  `json:"want"`
 	Result string  `json:"result"`
@@ -42,31 +42,31 @@ type mbTarget struct {
 	Detail string  `json:"detail"`
 }
 
-// mountBenchReport is what `gdsfs bench mount` prints.
-type mountBenchReport struct {
-	Kernel         string     `json:"kernel"`
-	Dir            string     `json:"dir"`
-	SizeBytes      int64      `json:"size_bytes"`
-	ReadBlockBytes int        `json:"read_block_bytes"`
-	Files          int        `json:"files"`
-	FileBytes      int        `json:"file_bytes"`
-	Runs           int        `json:"runs"`
-	Statistic      string     `json:"statistic"`
-	Rows           []*mbRow   `json:"rows"`
-	Targets        []mbTarget `json:"targets"`
+// MountReport is what `gdsfs bench mount` prints.
+type MountReport struct {
+	Kernel         string        `json:"kernel"`
+	Dir            string        `json:"dir"`
+	SizeBytes      int64         `json:"size_bytes"`
+	ReadBlockBytes int           `json:"read_block_bytes"`
+	Files          int           `json:"files"`
+	FileBytes      int           `json:"file_bytes"`
+	Runs           int           `json:"runs"`
+	Statistic      string        `json:"statistic"`
+	Rows           []*mountRow   `json:"rows"`
+	Targets        []mountTarget `json:"targets"`
 }
 
-func (b *mountBench) newReport() *mountBenchReport {
+func (b *mountBench) newReport() *MountReport {
 	var u unix.Utsname
 	unix.Uname(&u)
-	return &mountBenchReport{
+	return &MountReport{
 		Kernel: unix.ByteSliceToString(u.Release[:]), Dir: b.dir,
-		SizeBytes: int64(b.opts.size), ReadBlockBytes: mbReadBlock,
-		Files: b.opts.files, FileBytes: mbSmallSize, Runs: b.opts.runs, Statistic: "reads: best of runs; stat: median of runs",
+		SizeBytes: int64(b.opts.Size), ReadBlockBytes: readBlock,
+		Files: b.opts.Files, FileBytes: smallSize, Runs: b.opts.Runs, Statistic: "reads: best of runs; stat: median of runs",
 	}
 }
 
-func (r *mountBenchReport) row(key string) *mbRow {
+func (r *MountReport) row(key string) *mountRow {
 	for _, row := range r.Rows {
 		if row.Key == key && row.Unavailable == "" {
 			return row
@@ -76,33 +76,33 @@ func (r *mountBenchReport) row(key string) *mbRow {
 }
 
 // evaluate fills in the ratios and the targets.
-func (r *mountBenchReport) evaluate() {
+func (r *MountReport) evaluate() {
 	native, lb := r.row("native"), r.row("loopback")
 	for _, row := range r.Rows {
 		if row.Unavailable != "" {
 			continue
 		}
-		row.ReadXNative = mbRatio(row.ReadGBps, native.ReadGBps)
-		row.StatXNative = mbRatio(row.StatPerSec, native.StatPerSec)
+		row.ReadXNative = ratio(row.ReadGBps, native.ReadGBps)
+		row.StatXNative = ratio(row.StatPerSec, native.StatPerSec)
 		if lb != nil && strings.HasPrefix(row.Key, "gdsfs") {
-			row.StatXLoopback = mbRatio(row.StatPerSec, lb.StatPerSec)
+			row.StatXLoopback = ratio(row.StatPerSec, lb.StatPerSec)
 		}
 	}
-	r.Targets = []mbTarget{
+	r.Targets = []mountTarget{
 		r.readTarget("gdsfs-passthrough", 0.95),
 		r.readTarget("gdsfs-no-passthrough", 0.5),
 		r.statTarget(),
 	}
 }
 
-func mbRatio(a, b float64) float64 {
+func ratio(a, b float64) float64 {
 	if b == 0 {
 		return 0
 	}
 	return a / b
 }
 
-func mbVerdict(ok bool) string {
+func verdictOf(ok bool) string {
 	if ok {
 		return "PASS"
 	}
@@ -110,16 +110,16 @@ func mbVerdict(ok bool) string {
 }
 
 // readTarget: the row's read throughput is at least want x native.
-func (r *mountBenchReport) readTarget(key string, want float64) mbTarget {
+func (r *MountReport) readTarget(key string, want float64) mountTarget {
 	native := r.row("native")
-	t := mbTarget{Name: strings.ReplaceAll(key, "-", " ") + " read", Want: fmt.Sprintf(">= %.2f x native", want)}
+	t := mountTarget{Name: strings.ReplaceAll(key, "-", " ") + " read", Want: fmt.Sprintf(">= %.2f x native", want)}
 	row := r.row(key)
 	if row == nil {
 		t.Result, t.Detail = "N/A", r.why(key)
 		return t
 	}
 	t.Ratio = row.ReadXNative
-	t.Result = mbVerdict(t.Ratio >= want)
+	t.Result = verdictOf(t.Ratio >= want)
 	t.Detail = fmt.Sprintf("%.2f GB/s = %.2f x native %.2f GB/s", row.ReadGBps, t.Ratio, native.ReadGBps)
 	return t
 }
@@ -128,8 +128,8 @@ func (r *mountBenchReport) readTarget(key string, want float64) mbTarget {
 // for like: the gdsfs mount in the loopback's read mode (passthrough, which
 // the loopback example uses as root), or the other one where that mode is
 // unavailable. Medians of the runs: one lucky run decides nothing.
-func (r *mountBenchReport) statTarget() mbTarget {
-	t := mbTarget{Name: "gdsfs stat", Want: ">= 1.00 x loopback"}
+func (r *MountReport) statTarget() mountTarget {
+	t := mountTarget{Name: "gdsfs stat", Want: ">= 1.00 x loopback"}
 	lb := r.row("loopback")
 	row := r.row("gdsfs-passthrough")
 	if row == nil || row.StatPerSec == 0 {
@@ -144,13 +144,13 @@ func (r *mountBenchReport) statTarget() mbTarget {
 		return t
 	}
 	t.Ratio = row.StatXLoopback
-	t.Result = mbVerdict(row.StatPerSec >= lb.StatPerSec)
+	t.Result = verdictOf(row.StatPerSec >= lb.StatPerSec)
 	t.Detail = fmt.Sprintf("%.0f files/s (%s) = %.2f x loopback %.0f files/s (medians)",
 		row.StatPerSec, row.Name, t.Ratio, lb.StatPerSec)
 	return t
 }
 
-func (r *mountBenchReport) why(key string) string {
+func (r *MountReport) why(key string) string {
 	for _, row := range r.Rows {
 		if row.Key == key {
 			return row.Unavailable
@@ -159,14 +159,14 @@ func (r *mountBenchReport) why(key string) string {
 	return "not measured"
 }
 
-func (r *mountBenchReport) writeJSON(w io.Writer) error {
+func (r *MountReport) WriteJSON(w io.Writer) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(r)
 }
 
-// writeText prints the table, the targets and any notes.
-func (r *mountBenchReport) writeText(w io.Writer) error {
+// WriteText prints the table, the targets and any notes.
+func (r *MountReport) WriteText(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "gdsfs bench mount: kernel %s; read: one %s file, %d KiB reads, page cache warm, fresh open per pass;\n",
 		r.Kernel, units.Size(r.SizeBytes), r.ReadBlockBytes>>10)
@@ -179,7 +179,7 @@ func (r *mountBenchReport) writeText(w io.Writer) error {
 			continue
 		}
 		fmt.Fprintf(&b, "%-22s %9.2f %8.2f %13.0f %8.2f %10s  %s\n", row.Name, row.ReadGBps, row.ReadXNative,
-			row.StatPerSec, row.StatXNative, mbOptRatio(row.StatXLoopback), mbPassthroughText(row))
+			row.StatPerSec, row.StatXNative, optRatio(row.StatXLoopback), passthroughText(row))
 	}
 	b.WriteString("\ntargets\n")
 	for _, t := range r.Targets {
@@ -194,14 +194,14 @@ func (r *mountBenchReport) writeText(w io.Writer) error {
 	return err
 }
 
-func mbOptRatio(v float64) string {
+func optRatio(v float64) string {
 	if v == 0 {
 		return "-"
 	}
 	return fmt.Sprintf("%.2f", v)
 }
 
-func mbPassthroughText(row *mbRow) string {
+func passthroughText(row *mountRow) string {
 	if row.Passthrough == nil {
 		return "-"
 	}

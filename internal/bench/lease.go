@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -12,65 +12,58 @@ import (
 	"strings"
 	"time"
 
-	"github.com/spf13/cobra"
+	"go.uber.org/zap"
 
 	"github.com/gdsfs/gdsfs/client"
 	"github.com/gdsfs/gdsfs/internal/config"
+	"github.com/gdsfs/gdsfs/internal/devices"
 	"github.com/gdsfs/gdsfs/internal/units"
 )
 
-//go:embed bench_lease.py
+//go:embed lease.py
 var leaseScript []byte
 
-type leaseBenchOptions struct {
-	size   units.Size
-	runs   int
-	dir    string
-	python string
-	sets   []string
+// LeaseOptions are the flags of `gdsfs bench lease`.
+type LeaseOptions struct {
+	Size   units.Size
+	Runs   int
+	Dir    string   // work directory (a disk filesystem)
+	Python string   // directory holding the gdsfs Python package; "" is python/ beside the binary's directory
+	Sets   []string // config.yaml keys for the mount
 }
 
-func benchLeaseCmd() *cobra.Command {
-	o := leaseBenchOptions{size: 1 << 30}
-	c := &cobra.Command{
-		Use:   "lease [--size 1GiB] [--runs 20] [--set key=value]...",
-		Short: "Time from acquire to a usable pointer or tensor, against re-reading the file",
-		Long: `Mounts a file of --size (self-exec), stages it, then times consumers taking a
+// LeaseDoc is the long help of `gdsfs bench lease`.
+const LeaseDoc = `Mounts a file of --size (self-exec), stages it, then times consumers taking a
 lease on the resident file: the Go client (acquire, map, pointer) and, where
 python3 with torch and the gdsfs package answer, gdsfs.open() to a torch
 tensor a kernel has read. The baseline is staging the same file again on
-the POSIX path, measured in the same run. Needs root (it mounts).`,
-		Args: exactArgs(),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if os.Geteuid() != 0 {
-				return usageError{fmt.Errorf("bench lease mounts by syscall: run as root")}
-			}
-			if o.runs < 1 {
-				return usageError{fmt.Errorf("--runs %d: want at least 1", o.runs)}
-			}
-			if _, err := config.Load("", o.sets); err != nil {
-				return usageError{err}
-			}
-			return runLeaseBench(o)
-		},
+the POSIX path, measured in the same run. Needs root (it mounts).`
+
+// Validate checks the options.
+func (o LeaseOptions) Validate() error {
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("bench lease mounts by syscall: run as root")
 	}
-	f := c.Flags()
-	f.Var(sizeFlag{&o.size}, "size", "file size")
-	f.IntVar(&o.runs, "runs", 20, "acquisitions timed; min and median are reported")
-	f.StringVar(&o.dir, "dir", "/var/tmp/gdsfs-bench-lease", "work directory (a disk filesystem)")
-	f.StringVar(&o.python, "python", "", "directory holding the gdsfs Python package (default: python/ beside the binary's directory)")
-	f.StringArrayVar(&o.sets, "set", nil, "config.yaml key for the mount")
-	return c
+	if o.Runs < 1 {
+		return fmt.Errorf("--runs %d: want at least 1", o.Runs)
+	}
+	if _, err := config.Load("", o.Sets); err != nil {
+		return err
+	}
+	return nil
 }
 
-func runLeaseBench(o leaseBenchOptions) error {
-	src, mnt := filepath.Join(o.dir, "src"), filepath.Join(o.dir, "mnt")
+// Lease runs `gdsfs bench lease` and prints its table to stdout.
+func Lease(o LeaseOptions) error { return runLeaseBench(o) }
+
+func runLeaseBench(o LeaseOptions) error {
+	src, mnt := filepath.Join(o.Dir, "src"), filepath.Join(o.Dir, "mnt")
 	for _, d := range []string{src, mnt} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err
 		}
 	}
-	sb := stageBenchOptions{size: o.size, dir: src, runs: 1}
+	sb := StageOptions{Size: o.Size, Dir: src, Runs: 1}
 	file, size, err := benchFile(sb)
 	if err != nil {
 		return err
@@ -79,13 +72,13 @@ func runLeaseBench(o leaseBenchOptions) error {
 	if err != nil {
 		return err
 	}
-	argv := []string{exe, "mount", "--set", "ipc.socket=" + filepath.Join(o.dir, "lease.sock")}
-	for _, s := range o.sets {
+	argv := []string{exe, "mount", "--set", "ipc.socket=" + filepath.Join(o.Dir, "lease.sock")}
+	for _, s := range o.Sets {
 		argv = append(argv, "--set", s)
 	}
 	argv = append(argv, src, mnt)
 	ctx := context.Background()
-	d, err := mbStartDaemon(ctx, "gdsfs", mnt, filepath.Join(o.dir, "daemon.log"), argv, mbFS{gdsfs: true}.ready(mnt))
+	d, err := startDaemon(ctx, "gdsfs", mnt, filepath.Join(o.Dir, "daemon.log"), argv, mountFS{gdsfs: true}.ready(mnt))
 	if err != nil {
 		return err
 	}
@@ -94,10 +87,10 @@ func runLeaseBench(o leaseBenchOptions) error {
 	if err := os.WriteFile(filepath.Join(mnt, ".gdsfs", "prefetch"), []byte(filepath.Base(file)+"\n"), 0); err != nil {
 		return fmt.Errorf("prefetch: %w", err)
 	}
-	if err := waitResident([]warmFile{{path: path, rel: filepath.Base(file), size: size}}, 5*time.Minute); err != nil {
+	if err := waitResident(path, 5*time.Minute); err != nil {
 		return err
 	}
-	device, goTimes, err := goLeaseTimes(path, o.runs)
+	device, goTimes, err := goLeaseTimes(path, o.Runs)
 	if err != nil {
 		return err
 	}
@@ -161,8 +154,8 @@ func goLeaseTimes(path string, runs int) (string, []float64, error) {
 	return device, times, nil
 }
 
-func pythonLeaseTimes(o leaseBenchOptions, path string) (map[string]float64, error) {
-	pkg := o.python
+func pythonLeaseTimes(o LeaseOptions, path string) (map[string]float64, error) {
+	pkg := o.Python
 	if pkg == "" {
 		exe, _ := os.Executable()
 		pkg = filepath.Join(filepath.Dir(exe), "..", "python")
@@ -170,11 +163,11 @@ func pythonLeaseTimes(o leaseBenchOptions, path string) (map[string]float64, err
 	if _, err := os.Stat(filepath.Join(pkg, "gdsfs")); err != nil {
 		return nil, fmt.Errorf("no gdsfs Python package in %s (--python)", pkg)
 	}
-	script := filepath.Join(o.dir, "bench_lease.py")
+	script := filepath.Join(o.Dir, "bench_lease.py")
 	if err := os.WriteFile(script, leaseScript, 0o644); err != nil {
 		return nil, err
 	}
-	cmd := exec.Command("python3", script, path, fmt.Sprint(o.runs))
+	cmd := exec.Command("python3", script, path, fmt.Sprint(o.Runs))
 	cmd.Env = append(os.Environ(), "PYTHONPATH="+pkg)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -196,17 +189,17 @@ func rereadTime(file string) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	b := &stageBench{o: stageBenchOptions{runs: 2}, cfg: cfg, path: file}
+	b := &stageBench{o: StageOptions{Runs: 2}, cfg: cfg, path: file}
 	st, err := os.Stat(file)
 	if err != nil {
 		return 0, err
 	}
 	b.size = st.Size()
-	devs, err := openDevices(cfg.Staging, nopLogger())
+	devs, err := devices.Open(cfg.Staging, zap.NewNop())
 	if err != nil {
 		return 0, err
 	}
-	defer closeDevices(devs)
+	defer devices.Close(devs)
 	b.dev = devs[0]
 	row := b.stagePath("on")
 	if row.Why != "" {

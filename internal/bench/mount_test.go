@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -9,11 +9,11 @@ import (
 	"time"
 )
 
-func startFake(t *testing.T, ctx context.Context, script string) (*mbDaemon, error) {
+func startFake(t *testing.T, ctx context.Context, script string) (*daemon, error) {
 	t.Helper()
 	dir := t.TempDir()
 	never := func() bool { return false }
-	return mbStartDaemon(ctx, "fake", dir, filepath.Join(dir, "log"), []string{"/bin/sh", "-c", script}, never)
+	return startDaemon(ctx, "fake", dir, filepath.Join(dir, "log"), []string{"/bin/sh", "-c", script}, never)
 }
 
 func TestMbStartDaemonExits(t *testing.T) {
@@ -37,7 +37,7 @@ echo 'gdsfs: fuse.passthrough: on, but the kernel does not offer FUSE passthroug
 			if d != nil {
 				t.Fatal("got a daemon from a process that exited")
 			}
-			var un *mbUnavailable
+			var un *unavailableError
 			switch {
 			case tc.unavailable != "" && (!errors.As(err, &un) || un.reason != tc.unavailable):
 				t.Fatalf("err = %v, want unavailable %q", err, tc.unavailable)
@@ -62,23 +62,23 @@ func TestMbStartDaemonCanceled(t *testing.T) {
 }
 
 func TestMountBenchTargets(t *testing.T) {
-	row := func(key string, gbps, stat float64) *mbRow {
-		return &mbRow{Key: key, Name: key, ReadGBps: gbps, StatPerSec: stat}
+	row := func(key string, gbps, stat float64) *mountRow {
+		return &mountRow{Key: key, Name: key, ReadGBps: gbps, StatPerSec: stat}
 	}
 	for _, tc := range []struct {
 		name string
-		rows []*mbRow
+		rows []*mountRow
 		want []string
 	}{
-		{"all pass", []*mbRow{row("native", 10, 1e5), row("gdsfs-passthrough", 9.6, 2e4),
+		{"all pass", []*mountRow{row("native", 10, 1e5), row("gdsfs-passthrough", 9.6, 2e4),
 			row("gdsfs-no-passthrough", 5, 2.1e4), row("loopback", 9, 2e4)}, []string{"PASS", "PASS", "PASS"}},
-		{"all miss", []*mbRow{row("native", 10, 1e5), row("gdsfs-passthrough", 9.4, 2e4),
+		{"all miss", []*mountRow{row("native", 10, 1e5), row("gdsfs-passthrough", 9.4, 2e4),
 			row("gdsfs-no-passthrough", 4.9, 2.1e4), row("loopback", 9, 2.05e4)}, []string{"MISS", "MISS", "MISS"}},
-		{"unavailable", []*mbRow{row("native", 10, 1e5), {Key: "gdsfs-passthrough", Unavailable: "no kernel"},
+		{"unavailable", []*mountRow{row("native", 10, 1e5), {Key: "gdsfs-passthrough", Unavailable: "no kernel"},
 			row("gdsfs-no-passthrough", 5, 2e4), {Key: "loopback", Unavailable: "no binary"}}, []string{"N/A", "PASS", "N/A"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := &mountBenchReport{Rows: tc.rows}
+			r := &MountReport{Rows: tc.rows}
 			r.evaluate()
 			var got []string
 			for _, tg := range r.Targets {
@@ -88,7 +88,7 @@ func TestMountBenchTargets(t *testing.T) {
 				t.Fatalf("targets %v, want %v: %+v", got, tc.want, r.Targets)
 			}
 			var b strings.Builder
-			if err := r.writeText(&b); err != nil {
+			if err := r.WriteText(&b); err != nil {
 				t.Fatal(err)
 			}
 		})

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bufio"
@@ -20,10 +20,10 @@ import (
 	"github.com/gdsfs/gdsfs/internal/mountinfo"
 )
 
-// mbDaemon is a filesystem daemon the bench started: gdsfs itself
+// daemon is a filesystem daemon the bench started: gdsfs itself
 // (self-exec) or the go-fuse loopback example. It runs in its own process
 // group, so a Ctrl-C reaches only the bench, which unmounts in order.
-type mbDaemon struct {
+type daemon struct {
 	name    string
 	mnt     string
 	logPath string // the daemon's stdout and stderr
@@ -32,21 +32,21 @@ type mbDaemon struct {
 	waitErr error
 }
 
-// mbUnavailable is a row the kernel cannot provide (passthrough refused).
-type mbUnavailable struct{ reason string }
+// unavailableError is a row the kernel cannot provide (passthrough refused).
+type unavailableError struct{ reason string }
 
-func (u *mbUnavailable) Error() string { return "unavailable: " + u.reason }
+func (u *unavailableError) Error() string { return "unavailable: " + u.reason }
 
-var errMbExited = errors.New("daemon exited")
+var errExited = errors.New("daemon exited")
 
 const (
-	mbMountTimeout = 30 * time.Second
-	mbStopTimeout  = 15 * time.Second
+	mountTimeout = 30 * time.Second
+	stopTimeout  = 15 * time.Second
 )
 
-// mbStartDaemon runs argv and waits until ready reports the mount
+// startDaemon runs argv and waits until ready reports the mount
 // served. On error nothing of it is left running or mounted.
-func mbStartDaemon(ctx context.Context, name, mnt, logPath string, argv []string, ready func() bool) (*mbDaemon, error) {
+func startDaemon(ctx context.Context, name, mnt, logPath string, argv []string, ready func() bool) (*daemon, error) {
 	logf, err := os.Create(logPath)
 	if err != nil {
 		return nil, fmt.Errorf("%s: daemon log: %w", name, err)
@@ -59,16 +59,16 @@ func mbStartDaemon(ctx context.Context, name, mnt, logPath string, argv []string
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("%s: start %s: %w", name, argv[0], err)
 	}
-	d := &mbDaemon{name: name, mnt: mnt, logPath: logPath, cmd: cmd, exited: make(chan struct{})}
+	d := &daemon{name: name, mnt: mnt, logPath: logPath, cmd: cmd, exited: make(chan struct{})}
 	go func() {
 		d.waitErr = cmd.Wait()
 		close(d.exited)
 	}()
-	err = mbPoll(ctx, mbMountTimeout, 20*time.Millisecond, d.exited, func() (bool, error) { return ready(), nil })
+	err = poll(ctx, mountTimeout, 20*time.Millisecond, d.exited, func() (bool, error) { return ready(), nil })
 	switch {
 	case err == nil:
 		return d, nil
-	case errors.Is(err, errMbExited):
+	case errors.Is(err, errExited):
 		return nil, d.startFailure()
 	default:
 		return nil, errors.Join(fmt.Errorf("%s: waiting for the mount on %s: %w", name, mnt, err), d.stop())
@@ -77,7 +77,7 @@ func mbStartDaemon(ctx context.Context, name, mnt, logPath string, argv []string
 
 // ready reports whether fsys serves mnt: gdsfs answers .gdsfs/version, the
 // loopback shows in mountinfo and answers a stat of its root.
-func (fsys mbFS) ready(mnt string) func() bool {
+func (fsys mountFS) ready(mnt string) func() bool {
 	return func() bool {
 		fstype, ok := mountinfo.MountedAt(mnt)
 		if !ok {
@@ -95,18 +95,18 @@ func (fsys mbFS) ready(mnt string) func() bool {
 // startFailure explains a daemon that exited before mounting. gdsfs with
 // fuse.passthrough=on exits with "fuse.passthrough: on, but REASON" where
 // the kernel refuses passthrough: that row is unavailable, not an error.
-func (d *mbDaemon) startFailure() error {
+func (d *daemon) startFailure() error {
 	tail := d.logTail()
 	const refused = "fuse.passthrough: on, but "
 	if i := strings.LastIndex(tail, refused); i >= 0 {
 		reason, _, _ := strings.Cut(tail[i+len(refused):], "\n")
-		return &mbUnavailable{reason: "kernel refuses passthrough: " + strings.TrimSpace(reason)}
+		return &unavailableError{reason: "kernel refuses passthrough: " + strings.TrimSpace(reason)}
 	}
 	return fmt.Errorf("%s exited before mounting %s (%v); its log %s ends:\n%s", d.name, d.mnt, d.waitErr, d.logPath, tail)
 }
 
 // logTail is the end of the daemon's log.
-func (d *mbDaemon) logTail() string {
+func (d *daemon) logTail() string {
 	b, err := os.ReadFile(d.logPath)
 	if err != nil {
 		return fmt.Sprintf("(cannot read the log: %v)", err)
@@ -121,14 +121,14 @@ func (d *mbDaemon) logTail() string {
 // stop unmounts by SIGTERM and waits for the daemon to exit. A daemon that
 // does not exit has its mount detached, then is killed. It returns an
 // error only if the mount could not be removed cleanly.
-func (d *mbDaemon) stop() error {
+func (d *daemon) stop() error {
 	select {
 	case <-d.exited:
 		return d.unmountLeftover()
 	default:
 	}
 	d.cmd.Process.Signal(syscall.SIGTERM)
-	if d.waitExit(mbStopTimeout) {
+	if d.waitExit(stopTimeout) {
 		if d.waitErr != nil {
 			fmt.Fprintf(os.Stderr, "gdsfs bench mount: %s exited with %v on SIGTERM (log %s)\n", d.name, d.waitErr, d.logPath)
 		}
@@ -145,7 +145,7 @@ func (d *mbDaemon) stop() error {
 		d.unmountLeftover())
 }
 
-func (d *mbDaemon) waitExit(limit time.Duration) bool {
+func (d *daemon) waitExit(limit time.Duration) bool {
 	t := time.NewTimer(limit)
 	defer t.Stop()
 	select {
@@ -157,7 +157,7 @@ func (d *mbDaemon) waitExit(limit time.Duration) bool {
 }
 
 // unmountLeftover detaches a mount its exited daemon left behind.
-func (d *mbDaemon) unmountLeftover() error {
+func (d *daemon) unmountLeftover() error {
 	if _, ok := mountinfo.MountedAt(d.mnt); !ok {
 		return nil
 	}
@@ -170,16 +170,16 @@ func (d *mbDaemon) unmountLeftover() error {
 // readCount is how many reads the daemon has served: reads_served of
 // gdsfs's stats.json, or for another daemon its read system calls (each
 // FUSE request it takes is one read of /dev/fuse).
-func (d *mbDaemon) readCount(gdsfs bool) (uint64, error) {
+func (d *daemon) readCount(gdsfs bool) (uint64, error) {
 	if gdsfs {
-		st, err := mbReadStats(d.mnt)
+		st, err := readStats(d.mnt)
 		return st.ReadsServed, err
 	}
-	return mbProcReadSyscalls(d.cmd.Process.Pid)
+	return procReadSyscalls(d.cmd.Process.Pid)
 }
 
-// mbProcReadSyscalls is syscr of /proc/PID/io.
-func mbProcReadSyscalls(pid int) (uint64, error) {
+// procReadSyscalls is syscr of /proc/PID/io.
+func procReadSyscalls(pid int) (uint64, error) {
 	path := fmt.Sprintf("/proc/%d/io", pid)
 	f, err := os.Open(path)
 	if err != nil {
@@ -199,15 +199,15 @@ func mbProcReadSyscalls(pid int) (uint64, error) {
 	return 0, fmt.Errorf("count the daemon's reads: no syscr in %s", path)
 }
 
-// mbStats is the part of MOUNT/.gdsfs/stats.json the bench reads.
-type mbStats struct {
+// mountStats is the part of MOUNT/.gdsfs/stats.json the bench reads.
+type mountStats struct {
 	Passthrough       bool   `json:"passthrough"`
 	PassthroughReason string `json:"passthrough_reason"`
 	ReadsServed       uint64 `json:"reads_served"`
 }
 
-func mbReadStats(mnt string) (mbStats, error) {
-	var st mbStats
+func readStats(mnt string) (mountStats, error) {
+	var st mountStats
 	path := filepath.Join(mnt, ".gdsfs", "stats.json")
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -219,9 +219,9 @@ func mbReadStats(mnt string) (mbStats, error) {
 	return st, nil
 }
 
-// mbCacheState is the state MOUNT/.gdsfs/cache lists for rel ("" when
+// cacheState is the state MOUNT/.gdsfs/cache lists for rel ("" when
 // it is not listed).
-func mbCacheState(mnt, rel string) (string, error) {
+func cacheState(mnt, rel string) (string, error) {
 	b, err := os.ReadFile(filepath.Join(mnt, ".gdsfs", "cache"))
 	if err != nil {
 		return "", fmt.Errorf("read the staging cache listing: %w", err)
@@ -236,9 +236,9 @@ func mbCacheState(mnt, rel string) (string, error) {
 	return "", nil
 }
 
-// mbPoll calls check every interval until it reports done or fails,
-// ctx ends, exited closes (errMbExited) or limit passes.
-func mbPoll(ctx context.Context, limit, interval time.Duration, exited <-chan struct{}, check func() (bool, error)) error {
+// poll calls check every interval until it reports done or fails,
+// ctx ends, exited closes (errExited) or limit passes.
+func poll(ctx context.Context, limit, interval time.Duration, exited <-chan struct{}, check func() (bool, error)) error {
 	deadline := time.NewTimer(limit)
 	defer deadline.Stop()
 	tick := time.NewTicker(interval)
@@ -251,10 +251,38 @@ func mbPoll(ctx context.Context, limit, interval time.Duration, exited <-chan st
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-exited:
-			return errMbExited
+			return errExited
 		case <-deadline.C:
 			return fmt.Errorf("not done after %v", limit)
 		case <-tick.C:
 		}
 	}
+}
+
+// waitResident waits until path, a file under a gdsfs mount, is resident
+// (its user.gdsfs.state). Failed, or absent (dropped from the prefetch
+// queue, evicted), is an error.
+func waitResident(path string, limit time.Duration) error {
+	var state string
+	err := poll(context.Background(), limit, 50*time.Millisecond, nil, func() (bool, error) {
+		state = stateOf(path)
+		if strings.HasPrefix(state, "failed") || state == "absent" {
+			return false, fmt.Errorf("%s not staged: %s", path, state)
+		}
+		return state == "resident", nil
+	})
+	if err != nil {
+		return fmt.Errorf("wait for %s to be staged (%s): %w", path, state, err)
+	}
+	return nil
+}
+
+// stateOf reads user.gdsfs.state.
+func stateOf(path string) string {
+	buf := make([]byte, 4096)
+	n, err := unix.Getxattr(path, "user.gdsfs.state", buf)
+	if err != nil {
+		return "failed: " + err.Error()
+	}
+	return string(buf[:n])
 }

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -17,38 +17,38 @@ import (
 
 // mountBench is one run of `gdsfs bench mount`: its directory and files.
 type mountBench struct {
-	opts     mountBenchOptions
+	opts     MountOptions
 	self     string // this binary, run as the gdsfs daemon
 	dir      string // absolute
 	source   string // dir/source
 	removeAt bool   // dir was made here and goes at the end
 	leftover bool   // a mount could not be removed cleanly: keep dir
 	names    []string
-	subjects []*mbSubject // in table order; native first
+	subjects []*subject // in table order; native first
 }
 
-func newMountBench(o mountBenchOptions) (*mountBench, error) {
+func newMountBench(o MountOptions) (*mountBench, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("find this binary to run it as the gdsfs daemon: %w", err)
 	}
-	b := &mountBench{opts: o, self: self, dir: o.dir}
+	b := &mountBench{opts: o, self: self, dir: o.Dir}
 	if b.dir == "" {
 		if b.dir, err = os.MkdirTemp("/var/tmp", "gdsfs-bench-mount-"); err != nil {
 			return nil, fmt.Errorf("work directory: %w", err)
 		}
 		b.removeAt = true
 	} else if b.dir, err = filepath.Abs(b.dir); err != nil {
-		return nil, fmt.Errorf("--dir %s: %w", o.dir, err)
+		return nil, fmt.Errorf("--dir %s: %w", o.Dir, err)
 	}
 	b.source = filepath.Join(b.dir, "source")
-	for i := range o.files {
+	for i := range o.Files {
 		b.names = append(b.names, fmt.Sprintf("f%06d", i))
 	}
 	return b, nil
 }
 
-func (b *mountBench) bigPath() string              { return filepath.Join(b.source, mbBigName) }
+func (b *mountBench) bigPath() string              { return filepath.Join(b.source, bigName) }
 func (b *mountBench) mountpoint(key string) string { return filepath.Join(b.dir, "mnt-"+key) }
 
 func (b *mountBench) say(format string, args ...any) {
@@ -72,15 +72,15 @@ func (b *mountBench) cleanup() {
 // prepare writes SOURCE: the big file of random bytes and the small files,
 // then syncs so writeback does not run during the timed passes.
 func (b *mountBench) prepare(ctx context.Context) error {
-	many := filepath.Join(b.source, mbManyDir)
+	many := filepath.Join(b.source, manyDir)
 	if err := os.MkdirAll(many, 0o755); err != nil {
 		return fmt.Errorf("prepare SOURCE: %w", err)
 	}
 	rng := rand.NewChaCha8([32]byte{'g', 'd', 's', 'f', 's'})
-	if err := mbWriteFile(b.bigPath(), io.LimitReader(rng, int64(b.opts.size))); err != nil {
+	if err := writeFile(b.bigPath(), io.LimitReader(rng, int64(b.opts.Size))); err != nil {
 		return err
 	}
-	buf := make([]byte, mbSmallSize)
+	buf := make([]byte, smallSize)
 	for i, name := range b.names {
 		if i%1024 == 0 && ctx.Err() != nil {
 			return ctx.Err()
@@ -94,12 +94,12 @@ func (b *mountBench) prepare(ctx context.Context) error {
 	return nil
 }
 
-func mbWriteFile(path string, r io.Reader) error {
+func writeFile(path string, r io.Reader) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return fmt.Errorf("prepare SOURCE: %w", err)
 	}
-	_, err = io.CopyBuffer(f, r, make([]byte, mbReadBlock))
+	_, err = io.CopyBuffer(f, r, make([]byte, readBlock))
 	if err == nil {
 		err = f.Sync()
 	}
@@ -126,14 +126,14 @@ func (b *mountBench) warmUpAll(ctx context.Context) error {
 			continue
 		}
 		if s.fs.gdsfs {
-			if err := mbCheckPassthrough(s); err != nil {
+			if err := checkPassthrough(s); err != nil {
 				return err
 			}
 			if s.row.Unavailable != "" {
 				continue
 			}
 		}
-		if _, err := mbReadPass(filepath.Join(s.root, mbBigName), make([]byte, mbReadBlock), int64(b.opts.size)); err != nil {
+		if _, err := readPass(filepath.Join(s.root, bigName), make([]byte, readBlock), int64(b.opts.Size)); err != nil {
 			return fmt.Errorf("%s: warm-up read: %w", s.fs.name, err)
 		}
 	}
@@ -151,22 +151,22 @@ func (b *mountBench) warmUpAll(ctx context.Context) error {
 
 // waitStaged waits until gdsfs's staging cache lists the big file
 // resident (or failed). One that never gets there is a note, not an error.
-func (b *mountBench) waitStaged(ctx context.Context, s *mbSubject) error {
+func (b *mountBench) waitStaged(ctx context.Context, s *subject) error {
 	// Staging reads at disk or page-cache speed; allow for a slow disk.
-	limit := max(time.Minute, time.Duration(b.opts.size/(50<<20))*time.Second)
+	limit := max(time.Minute, time.Duration(b.opts.Size/(50<<20))*time.Second)
 	var state string
-	err := mbPoll(ctx, limit, 50*time.Millisecond, nil, func() (bool, error) {
+	err := poll(ctx, limit, 50*time.Millisecond, nil, func() (bool, error) {
 		var err error
-		state, err = mbCacheState(s.root, mbBigName)
+		state, err = cacheState(s.root, bigName)
 		return state == "resident" || strings.HasPrefix(state, "failed"), err
 	})
 	switch {
 	case ctx.Err() != nil:
 		return ctx.Err()
 	case err != nil && state == "":
-		s.row.Notes = append(s.row.Notes, fmt.Sprintf("staging: %s never listed in .gdsfs/cache (%v)", mbBigName, err))
+		s.row.Notes = append(s.row.Notes, fmt.Sprintf("staging: %s never listed in .gdsfs/cache (%v)", bigName, err))
 	case err != nil:
-		s.row.Notes = append(s.row.Notes, fmt.Sprintf("staging: %s still %s (%v)", mbBigName, state, err))
+		s.row.Notes = append(s.row.Notes, fmt.Sprintf("staging: %s still %s (%v)", bigName, state, err))
 	case state != "resident":
 		s.row.Notes = append(s.row.Notes, "staging: "+state)
 	}
@@ -179,9 +179,9 @@ func (b *mountBench) waitStaged(ctx context.Context, s *mbSubject) error {
 // each daemon served meanwhile.
 func (b *mountBench) measureReads(ctx context.Context) error {
 	b.say("timing reads")
-	buf := make([]byte, mbReadBlock)
-	size := int64(b.opts.size)
-	if _, err := mbReadPass(b.bigPath(), buf, size); err != nil {
+	buf := make([]byte, readBlock)
+	size := int64(b.opts.Size)
+	if _, err := readPass(b.bigPath(), buf, size); err != nil {
 		return fmt.Errorf("warm the page cache: %w", err)
 	}
 	subjects := b.active()
@@ -192,8 +192,8 @@ func (b *mountBench) measureReads(ctx context.Context) error {
 			return err
 		}
 	}
-	err := mbRounds(ctx, b.opts.runs, subjects, func(s *mbSubject) error {
-		d, err := mbReadPass(filepath.Join(s.root, mbBigName), buf, size)
+	err := rounds(ctx, b.opts.Runs, subjects, func(s *subject) error {
+		d, err := readPass(filepath.Join(s.root, bigName), buf, size)
 		if err != nil {
 			return fmt.Errorf("%s: %w", s.fs.name, err)
 		}
@@ -208,16 +208,16 @@ func (b *mountBench) measureReads(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		s.row.ReadGBps = mbBest(s.row.ReadRunsGBps)
+		s.row.ReadGBps = bestOf(s.row.ReadRunsGBps)
 		s.row.DaemonReads = after - before[i]
 		b.judgePassthrough(s)
 	}
 	return nil
 }
 
-// mbRounds runs pass on every subject, runs times, starting each round
+// rounds runs pass on every subject, runs times, starting each round
 // one subject further so none always goes first.
-func mbRounds(ctx context.Context, runs int, subjects []*mbSubject, pass func(*mbSubject) error) error {
+func rounds(ctx context.Context, runs int, subjects []*subject, pass func(*subject) error) error {
 	for r := range runs {
 		for i := range subjects {
 			if err := ctx.Err(); err != nil {
@@ -232,7 +232,7 @@ func mbRounds(ctx context.Context, runs int, subjects []*mbSubject, pass func(*m
 }
 
 // readCount is how many reads s's daemon has served (0 for native).
-func (s *mbSubject) readCount() (uint64, error) {
+func (s *subject) readCount() (uint64, error) {
 	if s.d == nil {
 		return 0, nil
 	}
@@ -243,9 +243,9 @@ func (s *mbSubject) readCount() (uint64, error) {
 	return n, nil
 }
 
-// mbReadPass opens path, reads it to the end in len(buf) reads, closes it
+// readPass opens path, reads it to the end in len(buf) reads, closes it
 // and returns the time taken.
-func mbReadPass(path string, buf []byte, want int64) (time.Duration, error) {
+func readPass(path string, buf []byte, want int64) (time.Duration, error) {
 	start := time.Now()
 	f, err := os.Open(path)
 	if err != nil {
@@ -281,20 +281,20 @@ func mbReadPass(path string, buf []byte, want int64) (time.Duration, error) {
 // pass.
 func (b *mountBench) measureStats(ctx context.Context) error {
 	b.say("timing lstat")
-	native := mbPaths(filepath.Join(b.source, mbManyDir), b.names)
+	native := joinAll(filepath.Join(b.source, manyDir), b.names)
 	subjects := b.active()
-	paths := make(map[*mbSubject][]string, len(subjects))
+	paths := make(map[*subject][]string, len(subjects))
 	for _, s := range subjects {
-		paths[s] = mbPaths(filepath.Join(s.root, mbManyDir), b.names)
+		paths[s] = joinAll(filepath.Join(s.root, manyDir), b.names)
 	}
-	err := mbRounds(ctx, b.opts.runs, subjects, func(s *mbSubject) error {
-		if err := mbDropDentries(); err != nil {
+	err := rounds(ctx, b.opts.Runs, subjects, func(s *subject) error {
+		if err := dropDentries(); err != nil {
 			return err
 		}
-		if _, err := mbStatPass(ctx, native); err != nil {
+		if _, err := statPass(ctx, native); err != nil {
 			return err
 		}
-		d, err := mbStatPass(ctx, paths[s])
+		d, err := statPass(ctx, paths[s])
 		if err != nil {
 			return fmt.Errorf("%s: %w", s.fs.name, err)
 		}
@@ -305,12 +305,12 @@ func (b *mountBench) measureStats(ctx context.Context) error {
 		return err
 	}
 	for _, s := range subjects {
-		s.row.StatPerSec = mbMedian(s.row.StatRuns)
+		s.row.StatPerSec = median(s.row.StatRuns)
 	}
 	return nil
 }
 
-func mbPaths(dir string, names []string) []string {
+func joinAll(dir string, names []string) []string {
 	paths := make([]string, len(names))
 	for i, n := range names {
 		paths[i] = filepath.Join(dir, n)
@@ -318,7 +318,7 @@ func mbPaths(dir string, names []string) []string {
 	return paths
 }
 
-func mbStatPass(ctx context.Context, paths []string) (time.Duration, error) {
+func statPass(ctx context.Context, paths []string) (time.Duration, error) {
 	start := time.Now()
 	for i, p := range paths {
 		if i%1024 == 0 && ctx.Err() != nil {
@@ -331,15 +331,15 @@ func mbStatPass(ctx context.Context, paths []string) (time.Duration, error) {
 	return time.Since(start), nil
 }
 
-// mbDropDentries drops the kernel's dentry and inode caches.
-func mbDropDentries() error {
+// dropDentries drops the kernel's dentry and inode caches.
+func dropDentries() error {
 	if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("2"), 0); err != nil {
 		return fmt.Errorf("drop dentries and inodes: %w", err)
 	}
 	return nil
 }
 
-func mbMedian(v []float64) float64 {
+func median(v []float64) float64 {
 	if len(v) == 0 {
 		return 0
 	}
@@ -348,7 +348,7 @@ func mbMedian(v []float64) float64 {
 	return s[len(s)/2]
 }
 
-func mbBest(v []float64) float64 {
+func bestOf(v []float64) float64 {
 	best := 0.0
 	for _, x := range v {
 		best = max(best, x)
@@ -356,11 +356,11 @@ func mbBest(v []float64) float64 {
 	return best
 }
 
-// mbCheckPassthrough confirms from stats.json that a gdsfs mount uses
+// checkPassthrough confirms from stats.json that a gdsfs mount uses
 // passthrough exactly when asked. Where passthrough was asked for and the
 // daemon went without, the row is marked unavailable.
-func mbCheckPassthrough(s *mbSubject) error {
-	st, err := mbReadStats(s.root)
+func checkPassthrough(s *subject) error {
+	st, err := readStats(s.root)
 	if err != nil {
 		return fmt.Errorf("%s: %w", s.fs.name, err)
 	}
@@ -377,17 +377,17 @@ func mbCheckPassthrough(s *mbSubject) error {
 // judgePassthrough sets, for the loopback, whether the kernel read through
 // passthrough: without it every pass costs at least one daemon read per
 // MiB, with it only the few reads of open, flush and release.
-func (b *mountBench) judgePassthrough(s *mbSubject) {
+func (b *mountBench) judgePassthrough(s *subject) {
 	if s.d == nil {
 		return
 	}
-	perPass := s.row.DaemonReads / uint64(b.opts.runs)
+	perPass := s.row.DaemonReads / uint64(b.opts.Runs)
 	if s.fs.gdsfs {
 		if s.fs.passthrough && perPass > 0 {
 			s.row.Notes = append(s.row.Notes, fmt.Sprintf("the daemon served %d reads per pass despite passthrough", perPass))
 		}
 		return
 	}
-	pt := perPass < 8+uint64(b.opts.size)/(2<<20)
+	pt := perPass < 8+uint64(b.opts.Size)/(2<<20)
 	s.row.Passthrough = &pt
 }

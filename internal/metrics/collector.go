@@ -1,0 +1,130 @@
+package metrics
+
+import (
+	"errors"
+	"strings"
+	"syscall"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sys/unix"
+)
+
+// gauges are the stats keys that go up and down; counters only grow.
+// A numeric key in neither list (added later by another part) is served
+// untyped under its own name, so no counter is mislabelled.
+var (
+	gauges = map[string]bool{
+		"staged_files": true, "loading_files": true, "failed_files": true,
+		"resident_bytes": true, "used_bytes": true, "capacity_bytes": true,
+		"leases_active": true, "passthrough": true,
+	}
+	counters = map[string]bool{
+		"opens": true, "reads_served": true, "bytes_served": true,
+		"prefetches": true, "prefetch_dropped": true, "hits": true, "misses": true,
+		"shared_loads": true, "evictions": true, "invalidations": true,
+		"load_errors": true, "too_large": true, "no_space": true,
+		"bytes_cufile": true, "bytes_posix": true, "bytes_host": true,
+		"cufile_fallbacks": true, "leases_total": true, "lease_denied": true,
+		"ipc_connections": true, "ipc_requests": true, "ipc_bad_requests": true,
+		"autoload_fallbacks": true,
+	}
+)
+
+// CounterName is the metric a stats key is served as: counters end in
+// _total (leases_total stays gdsfs_leases_total), gauges and untyped keys
+// keep their name.
+func CounterName(key string) string {
+	name := metricName(key)
+	if counters[key] && !strings.HasSuffix(name, "_total") {
+		name += "_total"
+	}
+	return name
+}
+
+// statsCollector turns the stats.json object into metrics at each scrape.
+// It is unchecked (Describe sends nothing): the keys are whatever the
+// parts of the daemon report.
+type statsCollector struct {
+	stats func() map[string]any
+}
+
+func (statsCollector) Describe(chan<- *prometheus.Desc) {}
+
+func (c statsCollector) Collect(ch chan<- prometheus.Metric) {
+	m := c.stats()
+	labels := map[string]string{}
+	for _, key := range sortedKeys(m) {
+		switch v := m[key].(type) {
+		case string:
+			labels[key] = v
+		case map[string]any:
+			collectMap(ch, key, v)
+		default:
+			if f, ok := number(v); ok {
+				ch <- prometheus.MustNewConstMetric(desc(key, nil), valueType(key), f)
+			}
+		}
+	}
+	names := sortedKeys(labels)
+	values := make([]string, len(names))
+	for i, k := range names {
+		values[i] = labels[k]
+	}
+	info := prometheus.NewDesc("gdsfs_info", "The mount's non-numeric stats (device, cufile_mode, passthrough_reason, ...) as labels; the value is 1.", names, nil)
+	ch <- prometheus.MustNewConstMetric(info, prometheus.GaugeValue, 1, values...)
+}
+
+// collectMap serves a nested object of numbers (counts per reason) as one
+// metric with a "name" label.
+func collectMap(ch chan<- prometheus.Metric, key string, m map[string]any) {
+	d := desc(key, []string{"name"})
+	for _, k := range sortedKeys(m) {
+		if f, ok := number(m[k]); ok {
+			ch <- prometheus.MustNewConstMetric(d, valueType(key), f, k)
+		}
+	}
+}
+
+func desc(key string, labels []string) *prometheus.Desc {
+	return prometheus.NewDesc(CounterName(key), "stats.json "+key+" (see README, Control files).", labels, nil)
+}
+
+func valueType(key string) prometheus.ValueType {
+	switch {
+	case counters[key]:
+		return prometheus.CounterValue
+	case gauges[key]:
+		return prometheus.GaugeValue
+	}
+	return prometheus.UntypedValue
+}
+
+// number converts what encoding/json decodes (float64, bool) and plain Go
+// numbers.
+func number(v any) (float64, bool) {
+	switch x := v.(type) {
+	case float64:
+		return x, true
+	case bool:
+		if x {
+			return 1, true
+		}
+		return 0, true
+	case int:
+		return float64(x), true
+	case int64:
+		return float64(x), true
+	case uint64:
+		return float64(x), true
+	}
+	return 0, false
+}
+
+// errnoName is the errno's name ("EACCES") when err wraps one.
+func errnoName(err error) string {
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		return unix.ErrnoName(errno)
+	}
+	return ""
+}

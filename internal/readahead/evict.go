@@ -19,11 +19,11 @@ type Use struct {
 // read-ahead brings in. A read-ahead load whose item left the window
 // (empty window) may take free room only.
 //
-// The cache walks its LRU from the cold end, skips entries MayEvict
-// refuses for a lease, loading or the window, and stops at the first it
-// refuses for heat (every entry after it is hotter). Demand loads keep
-// their own rule (plain LRU, leased entries excepted): they may evict
-// read-ahead files, which then count as wasted.
+// The cache, needing room for a read-ahead load, walks its LRU from the
+// cold end and takes the entries MayEvict allows until the load fits; if
+// they are not enough it evicts nothing and declines (NoRoom). Demand
+// loads keep their own rule (plain LRU, leased entries excepted): they may
+// evict read-ahead files, which then count as wasted.
 func MayEvict(c Use, window []Item) bool {
 	if c.Leased || c.Loading || len(window) == 0 {
 		return false

@@ -30,9 +30,8 @@ func TestMayEvict(t *testing.T) {
 }
 
 // lru plays the cache's side of the rule, as INTEGRATION.md prescribes:
-// a read-ahead load takes free room, else walks the LRU from the cold end,
-// skipping what MayEvict refuses for a lease, a load or the window, and
-// stopping at the first entry refused for heat.
+// a read-ahead load takes free room, else walks the LRU from the cold end
+// taking what MayEvict allows, and evicts nothing if that is not enough.
 type lru struct {
 	capacity int
 	entries  []*Use // coldest first
@@ -58,18 +57,8 @@ func (l *lru) use(rel string, at uint64, leased bool) {
 // readAhead stages it for read-ahead, or reports that there is no room.
 func (l *lru) readAhead(it Item, window []Item) (victims []string, ok bool) {
 	if len(l.entries) >= l.capacity {
-		i := 0
-		for ; i < len(l.entries); i++ {
-			u := l.entries[i]
-			if MayEvict(*u, window) {
-				break
-			}
-			inWindow := slices.ContainsFunc(window, func(w Item) bool { return w.Rel == u.Rel })
-			if !u.Leased && !u.Loading && !inWindow {
-				return nil, false // refused for heat: everything after is hotter
-			}
-		}
-		if i == len(l.entries) {
+		i := slices.IndexFunc(l.entries, func(u *Use) bool { return MayEvict(*u, window) })
+		if i < 0 {
 			return nil, false
 		}
 		victims = append(victims, l.entries[i].Rel)

@@ -2,6 +2,7 @@ package readahead
 
 import (
 	"fmt"
+	"os"
 	"path"
 	"sort"
 
@@ -26,8 +27,17 @@ type Lister func(dir string) ([]Entry, error)
 // credentials: names and sizes of regular files only (links, devices and
 // directories are left out; a link's target is listed where it lives).
 func ListBeneath(root *access.Root) Lister {
+	return ListOpened(func(dir string) (*os.File, error) {
+		return root.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0, access.Beneath)
+	})
+}
+
+// ListOpened is ListBeneath for a cache that opens directories beneath
+// SOURCE itself: open must resolve dir beneath SOURCE (openat2 with
+// RESOLVE_BENEATH) and return it opened for reading.
+func ListOpened(open func(dir string) (*os.File, error)) Lister {
 	return func(dir string) ([]Entry, error) {
-		d, err := root.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0, access.Beneath)
+		d, err := open(dir)
 		if err != nil {
 			return nil, err
 		}

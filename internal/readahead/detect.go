@@ -11,9 +11,11 @@ type cursor struct {
 	stride int64 // the stride every advance of the run took; 0: none yet; -1: mixed
 }
 
-// step moves c for an access at position to. Ahead by 1..slack continues
-// the sequence; behind by 0..slack (a re-open, a reader a little behind)
-// is tolerated; anything else is a jump.
+// step moves c for an access at position to. Ahead of the furthest
+// position reached by 1..slack continues the sequence; behind it by
+// 0..2*slack (a re-open, readers racing: a DataLoader keeps two items per
+// worker in flight, so the furthest runs up to twice the workers ahead of
+// the slowest) is tolerated; anything else is a jump.
 func (c *cursor) step(to int64, slack int) {
 	d := to - c.pos
 	switch {
@@ -29,7 +31,7 @@ func (c *cursor) step(to int64, slack int) {
 		default:
 			c.stride = -1
 		}
-	case d <= 0 && d >= -int64(slack):
+	case d <= 0 && d >= -2*int64(slack):
 	default:
 		*c = cursor{valid: true, pos: to}
 	}
@@ -54,7 +56,7 @@ func (c *cursor) stepAny(cands []int64, slack int) {
 			return
 		}
 		for _, q := range cands {
-			if d := q - c.pos; d <= 0 && d >= -int64(slack) {
+			if d := q - c.pos; d <= 0 && d >= -2*int64(slack) {
 				return
 			}
 		}
@@ -116,7 +118,7 @@ func (r *ReadAhead) observe(d *dirState, name string) {
 	if i, ok := l.index[name]; ok {
 		d.name.step(int64(i), slack)
 	}
-	if d.log.recent(name, slack) {
+	if d.log.recent(name, 2*slack) {
 		return // a re-open, or readers a little out of step: nothing new
 	}
 	cands := d.log.occurrences(name)
@@ -129,10 +131,32 @@ func (r *ReadAhead) observe(d *dirState, name string) {
 }
 
 // slack is Tuning.Slack for a directory of n files: a sixteenth of them,
-// at least 1. In a small directory a wide slack makes chance runs in
-// random order likely (three steps of at most 8 among 16 files are).
+// at least 2 (two readers racing swap neighbours). In a small directory a
+// wide slack makes chance runs in random order likely (three steps of at
+// most 8 among 16 files are).
 func (r *ReadAhead) slack(n int) int {
-	return max(1, min(r.tune.Slack, n/16))
+	return max(2, min(r.tune.Slack, n/16))
+}
+
+// MinDirFiles: a directory of fewer files is never read ahead by the
+// detector (too few to tell an order from chance; a replay still stages
+// them).
+const MinDirFiles = 16
+
+// minRun is Tuning.MinRun, one more in a directory of fewer than 32
+// files, where the slack is a larger share of the files.
+func (r *ReadAhead) minRun(n int) int {
+	if n < 32 {
+		return r.tune.MinRun + 1
+	}
+	return r.tune.MinRun
+}
+
+func (d *dirState) listOrEmpty() *listing {
+	if d.list == nil {
+		return &listing{}
+	}
+	return d.list
 }
 
 // guess is one predicted file.
@@ -147,7 +171,12 @@ func (r *ReadAhead) predict(d *dirState, n int) []guess {
 	if n <= 0 || r.seq-d.last > int64(r.tune.Idle) {
 		return nil
 	}
-	hist, byName := d.hist.confident(r.tune.MinRun), d.name.confident(r.tune.MinRun)
+	files := len(d.listOrEmpty().names)
+	if files < MinDirFiles {
+		return nil
+	}
+	run := r.minRun(files)
+	hist, byName := d.hist.confident(run), d.name.confident(run)
 	if !hist && !byName {
 		return nil
 	}

@@ -1,6 +1,7 @@
 package readahead
 
 import (
+	"cmp"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -48,6 +49,57 @@ func TestListingRefreshedForANewName(t *testing.T) {
 	c.open("d/not-a-file", "d/not-a-file")
 	if c.lists["d"] != 3 {
 		t.Fatalf("listed d %d times, want 3: a name still missing is not listed for again", c.lists["d"])
+	}
+}
+
+// dataLoaderOrder is the order in which a torch DataLoader's workers
+// start its items 0..n-1: item i goes to worker i%workers, which runs its
+// items in turn, each taking a random time; the main process keeps
+// prefetch*workers items outstanding and consumes them in order.
+func dataLoaderOrder(n, workers, prefetch int, rng *rand.Rand) []int {
+	start, finish, consumed := make([]float64, n), make([]float64, n), make([]float64, n)
+	for i := range n {
+		if i >= prefetch*workers {
+			start[i] = consumed[i-prefetch*workers] // dispatched when an earlier one is consumed
+		}
+		if i >= workers {
+			start[i] = max(start[i], finish[i-workers]) // the worker's previous item
+		}
+		finish[i] = start[i] + 0.5 + rng.Float64()
+		consumed[i] = finish[i]
+		if i > 0 {
+			consumed[i] = max(consumed[i], consumed[i-1])
+		}
+	}
+	order := span(0, n)
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(start[a], start[b]) })
+	return order
+}
+
+// DataLoader workers racing: the first epoch must be mostly hits, with
+// nothing cancelled, while the window covers the workers' lead.
+func TestReadersOutOfStepInOneDirectory(t *testing.T) {
+	for _, tc := range []struct {
+		files, workers int
+		hits           uint64
+	}{{64, 1, 59}, {64, 2, 58}, {64, 4, 56}, {16, 2, 9}, {1000, 4, 990}, {1000, 8, 890}} {
+		c := newFake(t, Defaults(), Tuning{}, map[string][]Entry{"d": shards(tc.files, 1)})
+		c.auto = true
+		order := dataLoaderOrder(tc.files, tc.workers, 2, rand.New(rand.NewPCG(9, uint64(tc.files))))
+		c.open(seq("d", order...)...)
+		s := c.ra.Stats()
+		t.Logf("%d files, %d workers: %+v", tc.files, tc.workers, s)
+		if s.Hits < tc.hits || s.Cancelled != 0 {
+			t.Errorf("%d files, %d workers: stats %+v, want at least %d hits, none cancelled", tc.files, tc.workers, s, tc.hits)
+		}
+	}
+}
+
+func TestSmallDirectoriesAreNotReadAhead(t *testing.T) {
+	c := newFake(t, Defaults(), Tuning{}, map[string][]Entry{"d": shards(MinDirFiles-1, 1)})
+	c.open(seq("d", span(0, MinDirFiles-1)...)...)
+	if s := c.ra.Stats(); s.Issued != 0 {
+		t.Fatalf("stats %+v: want nothing issued in a directory of %d files", s, MinDirFiles-1)
 	}
 }
 
@@ -112,11 +164,11 @@ func TestEpochsInNameOrderContinueAcrossTheWrap(t *testing.T) {
 }
 
 // Random order: a fresh shuffle every epoch (as DataLoader(shuffle=True)),
-// 6400 opens per directory size and seed. Bound asserted: at most 6 files
-// issued per 1000 opens in directories of 16 to 1000 files. (Measured over
-// 50 seeds: a mean of 2 per 1000 at 16..128 files, 0.2 at 256, none at
-// 1000; a directory of fewer than 16 files, with a slack of 1, can reach
-// 2 per 100.)
+// 6400 opens per directory size and seed. Bound asserted: at most 10 files
+// issued per 1000 opens in directories of 16 to 1000 files. (Measured
+// over 50 seeds: a mean of 2 to 4 per 1000 at 16..128 files, 0.2 at 256,
+// none at 1000; the worst seed 8 per 1000, at 16 files. Directories of
+// fewer than MinDirFiles files are never read ahead.)
 func TestShuffledOrderGivesNoReadAhead(t *testing.T) {
 	for _, files := range []int{16, 64, 256, 1000} {
 		for seed := range uint64(3) {
@@ -130,8 +182,8 @@ func TestShuffledOrderGivesNoReadAhead(t *testing.T) {
 			opens := uint64(files * epochs)
 			s := c.ra.Stats()
 			t.Logf("%d files, seed %d: %d issued per %d opens", files, seed, s.Issued, opens)
-			if s.Issued*1000 > 6*opens {
-				t.Errorf("%d files, seed %d: %d issued for %d shuffled opens: want at most 6 per 1000", files, seed, s.Issued, opens)
+			if s.Issued*1000 > 10*opens {
+				t.Errorf("%d files, seed %d: %d issued for %d shuffled opens: want at most 10 per 1000", files, seed, s.Issued, opens)
 			}
 		}
 	}
@@ -150,7 +202,7 @@ func TestIdleDirectoryGivesUpItsWindow(t *testing.T) {
 }
 
 func TestForgottenDirectoryCancelsItsWindow(t *testing.T) {
-	c := newFake(t, Defaults(), Tuning{Dirs: 2}, map[string][]Entry{"a": shards(9, 1), "b": shards(9, 1), "c": shards(9, 1)})
+	c := newFake(t, Defaults(), Tuning{Dirs: 2}, map[string][]Entry{"a": shards(40, 1), "b": shards(40, 1), "c": shards(40, 1)})
 	c.open(seq("a", 0, 1, 2, 3)...)
 	c.open(name("b", 0), name("c", 0)) // a is the least recent of three
 	if w := c.window(); len(w) != 0 || !slices.Equal(c.cancels, seq("a", 4, 5, 6, 7)) {

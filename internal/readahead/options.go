@@ -32,7 +32,7 @@ const (
 )
 
 // Validate checks o, naming the key at fault.
-func (o *Options) Validate() error {
+func (o Options) Validate() error {
 	switch {
 	case o.Files < 0 || o.Files > MaxFiles:
 		return fmt.Errorf("staging.readahead_files: %d is outside 0..%d (0 turns read-ahead off)", o.Files, MaxFiles)

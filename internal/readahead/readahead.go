@@ -262,7 +262,8 @@ func (r *ReadAhead) forgetDir(d *dirState) {
 }
 
 // Learn records orders seen before (a trace) without accessing anything:
-// later accesses that follow them predict what came next in them.
+// later accesses that follow them predict what came next in them. What it
+// cancels (a directory forgotten to make room) comes with the next Plan.
 func (r *ReadAhead) Learn(rels []string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

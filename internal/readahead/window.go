@@ -96,10 +96,15 @@ func (r *ReadAhead) replan(at uint64) Plan {
 	if r.replay.active() {
 		k++
 	}
-	for _, d := range r.dirs { // windows of directories that stopped predicting
+	var stopped []*dirState // windows of directories that stopped predicting
+	for _, d := range r.dirs {
 		if len(d.window) > 0 && !contains(active, func(w want) bool { return w.d == d }) {
-			r.setWindow(d, nil, at, &p)
+			stopped = append(stopped, d)
 		}
+	}
+	sort.Slice(stopped, func(i, j int) bool { return stopped[i].used < stopped[j].used })
+	for _, d := range stopped {
+		r.setWindow(d, nil, at, &p)
 	}
 	usedFiles, usedBytes := 0, int64(0)
 	for i, w := range active {

@@ -15,6 +15,7 @@
 // events and drops accesses rather than wait), never ask the cache to
 // evict anything (MayEvict only says what a read-ahead load may displace),
 // and never plan more than Options.Files files and Options.Bytes bytes at
-// once. It does not import staging: the cache calls it, not the reverse.
+// once (a replay with read-ahead off: one file at a time). It does not
+// import staging: the cache calls it, not the reverse.
 // INTEGRATION.md says where each call goes.
 package readahead

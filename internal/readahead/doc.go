@@ -1,0 +1,21 @@
+// Package readahead predicts which files of SOURCE a reader will open next
+// and plans their staging ahead of it, within a bounded window; it also
+// records access traces and replays them.
+//
+// The cache feeds it what happened, in arrival order: a file was opened
+// through the mount or leased (Access), and what became of each read-ahead
+// request (Started, Loaded, Declined, Evicted). Every call returns a Plan:
+// files to stage with read-ahead priority and earlier requests to cancel.
+// Two sequences are recognised per directory: name order (the directory's
+// sorted listing, ascending, with a small stride and readers slightly out
+// of step) and any order seen before (accesses recorded earlier in the
+// daemon's life, or learnt from a trace). Random order predicts nothing.
+//
+// It must never block or do I/O on the caller's open path (Runner queues
+// events and drops accesses rather than wait), never ask the cache to
+// evict anything (MayEvict only says what a read-ahead load may displace),
+// and never plan more than Options.Files files and Options.Bytes bytes at
+// once (a replay with read-ahead off: one file at a time). It does not
+// import staging: the cache calls it, not the reverse.
+// INTEGRATION.md says where each call goes.
+package readahead

@@ -1,0 +1,245 @@
+package readahead
+
+import (
+	"math"
+	"sort"
+)
+
+// replay is a trace being staged in its order, paced by the window: at
+// most the window's files and bytes are in flight (asked for and not yet
+// loaded) at once; loaded files leave the flight, so the whole trace is
+// staged, as far as room allows, without flooding the device.
+type replay struct {
+	queue   []string        // rels not yet asked for, in order
+	pending map[string]bool // rels in queue nobody accessed since
+	heat    uint64
+	flight  map[string]*item // asked for, not yet loaded or declined
+	bytes   int64            // sizes in flight, added up
+}
+
+func (p *replay) active() bool { return len(p.pending) > 0 || len(p.flight) > 0 }
+
+// accessed takes rel off the queue: its reader got there first.
+func (p *replay) accessed(rel string) { delete(p.pending, rel) }
+
+// stop drops what was not asked for yet (no room is left for it).
+func (p *replay) stop() { p.queue, p.pending = nil, nil }
+
+// unflight takes it out of the replay's flight, if it is in it.
+func (r *ReadAhead) unflight(it *item) {
+	if !it.replay {
+		return
+	}
+	it.replay = false
+	delete(r.replay.flight, it.Rel)
+	r.replay.bytes -= it.Size
+}
+
+// Replay stages rels in their order through the window, and learns the
+// order (Learn). at is the replay's tick: every item it plans has that
+// Heat. Rels already queued are not queued again.
+func (r *ReadAhead) Replay(rels []string, at uint64) Plan {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.learnLocked(rels)
+	if r.replay.pending == nil {
+		r.replay.pending = map[string]bool{}
+	}
+	if r.replay.flight == nil {
+		r.replay.flight = map[string]*item{}
+	}
+	for _, rel := range rels {
+		if !r.replay.pending[rel] {
+			r.replay.pending[rel] = true
+			r.replay.queue = append(r.replay.queue, rel)
+		}
+	}
+	r.replay.heat = at
+	return r.replan(at)
+}
+
+// budget is the window's bound: read-ahead off still paces a replay one
+// file at a time.
+func (r *ReadAhead) budget() (files int, bytes int64) {
+	files, bytes = r.opts.Files, int64(r.opts.Bytes)
+	if files == 0 {
+		files = 1
+	}
+	if bytes == 0 {
+		bytes = math.MaxInt64
+	}
+	return files, bytes
+}
+
+// replan recomputes every window for what the detector predicts now,
+// shares the bound among the directories that predict (most recently
+// accessed first) and the replay, and returns the difference as a Plan.
+// r.mu must be held.
+func (r *ReadAhead) replan(at uint64) Plan {
+	p := Plan{Cancel: r.cancels}
+	r.cancels = nil
+	files, bytes := r.budget()
+	type want struct {
+		d       *dirState
+		guesses []guess
+	}
+	var active []want
+	if r.opts.Files > 0 {
+		for _, d := range r.dirs {
+			if g := r.predict(d, files); len(g) > 0 {
+				active = append(active, want{d, g})
+			}
+		}
+	}
+	sort.Slice(active, func(i, j int) bool { return active[i].d.last > active[j].d.last })
+	k := len(active)
+	if r.replay.active() {
+		k++
+	}
+	var stopped []*dirState // windows of directories that stopped predicting
+	for _, d := range r.dirs {
+		if len(d.window) > 0 && !contains(active, func(w want) bool { return w.d == d }) {
+			stopped = append(stopped, d)
+		}
+	}
+	sort.Slice(stopped, func(i, j int) bool { return stopped[i].used < stopped[j].used })
+	for _, d := range stopped {
+		r.setWindow(d, nil, at, &p)
+	}
+	usedFiles, usedBytes := 0, int64(0)
+	for i, w := range active {
+		nf := files / k
+		if i < files%k {
+			nf++
+		}
+		var take []guess
+		var sum int64
+		for _, g := range w.guesses {
+			if len(take) >= nf || sum+g.size > bytes/int64(k) {
+				break
+			}
+			take = append(take, g)
+			sum += g.size
+		}
+		r.setWindow(w.d, take, at, &p)
+		usedFiles += len(take)
+		usedBytes += sum
+	}
+	r.pace(files-usedFiles, bytes-usedBytes, &p)
+	p.Cancel = append(p.Cancel, r.cancels...) // directories forgotten meanwhile
+	r.cancels = nil
+	r.publish()
+	return p
+}
+
+func contains[T any](s []T, f func(T) bool) bool {
+	for _, x := range s {
+		if f(x) {
+			return true
+		}
+	}
+	return false
+}
+
+// setWindow makes d's window take, in that order: what falls out is
+// cancelled (in flight) or let go (loaded); what comes in is adopted
+// (already loaded, or in the replay's flight) or asked for.
+func (r *ReadAhead) setWindow(d *dirState, take []guess, at uint64, p *Plan) {
+	keep := make(map[string]bool, len(take))
+	for _, g := range take {
+		keep[g.rel] = true
+	}
+	r.shrink(d, keep, p)
+	w := make([]*item, 0, len(take))
+	for _, g := range take {
+		it := r.items[g.rel]
+		switch {
+		case it != nil && it.owner == d:
+		case it != nil:
+			r.unflight(it)
+			it.owner = d
+		default:
+			it = &item{Item: Item{Rel: g.rel, Size: g.size, Heat: at}, owner: d}
+			r.items[g.rel] = it
+			p.Stage = append(p.Stage, it.Item)
+			r.stats.issued.Add(1)
+		}
+		w = append(w, it)
+	}
+	d.window = w
+}
+
+// shrink lets go of the items of d's window that keep does not name.
+func (r *ReadAhead) shrink(d *dirState, keep map[string]bool, p *Plan) {
+	for _, it := range d.window {
+		if keep[it.Rel] {
+			continue
+		}
+		it.owner = nil
+		switch it.state {
+		case loaded:
+			continue // resident: stays, colder than what comes next
+		case loading:
+			r.stats.wastedBytes.Add(uint64(it.Size))
+			fallthrough
+		case planned:
+			p.Cancel = append(p.Cancel, it.Rel)
+			r.stats.cancelled.Add(1)
+		}
+		delete(r.items, it.Rel)
+	}
+	d.window = nil
+}
+
+// pace asks for the replay's next files while its flight stays within
+// files and bytes.
+func (r *ReadAhead) pace(files int, bytes int64, p *Plan) {
+	q := &r.replay
+	_, limit := r.budget()
+	for len(q.queue) > 0 && len(q.flight) < files {
+		rel := q.queue[0]
+		if !q.pending[rel] || r.items[rel] != nil {
+			q.queue = q.queue[1:]
+			delete(q.pending, rel)
+			continue
+		}
+		dir, name := split(rel)
+		size, listed := r.listed(r.dir(dir), name).size(name)
+		if !listed || size > limit {
+			q.queue = q.queue[1:]
+			delete(q.pending, rel)
+			r.stats.replaySkipped.Add(1)
+			continue
+		}
+		if q.bytes+size > bytes {
+			break
+		}
+		q.queue = q.queue[1:]
+		delete(q.pending, rel)
+		it := &item{Item: Item{Rel: rel, Size: size, Heat: q.heat}, replay: true}
+		r.items[rel] = it
+		q.flight[rel] = it
+		q.bytes += size
+		p.Stage = append(p.Stage, it.Item)
+		r.stats.issued.Add(1)
+	}
+}
+
+// publish stores the window for MayEvict and the gauges for Stats.
+// r.mu must be held.
+func (r *ReadAhead) publish() {
+	var w []Item
+	for _, d := range r.dirs {
+		for _, it := range d.window {
+			if it.state != declined {
+				w = append(w, it.Item)
+			}
+		}
+	}
+	for _, it := range r.replay.flight {
+		w = append(w, it.Item)
+	}
+	sort.Slice(w, func(i, j int) bool { return w[i].Rel < w[j].Rel })
+	r.window.Store(&w)
+	r.stats.replayPending.Store(int64(len(r.replay.pending)))
+}

@@ -1,0 +1,361 @@
+#!/usr/bin/env python3
+"""Read-ahead across files on the H200 (issue 10), in one run: a torch
+DataLoader over --shards shards of --shard-mib MiB that leases each shard
+(gdsfs.load) and checksums it on the device, nothing resident at the start,
+page cache dropped before each case:
+
+  off     staging.readahead_files=0
+  on      the default window, recording a trace (staging.trace_entries)
+  replay  a fresh mount with staging.replay=<the trace of "on">; the epoch
+          starts as soon as the mount answers
+
+For each: epoch time, time to first batch, the sum of per-shard waits, the
+hit ratio (readahead_hits / shards from .gdsfs/stats.json). The disk's cold
+read rate is measured in the same run (page cache dropped, --io-threads
+readers over the same shards). Target: with read-ahead, shards / epoch time
+>= 0.9 of that rate.
+
+    python3 scripts/readahead-gpu.py --bin .bin/gdsfs [--work /var/tmp/gdsfs-readahead]
+
+Needs root (FUSE mount, drop_caches), torch, and the gdsfs Python package
+(python/ of this repository, found next to this script). Self-checking:
+every shard's checksum must match in every case, and the trace must list
+every shard; it exits 1 if a check or a target fails, 2 if the binary has
+no read-ahead (configuration keys missing). Dry run on a machine with no
+GPU: --device host --shards 16 --shard-mib 1 --no-drop --dry-run (targets
+are reported, not enforced).
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+HERE = os.path.abspath(__file__)
+REPO_PYTHON = os.path.join(os.path.dirname(os.path.dirname(HERE)), "python")
+
+
+# ---- the loader, in a fresh interpreter per case ----------------------------
+
+def checksum(t):
+    """(sum of bytes, position-weighted sum) of a uint8 tensor, exact in int64."""
+    import torch
+
+    u = t.reshape(-1).to(torch.int64)
+    w = torch.arange(u.numel(), device=u.device, dtype=torch.int64) % 251 + 1
+    return int(u.sum()), int((u * w).sum())
+
+
+class Shards:  # a torch Dataset (duck-typed: torch is imported in the worker)
+    def __init__(self, paths, device):
+        self.paths, self.device = paths, device
+
+    def __len__(self):
+        return len(self.paths)
+
+    def __getitem__(self, i):
+        import gdsfs
+        import torch
+
+        if i < 0:  # warm-up: start CUDA in this worker; touch no shard
+            if self.device != "host" and torch.cuda.is_available():
+                torch.empty(1, device="cuda")
+                torch.cuda.synchronize()
+            return (i, 0, 0, 0.0)
+        t0 = time.perf_counter()
+        t = gdsfs.load(self.paths[i])
+        wait = time.perf_counter() - t0
+        s1, s2 = checksum(t)
+        del t
+        return (i, s1, s2, wait)
+
+
+class Phases:  # a torch Sampler whose order the main process changes per epoch
+    def __init__(self, order):
+        self.order = list(order)
+
+    def __iter__(self):
+        return iter(list(self.order))
+
+    def __len__(self):
+        return len(self.order)
+
+
+def loader(a):
+    import torch
+    from torch.utils.data import DataLoader
+
+    paths = [os.path.join(a.mnt, "shards", "shard-%04d.bin" % i) for i in range(a.shards)]
+    sampler = Phases([-1] * (2 * a.workers))
+    dl = DataLoader(Shards(paths, a.device), batch_size=None, sampler=sampler, num_workers=a.workers,
+                    persistent_workers=True, prefetch_factor=2, collate_fn=lambda x: x)
+    for _ in dl:  # the workers start and initialise CUDA before the clock runs
+        pass
+    sampler.order = list(range(a.shards))
+    got, first = [], None
+    t0 = time.perf_counter()
+    for item in dl:
+        if first is None:
+            first = time.perf_counter() - t0
+        got.append(item)
+    epoch = time.perf_counter() - t0
+    want = json.load(open(a.expect))
+    bad = [i for i, s1, s2, _ in got if [s1, s2] != want[i]]
+    missing = sorted(set(range(a.shards)) - {i for i, _, _, _ in got})
+    print(json.dumps({"first_batch_s": first, "epoch_s": epoch, "sum_wait_s": sum(w for *_, w in got),
+                      "max_wait_s": max(w for *_, w in got), "bad": bad, "missing": missing,
+                      "torch": torch.__version__}))
+
+
+# ---- the driver -------------------------------------------------------------
+
+def drop_cache():
+    subprocess.run(["sync"], check=True)
+    try:
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+        return True
+    except OSError:
+        return False
+
+
+class Mount:
+    def __init__(self, a, sets):
+        self.a, self.mnt = a, os.path.join(a.work, "mnt")
+        os.makedirs(self.mnt, exist_ok=True)
+        args = [a.bin, "mount", "--set", "log.format=json", "--set", "ipc.socket=" + os.path.join(a.work, "lease.sock")]
+        if a.device == "host":
+            args += ["--set", "staging.device=host"]
+        for s in sets:
+            args += ["--set", s]
+        self.log = open(os.path.join(a.work, "daemon.log"), "ab")
+        self.proc = subprocess.Popen(args + [os.path.join(a.work, "src"), self.mnt], stdout=self.log,
+                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        for _ in range(600):
+            if os.path.exists(os.path.join(self.mnt, ".gdsfs", "version")):
+                return
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        self.stop()
+        raise SystemExit("gdsfs mount %s did not come up; see %s/daemon.log" % (" ".join(sets), a.work))
+
+    def read(self, name):
+        with open(os.path.join(self.mnt, ".gdsfs", name), "rb") as f:
+            return f.read()
+
+    def stats(self):
+        return json.loads(self.read("stats.json"))
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if os.path.ismount(self.mnt):
+            subprocess.run(["umount", "-l", self.mnt], stderr=subprocess.DEVNULL)
+
+
+class Run:
+    def __init__(self, a):
+        self.a = a
+        self.shard_bytes = a.shard_mib << 20
+        self.results = {"shards": a.shards, "shard_bytes": self.shard_bytes, "workers": a.workers,
+                        "device": a.device, "cases": {}, "checks": {}}
+
+    def make_shards(self):
+        """SOURCE/shards/shard-NNNN.bin of random bytes, and their checksums."""
+        import torch
+
+        d = os.path.join(self.a.work, "src", "shards")
+        os.makedirs(d, exist_ok=True)
+        self.expect = os.path.join(self.a.work, "checksums-%d-%d.json" % (self.a.shards, self.a.shard_mib))
+        if os.path.exists(self.expect) and all(
+                os.path.exists(self.path(i)) and os.path.getsize(self.path(i)) == self.shard_bytes
+                for i in range(self.a.shards)):
+            return
+        sums = []
+        g = torch.Generator().manual_seed(10)
+        for i in range(self.a.shards):
+            t = torch.randint(0, 256, (self.shard_bytes,), dtype=torch.uint8, generator=g)
+            with open(self.path(i), "wb") as f:
+                f.write(t.numpy().tobytes())
+            sums.append(list(checksum(t)))
+        for name in os.listdir(d):  # nothing else in the directory: name order is the shards
+            if name not in {os.path.basename(self.path(i)) for i in range(self.a.shards)}:
+                os.unlink(os.path.join(d, name))
+        with open(self.expect, "w") as f:
+            json.dump(sums, f)
+
+    def path(self, i):
+        return os.path.join(self.a.work, "src", "shards", "shard-%04d.bin" % i)
+
+    def cold(self):
+        """The disk's cold read rate over the shards (bytes/s)."""
+        if not self.a.no_drop and not drop_cache():
+            raise SystemExit("cannot drop the page cache (root needed); --no-drop for a dry run")
+        todo, lock, total = list(range(self.a.shards)), threading.Lock(), [0]
+
+        def reader():
+            buf = bytearray(16 << 20)
+            while True:
+                with lock:
+                    if not todo:
+                        return
+                    i = todo.pop(0)
+                fd = os.open(self.path(i), os.O_RDONLY)
+                try:
+                    while True:
+                        n = os.readv(fd, [buf])
+                        if n == 0:
+                            break
+                        with lock:
+                            total[0] += n
+                finally:
+                    os.close(fd)
+
+        t0 = time.perf_counter()
+        ts = [threading.Thread(target=reader) for _ in range(self.a.io_threads)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        secs = time.perf_counter() - t0
+        self.results["cold"] = {"bytes": total[0], "seconds": secs, "gbps": total[0] / secs / 1e9,
+                                "page_cache_dropped": not self.a.no_drop}
+        print("cold read: %.2f GB/s (%d threads)" % (total[0] / secs / 1e9, self.a.io_threads), file=sys.stderr)
+
+    def epoch(self, m):
+        env = dict(os.environ, PYTHONPATH=REPO_PYTHON + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        cmd = [self.a.python, HERE, "loader", "--mnt", m.mnt, "--shards", str(self.a.shards),
+               "--workers", str(self.a.workers), "--device", self.a.device, "--expect", self.expect]
+        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        if r.returncode:
+            raise SystemExit("loader failed:\n" + r.stderr.decode(errors="replace")[-4000:])
+        return json.loads(r.stdout.decode().strip().splitlines()[-1])
+
+    def case(self, name, sets, keep_trace=False):
+        if not self.a.no_drop and not drop_cache():
+            raise SystemExit("cannot drop the page cache (root needed); --no-drop for a dry run")
+        m = Mount(self.a, sets)
+        try:
+            r = self.epoch(m)
+            s = m.stats()
+            if keep_trace:
+                with open(self.trace, "wb") as f:
+                    f.write(m.read("trace"))
+        finally:
+            m.stop()
+        keys = ("readahead_issued", "readahead_hits", "readahead_wasted_bytes", "readahead_cancelled",
+                "readahead_declined", "hits", "misses", "bytes_cufile", "bytes_posix", "bytes_host")
+        r["stats"] = {k: s[k] for k in keys if k in s}
+        r["gbps"] = self.a.shards * self.shard_bytes / r["epoch_s"] / 1e9
+        if "readahead_hits" in s:
+            r["hit_ratio"] = s["readahead_hits"] / self.a.shards
+        self.results["cases"][name] = r
+        print("%-8s epoch %.3f s (%.2f GB/s), first batch %.3f s, waits %.3f s, hit ratio %s" % (
+            name, r["epoch_s"], r["gbps"], r["first_batch_s"], r["sum_wait_s"], r.get("hit_ratio", "-")),
+            file=sys.stderr)
+        return r
+
+    def has_readahead(self):
+        m = Mount(self.a, [])
+        try:
+            return b"readahead_files" in m.read("config")
+        finally:
+            m.stop()
+
+    def run(self):
+        self.make_shards()
+        self.cold()
+        self.trace = os.path.join(self.a.work, "epoch.trace")
+        if not self.has_readahead():
+            self.results["readahead"] = "not in this binary (no staging.readahead_files key)"
+            self.case("baseline", [])
+            return
+        self.results["readahead"] = "yes"
+        self.case("off", ["staging.readahead_files=0"])
+        self.case("on", ["staging.trace_entries=%d" % (4 * self.a.shards)], keep_trace=True)
+        self.case("replay", ["staging.replay=" + self.trace])
+
+    def verdicts(self):
+        c, checks = self.results["cases"], self.results["checks"]
+        for name, r in c.items():
+            checks[name + ": every shard's bytes match"] = not r["bad"] and not r["missing"]
+        if "on" in c:
+            paths = [ln for ln in open(self.trace).read().splitlines() if ln and not ln.startswith("#")]
+            want = ["shards/shard-%04d.bin" % i for i in range(self.a.shards)]
+            checks["trace lists every shard once"] = sorted(paths) == want
+            checks["on: read-ahead engaged (hit ratio >= 0.5)"] = c["on"].get("hit_ratio", 0) >= 0.5
+            checks["replay: hit ratio >= 0.9"] = c["replay"].get("hit_ratio", 0) >= 0.9
+            cold = self.results["cold"]["gbps"]
+            self.results["targets"] = {
+                "on: epoch >= 0.9 of the disk's cold read rate": c["on"]["gbps"] >= 0.9 * cold,
+                "replay: epoch >= 0.9 of the disk's cold read rate": c["replay"]["gbps"] >= 0.9 * cold,
+            }
+            self.results["speedup_on_vs_off"] = c["off"]["epoch_s"] / c["on"]["epoch_s"]
+        self.results["page_cache_dropped"] = not self.a.no_drop
+
+    def table(self):
+        cold = self.results["cold"]
+        rows = ["| case | epoch s | GB/s | / cold rate | first batch s | sum of waits s | hit ratio | issued | wasted B |",
+                "|---|---|---|---|---|---|---|---|---|"]
+        for name, r in self.results["cases"].items():
+            s = r["stats"]
+            rows.append("| %s | %.3f | %.2f | %.2f | %.3f | %.3f | %s | %s | %s |" % (
+                name, r["epoch_s"], r["gbps"], r["gbps"] / cold["gbps"], r["first_batch_s"], r["sum_wait_s"],
+                "%.2f" % r["hit_ratio"] if "hit_ratio" in r else "-", s.get("readahead_issued", "-"),
+                s.get("readahead_wasted_bytes", "-")))
+        rows.append("| disk cold read | %.3f | %.2f | 1.00 | | | | | |" % (cold["seconds"], cold["gbps"]))
+        if "speedup_on_vs_off" in self.results:
+            rows.append("\nread-ahead on vs off: %.2fx the epoch speed" % self.results["speedup_on_vs_off"])
+        rows.append("")
+        for k, ok in list(self.results["checks"].items()) + list(self.results.get("targets", {}).items()):
+            rows.append("- %s: %s" % (k, "PASS" if ok else "FAIL"))
+        return "\n".join(rows)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="mode")
+    ld = sub.add_parser("loader")
+    for k in ("--mnt", "--expect", "--device"):
+        ld.add_argument(k, required=True)
+    ld.add_argument("--shards", type=int, required=True)
+    ld.add_argument("--workers", type=int, required=True)
+    ap.add_argument("--bin", default=os.path.join(os.path.dirname(HERE), "..", ".bin", "gdsfs"))
+    ap.add_argument("--work", default="/var/tmp/gdsfs-readahead", help="on a disk filesystem (not tmpfs)")
+    ap.add_argument("--shards", type=int, default=64)
+    ap.add_argument("--shard-mib", type=int, default=32)
+    ap.add_argument("--workers", type=int, default=4, help="DataLoader workers")
+    ap.add_argument("--io-threads", type=int, default=8, help="readers measuring the cold read rate")
+    ap.add_argument("--device", choices=("auto", "host"), default="auto")
+    ap.add_argument("--python", default=sys.executable, help="the python that runs the loader (needs torch)")
+    ap.add_argument("--no-drop", action="store_true", help="leave the page cache (results are then warm)")
+    ap.add_argument("--dry-run", action="store_true", help="report targets without enforcing them")
+    a = ap.parse_args()
+    if a.mode == "loader":
+        return loader(a)
+    a.bin, a.work = os.path.abspath(a.bin), os.path.abspath(a.work)
+    os.makedirs(a.work, exist_ok=True)
+    r = Run(a)
+    r.run()
+    r.verdicts()
+    print(json.dumps(r.results, indent=1))
+    print()
+    print(r.table())
+    if r.results["readahead"] != "yes":
+        print("\nread-ahead is not in this binary: only the baseline ran", file=sys.stderr)
+        return 0 if a.dry_run else 2
+    ok = all(r.results["checks"].values()) and (a.dry_run or all(r.results["targets"].values()))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

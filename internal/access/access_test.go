@@ -5,6 +5,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -234,5 +236,37 @@ func TestSourceMadeAnew(t *testing.T) {
 	f.Close()
 	if r.Generation() != 1 {
 		t.Errorf("generation %d, want 1", r.Generation())
+	}
+}
+
+// TestDoClearsCapabilities: acting for another user, the thread keeps no
+// capability (CAP_SYS_ADMIN and CAP_SETFCAP included), and has them all
+// back afterwards.
+func TestDoClearsCapabilities(t *testing.T) {
+	needRoot(t)
+	capEff := func() string {
+		b, err := os.ReadFile("/proc/thread-self/status")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "CapEff:"); ok {
+				return strings.TrimSpace(v)
+			}
+		}
+		t.Fatal("no CapEff line")
+		return ""
+	}
+	var inside string
+	nobody.Do(func() error { inside = capEff(); return nil })
+	if inside != "0000000000000000" {
+		t.Errorf("CapEff while acting as nobody: %s, want none", inside)
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	before := capEff()
+	nobody.Do(func() error { return nil })
+	if after := capEff(); after != before {
+		t.Errorf("CapEff after Do: %s, before %s", after, before)
 	}
 }

@@ -66,8 +66,11 @@ func FromPID(pid int32, uid, gid uint32) (Cred, error) {
 // that thread alone (raw setfsuid/setfsgid/setgroups, never the
 // all-threads variants), so the kernel itself decides every permission fn
 // needs, ACLs and masks included. A root daemon loses its file
-// capabilities (CAP_DAC_OVERRIDE, CAP_FOWNER, ...) on that thread while
-// fsuid is not 0, as the kernel does for any fsuid change.
+// capabilities on that thread while it acts for c: the kernel drops the
+// file ones (CAP_DAC_OVERRIDE, CAP_FOWNER, ...) with the fsuid change, and
+// Do clears the rest of the thread's effective set (CAP_SYS_ADMIN,
+// CAP_SETFCAP, CAP_SYS_RESOURCE, ...) so nothing fn does can use a right
+// the caller lacks; both come back before the thread is released.
 //
 // When c is the daemon itself, fn runs as it is. A daemon that is not root
 // cannot take another user's identity: fn does not run and the answer is
@@ -96,8 +99,15 @@ func (c Cred) Do(fn func() error) error {
 		// this goroutine and ends with it.
 		return err
 	}
+	caps, err := dropCapabilities()
+	if err != nil {
+		if restore(saved) == nil {
+			runtime.UnlockOSThread()
+		}
+		return err
+	}
 	ferr := fn()
-	if restore(saved) != nil {
+	if restoreCapabilities(caps) != nil || restore(saved) != nil {
 		// Never hand a thread with another user's identity back to the
 		// scheduler: stay locked; the runtime ends the thread with the
 		// goroutine.
@@ -168,6 +178,35 @@ func rawSetgroups(g []uint32) error {
 	runtime.KeepAlive(g)
 	if errno != 0 {
 		return errno
+	}
+	return nil
+}
+
+// capsHeader addresses the calling thread (pid 0).
+func capsHeader() *unix.CapUserHeader {
+	return &unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+}
+
+// dropCapabilities clears the calling thread's effective capabilities
+// (the permitted set stays, so they can be raised again) and returns what
+// they were.
+func dropCapabilities() ([2]unix.CapUserData, error) {
+	var saved [2]unix.CapUserData
+	if err := unix.Capget(capsHeader(), &saved[0]); err != nil {
+		return saved, fmt.Errorf("capget: %w", err)
+	}
+	cleared := saved
+	cleared[0].Effective, cleared[1].Effective = 0, 0
+	if err := unix.Capset(capsHeader(), &cleared[0]); err != nil {
+		return saved, fmt.Errorf("capset: %w", err)
+	}
+	return saved, nil
+}
+
+// restoreCapabilities puts back the effective set dropCapabilities saved.
+func restoreCapabilities(saved [2]unix.CapUserData) error {
+	if err := unix.Capset(capsHeader(), &saved[0]); err != nil {
+		return fmt.Errorf("capset: %w", err)
 	}
 	return nil
 }

@@ -167,37 +167,44 @@ func (r *Root) OpenAs(c Cred, rel string, flags int, mode uint32, resolve uint64
 // FIFO, socket or device.
 var ErrNotRegular = errors.New("not a regular file")
 
-// OpenRegular opens rel for reading as c, never blocking in open (a FIFO
-// opened O_RDONLY would wait for a writer forever): it opens with
-// O_NONBLOCK, refuses anything but a regular file, then clears O_NONBLOCK.
-// extra is or-ed into the flags (O_NOATIME, O_DIRECT). It returns the
-// file's attributes as read from the descriptor.
+// OpenRegular opens rel for reading as c without opening anything but a
+// regular file: it resolves rel to an O_PATH descriptor (no open of the
+// file itself, so a FIFO cannot block and a device node sees no open),
+// refuses anything but a regular file with ErrNotRegular, and only then
+// opens that very inode for reading through /proc/self/fd, as c (the
+// kernel checks c's read right on it; the path walk was checked by the
+// O_PATH resolution, also as c). extra is or-ed into the flags (O_NOATIME,
+// O_DIRECT). It returns the file's attributes as read from the descriptor.
 func (r *Root) OpenRegular(c Cred, rel string, extra int, resolve uint64) (*os.File, *unix.Stat_t, error) {
-	flags := unix.O_RDONLY | unix.O_NONBLOCK | unix.O_NOCTTY | extra
-	f, err := r.OpenAs(c, rel, flags, 0, resolve)
-	if errors.Is(err, syscall.EPERM) && extra&unix.O_NOATIME != 0 {
-		// O_NOATIME needs ownership of the file (or CAP_FOWNER).
-		f, err = r.OpenAs(c, rel, flags&^unix.O_NOATIME, 0, resolve)
-	}
+	var f *os.File
+	var st unix.Stat_t
+	err := c.Do(func() error {
+		p, err := r.Open(rel, unix.O_PATH, 0, resolve)
+		if err != nil {
+			return err
+		}
+		defer p.Close()
+		if err := unix.Fstat(int(p.Fd()), &st); err != nil {
+			return &os.PathError{Op: "stat", Path: p.Name(), Err: err}
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFREG {
+			return &os.PathError{Op: "open", Path: p.Name(), Err: fmt.Errorf("%w (%s)", ErrNotRegular, kind(st.Mode))}
+		}
+		proc := fmt.Sprintf("/proc/self/fd/%d", p.Fd())
+		flags := unix.O_RDONLY | unix.O_NOCTTY | unix.O_CLOEXEC | extra
+		fd, err := unix.Open(proc, flags, 0)
+		if err == unix.EPERM && extra&unix.O_NOATIME != 0 {
+			// O_NOATIME needs ownership of the file (or CAP_FOWNER).
+			fd, err = unix.Open(proc, flags&^unix.O_NOATIME, 0)
+		}
+		if err != nil {
+			return &os.PathError{Op: "open", Path: p.Name(), Err: err}
+		}
+		f = os.NewFile(uintptr(fd), p.Name())
+		return nil
+	})
 	if err != nil {
 		return nil, nil, err
-	}
-	var st unix.Stat_t
-	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
-		f.Close()
-		return nil, nil, &os.PathError{Op: "stat", Path: f.Name(), Err: err}
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		f.Close()
-		return nil, nil, &os.PathError{Op: "open", Path: f.Name(), Err: fmt.Errorf("%w (%s)", ErrNotRegular, kind(st.Mode))}
-	}
-	fl, err := unix.FcntlInt(f.Fd(), unix.F_GETFL, 0)
-	if err == nil {
-		_, err = unix.FcntlInt(f.Fd(), unix.F_SETFL, fl&^unix.O_NONBLOCK)
-	}
-	if err != nil {
-		f.Close()
-		return nil, nil, &os.PathError{Op: "fcntl", Path: f.Name(), Err: err}
 	}
 	return f, &st, nil
 }

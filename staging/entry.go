@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"fmt"
 	"os"
+	"sort"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -102,4 +103,16 @@ func (e *entry) infoLocked() Info {
 		Path: e.rel, Size: e.id.size, State: state, LoadPath: e.path,
 		GBps: e.gbps(), Leases: e.leases, Device: e.slot.dev.Name(), Note: note,
 	}
+}
+
+// Entries describes every attached entry, sorted by path.
+func (c *Cache) Entries() []Info {
+	c.mu.Lock()
+	out := make([]Info, 0, len(c.entries))
+	for _, e := range c.entries {
+		out = append(out, e.infoLocked())
+	}
+	c.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	return out
 }

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -193,15 +194,53 @@ func checkStaged(t *testing.T, c *Cache, rel string, want []byte) {
 	}
 }
 
-// waitFor polls cond (the cache has no event for "the queue drained"),
-// failing after a deadline.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+// recorder keeps every event a cache delivered since it subscribed.
+type recorder struct {
+	mu     sync.Mutex
+	events []Event
+	all    []Event       // every event, in order
+	more   chan struct{} // capacity 1: an event arrived
+	cancel func()
+}
+
+// record subscribes to c's events for the rest of the test.
+func record(t *testing.T, c *Cache) *recorder {
+	r := &recorder{more: make(chan struct{}, 1)}
+	cancel := c.Subscribe(func(e Event) {
+		r.mu.Lock()
+		r.events = append(r.events, e)
+		r.all = append(r.all, e)
+		r.mu.Unlock()
+		select {
+		case r.more <- struct{}{}:
+		default:
 		}
-		time.Sleep(2 * time.Millisecond)
+	})
+	r.cancel = cancel
+	t.Cleanup(cancel)
+	return r
+}
+
+// waitFor waits for the earliest event for rel in state not returned yet,
+// and returns it.
+// The deadline only turns a hang into a failure.
+func (r *recorder) waitFor(t *testing.T, rel, state string) Event {
+	t.Helper()
+	timeout := time.After(20 * time.Second)
+	for {
+		r.mu.Lock()
+		for i, e := range r.events {
+			if e.Rel == rel && e.State == state {
+				r.events = append(r.events[:i:i], r.events[i+1:]...)
+				r.mu.Unlock()
+				return e
+			}
+		}
+		r.mu.Unlock()
+		select {
+		case <-r.more:
+		case <-timeout:
+			t.Fatalf("no %s event for %s", state, rel)
+		}
 	}
 }

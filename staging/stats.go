@@ -98,15 +98,6 @@ func (c *Cache) Stats() Stats {
 	return out
 }
 
-// Devices names the devices files are staged onto.
-func (c *Cache) Devices() []string {
-	var out []string
-	for _, s := range c.slots {
-		out = append(out, s.dev.Name())
-	}
-	return out
-}
-
 // checkInvariantsLocked panics if a slot's accounting is off. Tests call it;
 // Cache.mu must be held.
 func (c *Cache) checkInvariantsLocked() {

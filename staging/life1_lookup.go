@@ -1,0 +1,215 @@
+package staging
+
+// An entry's life, step 1: a request (an open through the mount, a
+// prefetch, a lease) looks rel up. A resident entry whose file is
+// unchanged is a hit; a loading one is joined; otherwise a new entry is
+// started (life2_load.go).
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gdsfs/gdsfs/gpu"
+)
+
+// Opened is the FUSE open trigger: with staging.prefetch=open it queues
+// rel; otherwise it only drops a stale entry. It never blocks.
+func (c *Cache) Opened(rel string) {
+	if c.opts.Prefetch == PrefetchOpen {
+		c.Prefetch(rel)
+		return
+	}
+	c.mu.Lock()
+	_, staged := c.entries[rel]
+	c.mu.Unlock()
+	if staged {
+		c.checkIdentity(rel)
+	}
+}
+
+// Closed tells the cache that one open of rel through the mount ended.
+func (c *Cache) Closed(rel string) {}
+
+// Stage makes rel resident (loading it if needed) and returns its
+// description. It waits for the load, bounded by ctx.
+func (c *Cache) Stage(ctx context.Context, rel string) (Info, error) {
+	e, err := c.ensure(ctx, rel)
+	if err != nil {
+		return Info{}, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return e.infoLocked(), nil
+}
+
+// Attr answers the user.gdsfs.state and user.gdsfs.path xattrs, after
+// checking that the staged bytes still match the file. A file waiting in
+// the prefetch queue is loading.
+func (c *Cache) Attr(rel string) (state, path string) {
+	c.checkIdentity(rel)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.entries[rel]
+	switch {
+	case e == nil && c.queued[rel]:
+		return StateLoading, "" // queued: it will load
+	case e == nil:
+		return StateAbsent, ""
+	}
+	info := e.infoLocked()
+	return info.State, info.LoadPath
+}
+
+// Eligible checks that rel could be staged: a regular file under SOURCE
+// that the options let through and that fits a device's capacity.
+func (c *Cache) Eligible(rel string) error {
+	f, id, err := c.openEligible(rel)
+	if err != nil {
+		return err
+	}
+	f.Close()
+	var need int64
+	for _, s := range c.slots {
+		if need = s.need(id.size, int64(c.opts.ChunkSize)); need <= s.capacity {
+			return nil
+		}
+	}
+	return errTooLarge(rel, need, c.slots[0].capacity)
+}
+
+// ensure returns rel's resident entry, loading it if needed. Concurrent
+// callers for one file share one load (single flight); each waits bounded
+// by its own ctx, while the load itself belongs to the cache.
+func (c *Cache) ensure(ctx context.Context, rel string) (*entry, error) {
+	for attempt := 0; ; attempt++ {
+		f, id, err := c.openEligible(rel)
+		if err != nil {
+			c.checkIdentity(rel) // a vanished or changed file loses its entry
+			return nil, err
+		}
+		e, err := c.lookupOrStart(rel, id, f)
+		if err != nil {
+			return nil, err
+		}
+		select {
+		case <-e.done:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("stage %s: %w", rel, ctx.Err())
+		}
+		c.mu.Lock()
+		state, lerr, detached := e.state, e.err, e.detached
+		c.mu.Unlock()
+		switch {
+		case state == StateResident && !detached:
+			return e, nil
+		case state == StateFailed && !detached:
+			return nil, lerr
+		case attempt >= 3:
+			return nil, errBusy(rel, "changed or evicted again and again while staging")
+		}
+		// Evicted or invalidated between the load's end and now: again.
+	}
+}
+
+// openEligible opens rel and checks that it is a regular file that the
+// options let through.
+func (c *Cache) openEligible(rel string) (*os.File, identity, error) {
+	if why := c.filter.why(rel); why != "" {
+		return nil, identity{}, errNotEligible(rel, why)
+	}
+	f, err := c.open(rel, os.O_RDONLY)
+	if err != nil {
+		return nil, identity{}, err
+	}
+	id, mode, err := fileIdentity(f)
+	switch {
+	case err != nil:
+	case mode&syscall.S_IFMT != syscall.S_IFREG:
+		err = errNotEligible(rel, "not a regular file")
+	case id.size < int64(c.opts.MinFileSize):
+		err = errNotEligible(rel, fmt.Sprintf("smaller than staging.min_file_size (%s)", c.opts.MinFileSize))
+	}
+	if err != nil {
+		f.Close()
+		return nil, identity{}, err
+	}
+	return f, id, nil
+}
+
+// lookupOrStart returns the entry for (rel, id): an existing resident or
+// loading one, or a new one whose load it starts with f. It takes f: f is
+// closed unless a load uses it.
+func (c *Cache) lookupOrStart(rel string, id identity, f *os.File) (*entry, error) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		f.Close()
+		return nil, fmt.Errorf("stage %s: cache closed", rel)
+	}
+	var stale gpu.Region
+	if e := c.entries[rel]; e != nil {
+		switch {
+		case e.id != id:
+			stale = c.dropLocked(e, "changed")
+			c.stats.invalidations.Add(1)
+		case e.state == StateResident:
+			e.slot.lru.MoveToFront(e.elem)
+			c.stats.hits.Add(1)
+			c.mu.Unlock()
+			f.Close()
+			return e, nil
+		case e.state == StateLoading:
+			c.stats.sharedLoads.Add(1)
+			c.mu.Unlock()
+			f.Close()
+			if c.hooks.joined != nil {
+				c.hooks.joined(rel)
+			}
+			return e, nil
+		default: // failed: retry
+			c.dropLocked(e, "failed load dropped")
+		}
+	}
+	e, victims, err := c.startLocked(rel, id)
+	if err == nil {
+		c.wg.Add(1)
+	}
+	c.mu.Unlock()
+	freeRegion(stale)
+	for _, r := range victims {
+		freeRegion(r)
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	go c.load(e, f)
+	return e, nil
+}
+
+// checkIdentity drops the entry of rel if the file changed or vanished.
+func (c *Cache) checkIdentity(rel string) {
+	var id identity
+	var st unix.Stat_t
+	err := unix.Fstatat(int(c.root.Fd()), rel, &st, 0)
+	if err == nil {
+		id = identityOf(&st)
+	}
+	c.mu.Lock()
+	e := c.entries[rel]
+	var r gpu.Region
+	if e != nil && e.state != StateLoading && (err != nil || e.id != id) {
+		reason := "changed"
+		if err != nil {
+			reason = "gone"
+		}
+		r = c.dropLocked(e, reason)
+		c.stats.invalidations.Add(1)
+	}
+	c.mu.Unlock()
+	freeRegion(r)
+}

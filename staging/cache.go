@@ -42,8 +42,11 @@ type Cache struct {
 	slots  []*slot
 	log    *zap.Logger
 	stats  counters
-	events *events
-	hooks  hooks
+
+	sourceDev uint64 // SOURCE's filesystem
+	events    *events
+	watch     *watcher
+	hooks     hooks
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -51,9 +54,10 @@ type Cache struct {
 	queue  chan string
 
 	mu      sync.Mutex
-	entries map[string]*entry // attached entries by SOURCE-relative path
-	queued  map[string]bool   // paths waiting in queue
-	gen     uint64            // last generation handed out
+	entries map[string]*entry           // attached entries by SOURCE-relative path
+	byFID   map[fid]map[*entry]struct{} // entries with change events, by file
+	queued  map[string]bool             // paths waiting in queue
+	gen     uint64                      // last generation handed out
 	closed  bool
 }
 
@@ -62,6 +66,7 @@ type Cache struct {
 type hooks struct {
 	joined       func(rel string) // a request joined a load in flight
 	prefetchDone func(rel string) // a prefetch worker finished with rel
+	racyWait     func(rel string) // a load starts waiting out the racy window
 }
 
 // New opens the cache and starts its workers; they stop when ctx is done
@@ -92,13 +97,16 @@ func New(ctx context.Context, cfg Config) (*Cache, error) {
 		opts: cfg.Options, io: cfg.IO, root: root, filter: flt,
 		log: cfg.Log.Named("staging"), ctx: ctx, cancel: cancel, events: newEvents(),
 		queue:   make(chan string, cfg.Options.PrefetchQueue),
-		entries: map[string]*entry{}, queued: map[string]bool{},
+		entries: map[string]*entry{}, queued: map[string]bool{}, byFID: map[fid]map[*entry]struct{}{},
 	}
+	c.watch = newWatcher(cfg.Options.Watch, c.log, c.changedFID, c.changedAll)
+	c.watchSource()
 	for _, d := range cfg.Devices {
 		free, _, err := d.MemInfo()
 		if err != nil {
 			cancel()
 			c.wg.Wait() // the loaders of the slots made so far
+			c.watch.close()
 			c.events.close()
 			root.Close()
 			return nil, fmt.Errorf("staging: %s: %w", d.Name(), err)
@@ -128,6 +136,7 @@ func (c *Cache) Close() error {
 	c.mu.Unlock()
 	c.cancel()
 	c.wg.Wait()
+	c.watch.close()
 	c.mu.Lock()
 	var regions []gpu.Region
 	for _, e := range c.entries {
@@ -162,6 +171,16 @@ func (c *Cache) open(rel string, flags int) (*os.File, error) {
 		return nil, &os.PathError{Op: "open", Path: rel, Err: err}
 	}
 	return os.NewFile(uintptr(fd), rel), nil
+}
+
+// watchSource marks SOURCE's own filesystem now, so stats tell from the
+// start how changes are detected there.
+func (c *Cache) watchSource() {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(c.root.Fd()), &st); err == nil {
+		c.sourceDev = st.Dev
+		c.watch.probe(c.root, st.Dev)
+	}
 }
 
 // Devices names the devices files are staged onto.

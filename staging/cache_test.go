@@ -312,27 +312,6 @@ func TestCopyErrorFailsLoad(t *testing.T) {
 	}
 }
 
-func TestChangedWhileLoading(t *testing.T) {
-	src := t.TempDir()
-	writeFile(t, src, "f", randomBytes(300000, 5))
-	d := newFake(1 << 20)
-	var once sync.Once
-	d.copyHook = func() error {
-		once.Do(func() {
-			// Same size, new bytes and mtime, while the load runs.
-			os.WriteFile(filepath.Join(src, "f"), randomBytes(300000, 6), 0o644)
-			os.Chtimes(filepath.Join(src, "f"), time.Now(), time.Now().Add(time.Hour))
-		})
-		return nil
-	}
-	opts, io := testOptions()
-	c := newCache(t, src, opts, io, d)
-	_, err := c.Stage(context.Background(), "f")
-	if err == nil || !bytes.Contains([]byte(err.Error()), []byte("changed while it was loading")) {
-		t.Fatalf("stage of a file changing under the load: %v", err)
-	}
-}
-
 func TestConcurrentPrefetchManyFiles(t *testing.T) {
 	src := t.TempDir()
 	opts, io := testOptions()

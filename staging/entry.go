@@ -53,11 +53,13 @@ func fileIdentity(f *os.File) (identity, uint32, error) {
 // entry is one file's staging. Fields after mu-guarded are guarded by
 // Cache.mu; the rest are fixed at creation.
 type entry struct {
-	rel  string
-	id   identity
-	slot *slot
-	gen  uint64
-	done chan struct{} // closed when the load finished (resident or failed)
+	rel    string
+	id     identity
+	fid    fid  // the file as fanotify names it, when events is set
+	events bool // its filesystem's changes raise fanotify events
+	slot   *slot
+	gen    uint64
+	done   chan struct{} // closed when the load finished (resident or failed)
 
 	// guarded by Cache.mu
 	state    string
@@ -70,6 +72,16 @@ type entry struct {
 	detached bool          // no longer in Cache.entries (stale or evicted while leased)
 	elem     *list.Element // in slot.lru while resident and attached
 	loadDur  time.Duration
+	changed  bool // loading: a change event came; the load must not publish
+}
+
+// opened is a file a request opened, with what staging needs of it.
+type opened struct {
+	f      *os.File
+	id     identity
+	fid    fid    // when events
+	events bool   // its filesystem's changes raise fanotify events
+	why    string // why not events
 }
 
 // gbps is the load throughput in GB/s (10^9 bytes per second).

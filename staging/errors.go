@@ -26,3 +26,17 @@ func errBusy(rel, why string) error {
 func errNotStaged(rel string) error {
 	return fmt.Errorf("%s: not staged: %w", rel, syscall.ENOENT)
 }
+
+// errFileChanged is wrapped by a load that saw its file change under it
+// (an event, new attributes, a shorter file): the request retries, and
+// answers EAGAIN after maxAttempts.
+var errFileChanged = fmt.Errorf("changed while it was loading: %w", syscall.EAGAIN)
+
+// maxAttempts bounds the loads one request starts for a file that keeps
+// changing (or keeps being evicted) under it.
+const maxAttempts = 4
+
+func errKeepsChanging(rel string) error {
+	return fmt.Errorf("%s changed (or was evicted) while it was staged, %d times; try again: %w",
+		rel, maxAttempts, syscall.EAGAIN)
+}

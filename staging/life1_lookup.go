@@ -7,6 +7,7 @@ package staging
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"syscall"
@@ -19,6 +20,7 @@ import (
 // Opened is the FUSE open trigger: with staging.prefetch=open it queues
 // rel; otherwise it only drops a stale entry. It never blocks.
 func (c *Cache) Opened(rel string) {
+	c.watch.drain()
 	if c.opts.Prefetch == PrefetchOpen {
 		c.Prefetch(rel)
 		return
@@ -50,6 +52,7 @@ func (c *Cache) Stage(ctx context.Context, rel string) (Info, error) {
 // checking that the staged bytes still match the file. A file waiting in
 // the prefetch queue is loading.
 func (c *Cache) Attr(rel string) (state, path string) {
+	c.watch.drain()
 	c.checkIdentity(rel)
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -67,14 +70,14 @@ func (c *Cache) Attr(rel string) (state, path string) {
 // Eligible checks that rel could be staged: a regular file under SOURCE
 // that the options let through and that fits a device's capacity.
 func (c *Cache) Eligible(rel string) error {
-	f, id, err := c.openEligible(rel)
+	o, err := c.openEligible(rel)
 	if err != nil {
 		return err
 	}
-	f.Close()
+	o.f.Close()
 	var need int64
 	for _, s := range c.slots {
-		if need = s.need(id.size, int64(c.opts.ChunkSize)); need <= s.capacity {
+		if need = s.need(o.id.size, int64(c.opts.ChunkSize)); need <= s.capacity {
 			return nil
 		}
 	}
@@ -83,15 +86,19 @@ func (c *Cache) Eligible(rel string) error {
 
 // ensure returns rel's resident entry, loading it if needed. Concurrent
 // callers for one file share one load (single flight); each waits bounded
-// by its own ctx, while the load itself belongs to the cache.
+// by its own ctx, while the load itself belongs to the cache. Change
+// events queued before the call are handled first, so a write that
+// completed before it is never answered with the old bytes. A load that
+// saw its file change is retried, maxAttempts in all, then EAGAIN.
 func (c *Cache) ensure(ctx context.Context, rel string) (*entry, error) {
-	for attempt := 0; ; attempt++ {
-		f, id, err := c.openEligible(rel)
+	for attempt := 1; ; attempt++ {
+		c.watch.drain()
+		o, err := c.openEligible(rel)
 		if err != nil {
 			c.checkIdentity(rel) // a vanished or changed file loses its entry
 			return nil, err
 		}
-		e, err := c.lookupOrStart(rel, id, f)
+		e, err := c.lookupOrStart(rel, o)
 		if err != nil {
 			return nil, err
 		}
@@ -106,66 +113,82 @@ func (c *Cache) ensure(ctx context.Context, rel string) (*entry, error) {
 		switch {
 		case state == StateResident && !detached:
 			return e, nil
-		case state == StateFailed && !detached:
+		case state == StateFailed && !detached && !errors.Is(lerr, errFileChanged):
 			return nil, lerr
-		case attempt >= 3:
-			return nil, errBusy(rel, "changed or evicted again and again while staging")
+		case attempt >= maxAttempts:
+			return nil, errKeepsChanging(rel)
 		}
-		// Evicted or invalidated between the load's end and now: again.
+		// Changed under the load, or evicted or invalidated between the
+		// load's end and now: again.
+		c.stats.loadRetries.Add(1)
 	}
 }
 
 // openEligible opens rel and checks that it is a regular file that the
-// options let through.
-func (c *Cache) openEligible(rel string) (*os.File, identity, error) {
+// options let through. The file's filesystem is watched from then on if
+// it can be.
+func (c *Cache) openEligible(rel string) (*opened, error) {
 	if why := c.filter.why(rel); why != "" {
-		return nil, identity{}, errNotEligible(rel, why)
+		return nil, errNotEligible(rel, why)
 	}
 	f, err := c.open(rel, os.O_RDONLY)
 	if err != nil {
-		return nil, identity{}, err
+		return nil, err
 	}
-	id, mode, err := fileIdentity(f)
+	o := &opened{f: f}
+	var st unix.Stat_t
+	err = unix.Fstat(int(f.Fd()), &st)
 	switch {
 	case err != nil:
-	case mode&syscall.S_IFMT != syscall.S_IFREG:
+		err = fmt.Errorf("%s: fstat: %w", rel, err)
+	case st.Mode&syscall.S_IFMT != syscall.S_IFREG:
 		err = errNotEligible(rel, "not a regular file")
-	case id.size < int64(c.opts.MinFileSize):
+	case st.Size < int64(c.opts.MinFileSize):
 		err = errNotEligible(rel, fmt.Sprintf("smaller than staging.min_file_size (%s)", c.opts.MinFileSize))
 	}
 	if err != nil {
 		f.Close()
-		return nil, identity{}, err
+		return nil, err
 	}
-	return f, id, nil
+	// Watch first, then take the identity: a write that completes after
+	// the identity was taken either changes it or raises an event.
+	o.fid, o.events, o.why = c.watch.probe(f, st.Dev)
+	if o.events {
+		if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("%s: fstat: %w", rel, err)
+		}
+	}
+	o.id = identityOf(&st)
+	return o, nil
 }
 
-// lookupOrStart returns the entry for (rel, id): an existing resident or
-// loading one, or a new one whose load it starts with f. It takes f: f is
+// lookupOrStart returns the entry for o: an existing resident or loading
+// one, or a new one whose load it starts with o.f. It takes o.f: it is
 // closed unless a load uses it.
-func (c *Cache) lookupOrStart(rel string, id identity, f *os.File) (*entry, error) {
+func (c *Cache) lookupOrStart(rel string, o *opened) (*entry, error) {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		f.Close()
+		o.f.Close()
 		return nil, fmt.Errorf("stage %s: cache closed", rel)
 	}
 	var stale gpu.Region
 	if e := c.entries[rel]; e != nil {
 		switch {
-		case e.id != id:
+		case e.id != o.id:
 			stale = c.dropLocked(e, "changed")
 			c.stats.invalidations.Add(1)
 		case e.state == StateResident:
 			e.slot.lru.MoveToFront(e.elem)
 			c.stats.hits.Add(1)
 			c.mu.Unlock()
-			f.Close()
+			o.f.Close()
 			return e, nil
 		case e.state == StateLoading:
 			c.stats.sharedLoads.Add(1)
 			c.mu.Unlock()
-			f.Close()
+			o.f.Close()
 			if c.hooks.joined != nil {
 				c.hooks.joined(rel)
 			}
@@ -174,7 +197,7 @@ func (c *Cache) lookupOrStart(rel string, id identity, f *os.File) (*entry, erro
 			c.dropLocked(e, "failed load dropped")
 		}
 	}
-	e, victims, err := c.startLocked(rel, id)
+	e, victims, err := c.startLocked(rel, o)
 	if err == nil {
 		c.wg.Add(1)
 	}
@@ -184,10 +207,10 @@ func (c *Cache) lookupOrStart(rel string, id identity, f *os.File) (*entry, erro
 		freeRegion(r)
 	}
 	if err != nil {
-		f.Close()
+		o.f.Close()
 		return nil, err
 	}
-	go c.load(e, f)
+	go c.load(e, o.f)
 	return e, nil
 }
 

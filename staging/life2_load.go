@@ -22,7 +22,8 @@ import (
 // startLocked creates a loading entry on the slot with the most room,
 // evicting as needed. It returns the evicted regions for the caller to free
 // after unlocking. Cache.mu must be held.
-func (c *Cache) startLocked(rel string, id identity) (*entry, []gpu.Region, error) {
+func (c *Cache) startLocked(rel string, o *opened) (*entry, []gpu.Region, error) {
+	id := o.id
 	best := c.slots[0]
 	for _, s := range c.slots[1:] {
 		if s.capacity-s.used+s.evictableLocked() > best.capacity-best.used+best.evictableLocked() {
@@ -43,27 +44,33 @@ func (c *Cache) startLocked(rel string, id identity) (*entry, []gpu.Region, erro
 	c.stats.misses.Add(1)
 	c.gen++
 	e := &entry{
-		rel: rel, id: id, slot: best, gen: c.gen, done: make(chan struct{}),
-		state: StateLoading, reserved: need,
+		rel: rel, id: id, fid: o.fid, events: o.events, slot: best, gen: c.gen,
+		done: make(chan struct{}), state: StateLoading, reserved: need,
 	}
 	c.entries[rel] = e
+	c.indexLocked(e)
 	c.emitLocked(e.eventLocked(StateLoading, ""))
 	return e, regions, nil
 }
 
-// load fills e from f and publishes the result.
+// load fills e from f and publishes the result. Without change events
+// for f's filesystem, it first waits out the racy window (racy.go).
 func (c *Cache) load(e *entry, f *os.File) {
 	defer c.wg.Done()
 	defer f.Close()
 	start := time.Now()
-	region, err := c.alloc(e)
+	err := c.waitRacy(e)
+	var region gpu.Region
+	if err == nil {
+		region, err = c.alloc(e)
+	}
 	path, note := "", ""
 	if err == nil {
 		path, note, err = c.fill(e, f, region)
 	}
 	if err == nil {
 		if now, _, ferr := fileIdentity(f); ferr != nil || now != e.id {
-			err = fmt.Errorf("%s changed while it was loading", e.rel)
+			err = fmt.Errorf("its attributes changed: %w", errFileChanged)
 		}
 	}
 	if err == nil {

@@ -20,6 +20,9 @@ import (
 func (c *Cache) publish(e *entry, region gpu.Region, path, note string, err error, dur time.Duration) {
 	var free gpu.Region
 	c.mu.Lock()
+	if err == nil && e.changed {
+		err = fmt.Errorf("a change event came: %w", errFileChanged)
+	}
 	e.path, e.loadDur = path, dur
 	switch {
 	case err != nil:

@@ -25,6 +25,72 @@ func (c *Cache) Changed(rel string) {
 	freeRegion(r)
 }
 
+// changedFID handles a change event: the entries of that file are
+// dropped, and a load in flight will not publish (a write seen during or
+// after a load invalidates it). Called by the watcher, Cache.mu not held.
+func (c *Cache) changedFID(id fid) {
+	c.mu.Lock()
+	var free []gpu.Region
+	for e := range c.byFID[id] {
+		c.stats.changeEvents.Add(1)
+		if e.state == StateLoading {
+			e.changed = true
+			continue
+		}
+		free = append(free, c.dropLocked(e, "modified (change event)"))
+		c.stats.invalidations.Add(1)
+	}
+	c.mu.Unlock()
+	for _, r := range free {
+		freeRegion(r)
+	}
+}
+
+// changedAll drops every entry that relies on change events: some were
+// lost.
+func (c *Cache) changedAll() {
+	c.mu.Lock()
+	var free []gpu.Region
+	for _, set := range c.byFID {
+		for e := range set {
+			if e.state == StateLoading {
+				e.changed = true
+				continue
+			}
+			free = append(free, c.dropLocked(e, "change events lost"))
+			c.stats.invalidations.Add(1)
+		}
+	}
+	c.mu.Unlock()
+	for _, r := range free {
+		freeRegion(r)
+	}
+}
+
+// indexLocked lets change events find e. Cache.mu must be held.
+func (c *Cache) indexLocked(e *entry) {
+	if !e.events {
+		return
+	}
+	set := c.byFID[e.fid]
+	if set == nil {
+		set = map[*entry]struct{}{}
+		c.byFID[e.fid] = set
+	}
+	set[e] = struct{}{}
+}
+
+// unindexLocked: events no longer concern e (detached). Cache.mu must be
+// held.
+func (c *Cache) unindexLocked(e *entry) {
+	if set := c.byFID[e.fid]; set != nil {
+		delete(set, e)
+		if len(set) == 0 {
+			delete(c.byFID, e.fid)
+		}
+	}
+}
+
 // Evict drops rel unless it is leased or loading.
 func (c *Cache) Evict(rel string) error {
 	c.mu.Lock()
@@ -57,6 +123,7 @@ func (c *Cache) dropLocked(e *entry, reason string) gpu.Region {
 		c.emitLocked(e.eventLocked(StateAbsent, reason))
 	}
 	e.detached = true
+	c.unindexLocked(e)
 	if e.elem != nil {
 		e.slot.lru.Remove(e.elem)
 		e.elem = nil
@@ -91,6 +158,7 @@ func (c *Cache) detachVictimsLocked(victims []*entry) []gpu.Region {
 			c.emitLocked(v.eventLocked(StateAbsent, "evicted"))
 		}
 		v.detached, v.reserved, v.state = true, 0, StateAbsent
+		c.unindexLocked(v)
 		regions = append(regions, v.region)
 		v.region = nil
 	}

@@ -3,7 +3,6 @@ package staging
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -197,7 +196,7 @@ func (t *task) read(buf []byte, off int64, n int) error {
 		case err != nil:
 			return fmt.Errorf("pread at %d: %w", off+int64(got), err)
 		case k == 0:
-			return fmt.Errorf("pread at %d: %w (the file shrank)", off+int64(got), io.ErrUnexpectedEOF)
+			return fmt.Errorf("pread at %d: end of file: it shrank: %w", off+int64(got), errFileChanged)
 		}
 		got += k
 	}
@@ -212,7 +211,7 @@ func (t *task) readCuFile() error {
 		case err != nil:
 			return fmt.Errorf("cuFileRead at %d: %w", off, err)
 		case k == 0:
-			return fmt.Errorf("cuFileRead at %d: %w (the file shrank)", off, io.ErrUnexpectedEOF)
+			return fmt.Errorf("cuFileRead at %d: end of file: it shrank: %w", off, errFileChanged)
 		}
 		done += k
 	}

@@ -2,6 +2,7 @@ package staging
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/gdsfs/gdsfs/internal/units"
 )
@@ -45,6 +46,13 @@ type Options struct {
 	Prefetch        string      `yaml:"prefetch"`
 	PrefetchQueue   int         `yaml:"prefetch_queue"`
 	PrefetchWorkers int         `yaml:"prefetch_workers"`
+	// Watch is how changes to SOURCE are detected: WatchAuto (also when
+	// empty) or WatchTimestamps.
+	Watch string `yaml:"watch"`
+	// RacyWindow is the racy-timestamp rule's window (racy.go): a file
+	// whose mtime or ctime is younger than this is read only once it is
+	// not, where no change events exist.
+	RacyWindow time.Duration `yaml:"racy_window"`
 }
 
 // IOOptions is the io section of config.yaml: how a file is loaded.
@@ -93,6 +101,14 @@ func (o *Options) Validate() error {
 	}
 	if o.PrefetchWorkers < 1 || o.PrefetchWorkers > 256 {
 		return fmt.Errorf("staging.prefetch_workers: %d is outside 1..256", o.PrefetchWorkers)
+	}
+	switch o.Watch {
+	case "", WatchAuto, WatchTimestamps:
+	default:
+		return fmt.Errorf("staging.watch: %q is not one of auto, timestamps", o.Watch)
+	}
+	if o.RacyWindow < 0 || o.RacyWindow > time.Minute {
+		return fmt.Errorf("staging.racy_window: %s is outside 0..1m", o.RacyWindow)
 	}
 	return nil
 }

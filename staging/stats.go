@@ -13,6 +13,7 @@ type counters struct {
 	tooLarge, noSpace, cufileFallbacks   atomic.Uint64
 	bytesCuFile, bytesPOSIX, bytesHost   atomic.Uint64
 	leasesTotal                          atomic.Uint64
+	changeEvents, racyWaits, loadRetries atomic.Uint64
 	leasesActive                         atomic.Int64
 
 	errMu         sync.Mutex
@@ -62,6 +63,12 @@ type Stats struct {
 	CapacityBytes   int64  `json:"capacity_bytes"`
 	LeasesActive    int64  `json:"leases_active"`
 	LeasesTotal     uint64 `json:"leases_total"`
+	// ChangeDetection is how changes to SOURCE's own filesystem are seen:
+	// "fanotify" or "timestamps: WHY".
+	ChangeDetection string `json:"change_detection"`
+	ChangeEvents    uint64 `json:"change_events"` // events that concerned a staged file
+	RacyWaits       uint64 `json:"racy_waits"`    // loads that waited out staging.racy_window
+	LoadRetries     uint64 `json:"load_retries"`  // loads started again: the file changed under one
 }
 
 // Stats returns the current counters.
@@ -74,6 +81,8 @@ func (c *Cache) Stats() Stats {
 		Evictions: s.evictions.Load(), Invalidations: s.invalidations.Load(), LoadErrors: s.loadErrors.Load(),
 		TooLarge: s.tooLarge.Load(), NoSpace: s.noSpace.Load(), CuFileFallbacks: s.cufileFallbacks.Load(),
 		LeasesActive: s.leasesActive.Load(), LeasesTotal: s.leasesTotal.Load(),
+		ChangeDetection: c.watch.mode(c.sourceDev), ChangeEvents: s.changeEvents.Load(),
+		RacyWaits: s.racyWaits.Load(), LoadRetries: s.loadRetries.Load(),
 	}
 	s.errMu.Lock()
 	out.CuFileLastError = s.lastCuFileErr

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -174,4 +175,95 @@ func TestLoadFailureLeavesFileReadable(t *testing.T) {
 		t.Errorf("prefetch of a too-large file: %q\n%s", msg, m.log)
 	}
 	os.Remove(filepath.Join(src, "nothing"))
+}
+
+// startMountLimited is startMount with the daemon's RLIMIT_NOFILE (soft
+// and hard) set to nofile by prlimit, as a small limit would be set.
+func startMountLimited(t *testing.T, src string, nofile int, sets ...string) *mount {
+	t.Helper()
+	needMount(t)
+	need(t, "prlimit")
+	mnt := t.TempDir()
+	args := []string{fmt.Sprintf("--nofile=%d:%d", nofile, nofile), "--", bins.gdsfs, "mount",
+		"--set", "log.format=console", "--set", "ipc.socket=" + filepath.Join(t.TempDir(), "lease.sock")}
+	for _, s := range sets {
+		args = append(args, "--set", s)
+	}
+	args = append(args, src, mnt)
+	m := &mount{t: t, src: src, mnt: mnt, log: &syncBuffer{}, exited: make(chan error, 1)}
+	m.cmd = exec.Command("prlimit", args...)
+	m.cmd.Stdout, m.cmd.Stderr = m.log, m.log
+	if err := m.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { m.exited <- m.cmd.Wait() }()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if _, err := os.Stat(filepath.Join(mnt, ".gdsfs", "version")); err == nil {
+			break
+		}
+		select {
+		case err := <-m.exited:
+			t.Fatalf("gdsfs exited before mounting: %v\n%s", err, m.log)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("mount did not come up\n%s", m.log)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Cleanup(m.stop)
+	return m
+}
+
+// TestManySmallFilesFewDescriptors (issue 8 item 4): 50,000 small files
+// staged by a daemon whose descriptor limit is 4,096: staged regions stay
+// within the descriptor budget (evicting), no load fails, and the mount
+// still reads every file, before and after.
+func TestManySmallFilesFewDescriptors(t *testing.T) {
+	const files = 50000
+	src := t.TempDir()
+	for d := range files / 1000 {
+		dir := filepath.Join(src, fmt.Sprintf("d%02d", d))
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 1000 {
+			n := d*1000 + i
+			body := strings.Repeat(fmt.Sprintf("file %d;", n), 1+n%300)
+			if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%03d", i)), []byte(body), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	m := startMountLimited(t, src, 4096, "staging.prefetch_queue=65536", "staging.prefetch_workers=4")
+	list := filepath.Join(t.TempDir(), "list")
+	sh(t, "cd "+src+" && find . -type f | sort > "+list)
+	want := sh(t, "cd "+src+" && xargs cat < "+list+" | sha256sum")
+	if got := sh(t, "cd "+m.mnt+" && xargs cat < "+list+" | sha256sum"); got != want {
+		t.Fatal("reading every file through the mount gave other bytes")
+	}
+	deadline := time.Now().Add(10 * time.Minute)
+	for s := statsOf(t, m); s["prefetch_queued"].(float64) > 0 || s["loading_files"].(float64) > 0; s = statsOf(t, m) {
+		if time.Now().After(deadline) {
+			t.Fatalf("staging did not finish: %v", s)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	s := statsOf(t, m)
+	if s["load_errors"].(float64) != 0 || s["misses"].(float64) != files || s["prefetch_dropped"].(float64) != 0 {
+		t.Fatalf("load errors %v, loads %v of %d, dropped %v\n%s", s["load_errors"], s["misses"], files, s["prefetch_dropped"], m.log)
+	}
+	budget := s["descriptor_budget"].(float64)
+	if budget != 4096-1024 || s["descriptors_used"].(float64) > budget || s["staged_files"].(float64) > budget ||
+		s["evictions"].(float64) < files-budget {
+		t.Fatalf("descriptors %v of %v, staged %v, evictions %v", s["descriptors_used"], budget, s["staged_files"], s["evictions"])
+	}
+	if got := sh(t, "cd "+m.mnt+" && xargs cat < "+list+" | sha256sum"); got != want {
+		t.Fatal("reading every file through the mount after staging gave other bytes")
+	}
+	last := "d49/f999"
+	if r := leaseSum(t, m.path(last)); r["sha256"] != sha(t, filepath.Join(src, last)) {
+		t.Fatalf("lease of %s: %v", last, r)
+	}
 }

@@ -12,15 +12,20 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gdsfs/gdsfs/gpu"
+	"github.com/gdsfs/gdsfs/internal/access"
 )
 
 // Config is what New needs.
 type Config struct {
-	Source  string // the directory files are staged from
+	Source  string       // the directory files are staged from
+	Root    *access.Root // SOURCE held open (optional: New opens Source)
 	Options Options
 	IO      IOOptions
 	Devices []gpu.Device // one slot each; staging.gpus order
 	Log     *zap.Logger
+	// NoFile is the descriptor limit the budget is taken from (fdbudget.go);
+	// 0: this process's soft RLIMIT_NOFILE.
+	NoFile uint64
 }
 
 // Cache stages files of SOURCE onto devices.
@@ -35,15 +40,18 @@ type Config struct {
 // Lock order: Cache.mu, then events.mu. No I/O or device call is made with
 // mu held.
 type Cache struct {
-	opts   Options
-	io     IOOptions
-	root   *os.File // SOURCE, for openat2(RESOLVE_BENEATH)
-	filter *filter
-	slots  []*slot
-	log    *zap.Logger
-	stats  counters
+	opts    Options
+	io      IOOptions
+	root    *access.Root // SOURCE: every path is resolved beneath it
+	ownRoot bool         // root was opened by New: Close closes it
+	filter  *filter
+	slots   []*slot
+	log     *zap.Logger
+	stats   counters
 
 	sourceDev uint64 // SOURCE's filesystem
+	fdBudget  int    // descriptors staged regions may hold
+	fdReserve int    // the rest of the limit
 	events    *events
 	watch     *watcher
 	hooks     hooks
@@ -58,6 +66,8 @@ type Cache struct {
 	byFID   map[fid]map[*entry]struct{} // entries with change events, by file
 	queued  map[string]bool             // paths waiting in queue
 	gen     uint64                      // last generation handed out
+	// INVARIANT: 0 <= fdsUsed <= fdBudget.
+	fdsUsed int // descriptors reserved by entries and private copies
 	closed  bool
 }
 
@@ -88,17 +98,28 @@ func New(ctx context.Context, cfg Config) (*Cache, error) {
 	if err != nil {
 		return nil, err
 	}
-	root, err := os.Open(cfg.Source)
-	if err != nil {
-		return nil, fmt.Errorf("staging: SOURCE: %w", err)
+	if cfg.NoFile == 0 {
+		if cfg.NoFile, err = noFile(); err != nil {
+			return nil, fmt.Errorf("staging: %w", err)
+		}
+	}
+	root, ownRoot := cfg.Root, false
+	if root == nil {
+		if root, err = access.OpenRoot(cfg.Source); err != nil {
+			return nil, fmt.Errorf("staging: SOURCE: %w", err)
+		}
+		ownRoot = true
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	c := &Cache{
-		opts: cfg.Options, io: cfg.IO, root: root, filter: flt,
+		opts: cfg.Options, io: cfg.IO, root: root, ownRoot: ownRoot, filter: flt,
 		log: cfg.Log.Named("staging"), ctx: ctx, cancel: cancel, events: newEvents(),
 		queue:   make(chan string, cfg.Options.PrefetchQueue),
 		entries: map[string]*entry{}, queued: map[string]bool{}, byFID: map[fid]map[*entry]struct{}{},
 	}
+	c.fdBudget, c.fdReserve = fdBudget(cfg.NoFile)
+	c.log.Info("descriptor budget", zap.Uint64("rlimit_nofile", cfg.NoFile),
+		zap.Int("budget", c.fdBudget), zap.Int("reserve", c.fdReserve))
 	c.watch = newWatcher(cfg.Options.Watch, c.log, c.changedFID, c.changedAll)
 	c.watchSource()
 	for _, d := range cfg.Devices {
@@ -108,7 +129,9 @@ func New(ctx context.Context, cfg Config) (*Cache, error) {
 			c.wg.Wait() // the loaders of the slots made so far
 			c.watch.close()
 			c.events.close()
-			root.Close()
+			if ownRoot {
+				root.Close()
+			}
 			return nil, fmt.Errorf("staging: %s: %w", d.Name(), err)
 		}
 		capacity := cfg.Options.Capacity.Resolve(free)
@@ -148,38 +171,37 @@ func (c *Cache) Close() error {
 	c.entries = map[string]*entry{}
 	c.mu.Unlock()
 	for _, r := range regions {
-		freeRegion(r)
+		c.freeRegion(r)
 	}
 	c.events.close()
-	return c.root.Close()
+	if c.ownRoot {
+		return c.root.Close()
+	}
+	return nil
 }
 
-// open opens rel beneath SOURCE (symlinks may not leave it). It asks for
-// O_NOATIME so staging leaves SOURCE's metadata as it was, where the
-// daemon may (it owns the file, or is root).
-func (c *Cache) open(rel string, flags int) (*os.File, error) {
-	how := &unix.OpenHow{
-		Flags:   uint64(flags | unix.O_CLOEXEC | unix.O_NOATIME),
-		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS,
-	}
-	fd, err := unix.Openat2(int(c.root.Fd()), rel, how)
-	if errors.Is(err, unix.EPERM) {
-		how.Flags &^= unix.O_NOATIME
-		fd, err = unix.Openat2(int(c.root.Fd()), rel, how)
-	}
-	if err != nil {
-		return nil, &os.PathError{Op: "open", Path: rel, Err: err}
-	}
-	return os.NewFile(uintptr(fd), rel), nil
+// openRegular opens rel beneath SOURCE (symlinks may not leave it) as
+// the daemon, never blocking: anything but a regular file is refused
+// (access.ErrNotRegular) before it could block in open or read. It asks
+// for O_NOATIME so staging leaves SOURCE's metadata as it was, where the
+// daemon may (it owns the file, or is root). A SOURCE removed and made
+// again is followed (access.Root).
+func (c *Cache) openRegular(rel string, extra int) (*os.File, *unix.Stat_t, error) {
+	return c.root.OpenRegular(access.Daemon(), rel, unix.O_NOATIME|extra, access.Beneath)
 }
 
 // watchSource marks SOURCE's own filesystem now, so stats tell from the
 // start how changes are detected there.
 func (c *Cache) watchSource() {
+	d, err := c.root.Open(".", unix.O_RDONLY|unix.O_DIRECTORY, 0, access.Beneath)
+	if err != nil {
+		return
+	}
+	defer d.Close()
 	var st unix.Stat_t
-	if err := unix.Fstat(int(c.root.Fd()), &st); err == nil {
+	if err := unix.Fstat(int(d.Fd()), &st); err == nil {
 		c.sourceDev = st.Dev
-		c.watch.probe(c.root, st.Dev)
+		c.watch.probe(d, st.Dev)
 	}
 }
 

@@ -68,6 +68,7 @@ type entry struct {
 	err      error  // the load's error, when failed
 	region   gpu.Region
 	reserved int64 // device bytes counted against slot capacity
+	fds      int   // descriptors counted against Cache.fdBudget
 	leases   int
 	detached bool          // no longer in Cache.entries (stale or evicted while leased)
 	elem     *list.Element // in slot.lru while resident and attached

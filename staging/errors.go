@@ -15,6 +15,11 @@ func errTooLarge(rel string, need, capacity int64) error {
 	return fmt.Errorf("%s: needs %d bytes, more than the capacity of %d: %w", rel, need, capacity, syscall.EFBIG)
 }
 
+func errTooManyFDs(rel string, need, budget int) error {
+	return fmt.Errorf("%s: needs %d descriptors, more than the budget of %d (RLIMIT_NOFILE less the reserve): %w",
+		rel, need, budget, syscall.EFBIG)
+}
+
 func errNoSpace(rel string, need int64) error {
 	return fmt.Errorf("%s: no room for %d bytes: the rest of the cache is leased or loading: %w", rel, need, syscall.ENOSPC)
 }

@@ -135,11 +135,17 @@ func testOptions() (Options, IOOptions) {
 }
 
 func newCache(t *testing.T, src string, opts Options, io IOOptions, devs ...gpu.Device) *Cache {
+	return newCacheCfg(t, Config{Source: src, Options: opts, IO: io, Devices: devs})
+}
+
+// newCacheCfg is newCache with the whole Config (Devices: a fake when empty).
+func newCacheCfg(t *testing.T, cfg Config) *Cache {
 	t.Helper()
-	if len(devs) == 0 {
-		devs = []gpu.Device{newFake(int64(opts.ChunkSize))}
+	if len(cfg.Devices) == 0 {
+		cfg.Devices = []gpu.Device{newFake(int64(cfg.Options.ChunkSize))}
 	}
-	c, err := New(context.Background(), Config{Source: src, Options: opts, IO: io, Devices: devs, Log: zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel))})
+	cfg.Log = zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel))
+	c, err := New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,11 +14,15 @@ import (
 // Lease pins a resident file: its entry is not evicted or freed until
 // Release. A private lease holds its own device copy.
 type Lease struct {
-	c       *Cache
-	e       *entry
-	region  gpu.Region // the entry's, or the private copy
-	private int64      // bytes reserved for the private copy; 0 if shared
-	once    sync.Once
+	c      *Cache
+	e      *entry
+	region gpu.Region // what the lease shows: the entry's, or own
+	once   sync.Once
+
+	// guarded by Cache.mu
+	own        gpu.Region // the private copy; nil if shared (or not made)
+	private    int64      // bytes reserved for the private copy
+	privateFDs int        // descriptors reserved for it
 }
 
 // Request is one acquire.
@@ -73,38 +77,45 @@ func (c *Cache) Acquire(ctx context.Context, req Request) (*Lease, error) {
 	}
 }
 
+// copyPrivate gives l its own copy of the entry's region, counted
+// against the capacity and the descriptor budget until Release.
 func (l *Lease) copyPrivate() error {
 	c, e := l.c, l.e
 	need := e.slot.need(e.id.size, int64(c.opts.ChunkSize))
+	fds := e.slot.dev.HeldDescriptors(e.id.size)
 	c.mu.Lock()
-	victims, ok := e.slot.reserveLocked(need)
+	victims, ok := c.reserveLocked(e.slot, need, fds)
 	regions := c.detachVictimsLocked(victims)
+	if ok {
+		l.private, l.privateFDs = need, fds
+	}
 	c.mu.Unlock()
 	for _, r := range regions {
-		freeRegion(r)
+		c.freeRegion(r)
 	}
 	if !ok {
 		c.stats.noSpace.Add(1)
 		return errNoSpace(e.rel+" (private copy)", need)
 	}
-	l.private = need
 	r, err := e.slot.dev.Alloc(e.id.size)
 	if err == nil {
 		if err = e.slot.dev.Copy(r, l.region); err == nil {
 			err = r.Seal()
 		}
 		if err != nil {
-			r.Free()
+			c.freeRegion(r)
 		}
 	}
 	if err != nil {
 		return fmt.Errorf("private copy of %s: %w", e.rel, err)
 	}
-	l.region = r
+	l.own, l.region = r, r
 	return nil
 }
 
-// Release ends the lease; calling it again does nothing.
+// Release ends the lease; calling it again does nothing. It frees the
+// lease's private copy, if it made one, and never the entry's region
+// unless this was the last lease of a detached entry.
 func (l *Lease) Release() {
 	l.once.Do(func() {
 		c, e := l.c, l.e
@@ -112,18 +123,19 @@ func (l *Lease) Release() {
 		c.mu.Lock()
 		e.leases--
 		c.stats.leasesActive.Add(-1)
-		if l.private > 0 {
-			e.slot.used -= l.private
-			if l.region != e.region {
-				free = append(free, l.region)
-			}
+		e.slot.used -= l.private
+		c.fdsUsed -= l.privateFDs
+		l.private, l.privateFDs = 0, 0
+		if l.own != nil {
+			free = append(free, l.own)
+			l.own = nil
 		}
 		if e.detached && e.leases == 0 {
 			free = append(free, c.releaseLocked(e))
 		}
 		c.mu.Unlock()
 		for _, r := range free {
-			freeRegion(r)
+			c.freeRegion(r)
 		}
 	})
 }

@@ -9,12 +9,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/gdsfs/gdsfs/gpu"
+	"github.com/gdsfs/gdsfs/internal/access"
 )
 
 // Opened is the FUSE open trigger: with staging.prefetch=open it queues
@@ -131,35 +130,28 @@ func (c *Cache) openEligible(rel string) (*opened, error) {
 	if why := c.filter.why(rel); why != "" {
 		return nil, errNotEligible(rel, why)
 	}
-	f, err := c.open(rel, os.O_RDONLY)
+	f, st, err := c.openRegular(rel, 0)
+	if errors.Is(err, access.ErrNotRegular) {
+		return nil, errNotEligible(rel, err.Error())
+	}
 	if err != nil {
 		return nil, err
 	}
 	o := &opened{f: f}
-	var st unix.Stat_t
-	err = unix.Fstat(int(f.Fd()), &st)
-	switch {
-	case err != nil:
-		err = fmt.Errorf("%s: fstat: %w", rel, err)
-	case st.Mode&syscall.S_IFMT != syscall.S_IFREG:
-		err = errNotEligible(rel, "not a regular file")
-	case st.Size < int64(c.opts.MinFileSize):
-		err = errNotEligible(rel, fmt.Sprintf("smaller than staging.min_file_size (%s)", c.opts.MinFileSize))
-	}
-	if err != nil {
+	if st.Size < int64(c.opts.MinFileSize) {
 		f.Close()
-		return nil, err
+		return nil, errNotEligible(rel, fmt.Sprintf("smaller than staging.min_file_size (%s)", c.opts.MinFileSize))
 	}
 	// Watch first, then take the identity: a write that completes after
 	// the identity was taken either changes it or raises an event.
 	o.fid, o.events, o.why = c.watch.probe(f, st.Dev)
 	if o.events {
-		if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		if err := unix.Fstat(int(f.Fd()), st); err != nil {
 			f.Close()
 			return nil, fmt.Errorf("%s: fstat: %w", rel, err)
 		}
 	}
-	o.id = identityOf(&st)
+	o.id = identityOf(st)
 	return o, nil
 }
 
@@ -202,9 +194,9 @@ func (c *Cache) lookupOrStart(rel string, o *opened) (*entry, error) {
 		c.wg.Add(1)
 	}
 	c.mu.Unlock()
-	freeRegion(stale)
+	c.freeRegion(stale)
 	for _, r := range victims {
-		freeRegion(r)
+		c.freeRegion(r)
 	}
 	if err != nil {
 		o.f.Close()
@@ -217,10 +209,13 @@ func (c *Cache) lookupOrStart(rel string, o *opened) (*entry, error) {
 // checkIdentity drops the entry of rel if the file changed or vanished.
 func (c *Cache) checkIdentity(rel string) {
 	var id identity
-	var st unix.Stat_t
-	err := unix.Fstatat(int(c.root.Fd()), rel, &st, 0)
+	f, err := c.root.Open(rel, unix.O_PATH, 0, access.Beneath)
 	if err == nil {
-		id = identityOf(&st)
+		var st unix.Stat_t
+		if err = unix.Fstat(int(f.Fd()), &st); err == nil {
+			id = identityOf(&st)
+		}
+		f.Close()
 	}
 	c.mu.Lock()
 	e := c.entries[rel]
@@ -234,5 +229,5 @@ func (c *Cache) checkIdentity(rel string) {
 		c.stats.invalidations.Add(1)
 	}
 	c.mu.Unlock()
-	freeRegion(r)
+	c.freeRegion(r)
 }

@@ -24,18 +24,23 @@ import (
 // after unlocking. Cache.mu must be held.
 func (c *Cache) startLocked(rel string, o *opened) (*entry, []gpu.Region, error) {
 	id := o.id
-	best := c.slots[0]
-	for _, s := range c.slots[1:] {
-		if s.capacity-s.used+s.evictableLocked() > best.capacity-best.used+best.evictableLocked() {
-			best = s
+	best, room := c.slots[0], int64(-1)
+	for _, s := range c.slots {
+		if eb, _ := s.evictableLocked(); s.capacity-s.used+eb > room {
+			best, room = s, s.capacity-s.used+eb
 		}
 	}
 	need := best.need(id.size, int64(c.opts.ChunkSize))
+	fds := best.dev.HeldDescriptors(id.size)
 	if need > best.capacity {
 		c.stats.tooLarge.Add(1)
 		return nil, nil, errTooLarge(rel, need, best.capacity)
 	}
-	victims, ok := best.reserveLocked(need)
+	if fds > c.fdBudget {
+		c.stats.tooLarge.Add(1)
+		return nil, nil, errTooManyFDs(rel, fds, c.fdBudget)
+	}
+	victims, ok := c.reserveLocked(best, need, fds)
 	if !ok {
 		c.stats.noSpace.Add(1)
 		return nil, nil, errNoSpace(rel, need)
@@ -45,7 +50,7 @@ func (c *Cache) startLocked(rel string, o *opened) (*entry, []gpu.Region, error)
 	c.gen++
 	e := &entry{
 		rel: rel, id: id, fid: o.fid, events: o.events, slot: best, gen: c.gen,
-		done: make(chan struct{}), state: StateLoading, reserved: need,
+		done: make(chan struct{}), state: StateLoading, reserved: need, fds: fds,
 	}
 	c.entries[rel] = e
 	c.indexLocked(e)
@@ -105,7 +110,7 @@ func (c *Cache) alloc(e *entry) (gpu.Region, error) {
 		if victim == nil {
 			return nil, err
 		}
-		freeRegion(vr)
+		c.freeRegion(vr)
 	}
 }
 
@@ -143,7 +148,7 @@ func (c *Cache) fill(e *entry, f *os.File, region gpu.Region) (path, note string
 	}
 	j := &job{region: region, size: e.id.size, f: f}
 	if c.wantDirect(f, e.id.size) {
-		df, derr := c.open(e.rel, os.O_RDONLY|syscall.O_DIRECT)
+		df, _, derr := c.openRegular(e.rel, syscall.O_DIRECT)
 		if derr == nil {
 			// Opened again by path: it must still be the file checked.
 			if id, _, ierr := fileIdentity(df); ierr != nil || id.dev != e.id.dev || id.ino != e.id.ino {

@@ -44,7 +44,7 @@ func (c *Cache) publish(e *entry, region gpu.Region, path, note string, err erro
 	}
 	close(e.done)
 	c.mu.Unlock()
-	freeRegion(free)
+	c.freeRegion(free)
 	if err != nil {
 		c.log.Warn("load failed", zap.String("path", e.rel), zap.Error(err))
 	} else {

@@ -1,12 +1,14 @@
 package staging
 
 // An entry's life, step 4: it leaves. Eviction (LRU, unleased only; see
-// slot.reserveLocked), invalidation (the file changed), an explicit evict,
+// reserveLocked), invalidation (the file changed), an explicit evict,
 // or the cache closing. A leased entry is detached at once (no new request
 // finds it) and freed by its last Release.
 
 import (
 	"fmt"
+
+	"go.uber.org/zap"
 
 	"github.com/gdsfs/gdsfs/gpu"
 )
@@ -22,7 +24,7 @@ func (c *Cache) Changed(rel string) {
 		c.stats.invalidations.Add(1)
 	}
 	c.mu.Unlock()
-	freeRegion(r)
+	c.freeRegion(r)
 }
 
 // changedFID handles a change event: the entries of that file are
@@ -42,7 +44,7 @@ func (c *Cache) changedFID(id fid) {
 	}
 	c.mu.Unlock()
 	for _, r := range free {
-		freeRegion(r)
+		c.freeRegion(r)
 	}
 }
 
@@ -63,7 +65,7 @@ func (c *Cache) changedAll() {
 	}
 	c.mu.Unlock()
 	for _, r := range free {
-		freeRegion(r)
+		c.freeRegion(r)
 	}
 }
 
@@ -109,7 +111,7 @@ func (c *Cache) Evict(rel string) error {
 	r := c.dropLocked(e, "evicted on request")
 	c.stats.evictions.Add(1)
 	c.mu.Unlock()
-	freeRegion(r)
+	c.freeRegion(r)
 	return nil
 }
 
@@ -138,7 +140,8 @@ func (c *Cache) dropLocked(e *entry, reason string) gpu.Region {
 // region. Cache.mu must be held.
 func (c *Cache) releaseLocked(e *entry) gpu.Region {
 	e.slot.used -= e.reserved
-	e.reserved = 0
+	c.fdsUsed -= e.fds
+	e.reserved, e.fds = 0, 0
 	r := e.region
 	e.region = nil
 	if e.state == StateResident {
@@ -147,7 +150,7 @@ func (c *Cache) releaseLocked(e *entry) gpu.Region {
 	return r
 }
 
-// detachVictimsLocked removes entries evicted by slot.reserveLocked (their
+// detachVictimsLocked removes entries evicted by reserveLocked (their
 // reservation is already returned) and hands back their regions for the
 // caller to free after unlocking. Cache.mu must be held.
 func (c *Cache) detachVictimsLocked(victims []*entry) []gpu.Region {
@@ -157,7 +160,7 @@ func (c *Cache) detachVictimsLocked(victims []*entry) []gpu.Region {
 			delete(c.entries, v.rel)
 			c.emitLocked(v.eventLocked(StateAbsent, "evicted"))
 		}
-		v.detached, v.reserved, v.state = true, 0, StateAbsent
+		v.detached, v.reserved, v.fds, v.state = true, 0, 0, StateAbsent
 		c.unindexLocked(v)
 		regions = append(regions, v.region)
 		v.region = nil
@@ -166,8 +169,14 @@ func (c *Cache) detachVictimsLocked(victims []*entry) []gpu.Region {
 	return regions
 }
 
-func freeRegion(r gpu.Region) {
-	if r != nil {
-		r.Free()
+// freeRegion frees r (nil: nothing). A failure is logged and counted
+// (free_errors): the device may hold memory the cache no longer counts.
+func (c *Cache) freeRegion(r gpu.Region) {
+	if r == nil {
+		return
+	}
+	if err := r.Free(); err != nil {
+		c.stats.freeErrors.Add(1)
+		c.log.Error("free region", zap.Int64("bytes", r.Size()), zap.Error(err))
 	}
 }

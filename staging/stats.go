@@ -14,6 +14,7 @@ type counters struct {
 	bytesCuFile, bytesPOSIX, bytesHost   atomic.Uint64
 	leasesTotal                          atomic.Uint64
 	changeEvents, racyWaits, loadRetries atomic.Uint64
+	freeErrors                           atomic.Uint64
 	leasesActive                         atomic.Int64
 
 	errMu         sync.Mutex
@@ -41,6 +42,7 @@ func (s *counters) setCuFileError(msg string) {
 // of stats.json.
 type Stats struct {
 	Prefetches      uint64 `json:"prefetches"`
+	PrefetchQueued  int    `json:"prefetch_queued"` // waiting in the queue or being staged now
 	PrefetchDropped uint64 `json:"prefetch_dropped"`
 	StagedFiles     int    `json:"staged_files"`
 	LoadingFiles    int    `json:"loading_files"`
@@ -69,6 +71,12 @@ type Stats struct {
 	ChangeEvents    uint64 `json:"change_events"` // events that concerned a staged file
 	RacyWaits       uint64 `json:"racy_waits"`    // loads that waited out staging.racy_window
 	LoadRetries     uint64 `json:"load_retries"`  // loads started again: the file changed under one
+	FreeErrors      uint64 `json:"free_errors"`   // regions the device failed to free
+	// Descriptors held by staged regions, and the budget they may use
+	// (RLIMIT_NOFILE less the reserve kept for the FUSE server and leases).
+	DescriptorsUsed   int `json:"descriptors_used"`
+	DescriptorBudget  int `json:"descriptor_budget"`
+	DescriptorReserve int `json:"descriptor_reserve"`
 }
 
 // Stats returns the current counters.
@@ -82,7 +90,8 @@ func (c *Cache) Stats() Stats {
 		TooLarge: s.tooLarge.Load(), NoSpace: s.noSpace.Load(), CuFileFallbacks: s.cufileFallbacks.Load(),
 		LeasesActive: s.leasesActive.Load(), LeasesTotal: s.leasesTotal.Load(),
 		ChangeDetection: c.watch.mode(c.sourceDev), ChangeEvents: s.changeEvents.Load(),
-		RacyWaits: s.racyWaits.Load(), LoadRetries: s.loadRetries.Load(),
+		RacyWaits: s.racyWaits.Load(), LoadRetries: s.loadRetries.Load(), FreeErrors: s.freeErrors.Load(),
+		DescriptorBudget: c.fdBudget, DescriptorReserve: c.fdReserve,
 	}
 	s.errMu.Lock()
 	out.CuFileLastError = s.lastCuFileErr
@@ -100,6 +109,8 @@ func (c *Cache) Stats() Stats {
 			out.FailedFiles++
 		}
 	}
+	out.DescriptorsUsed = c.fdsUsed
+	out.PrefetchQueued = len(c.queued)
 	for _, sl := range c.slots {
 		out.UsedBytes += sl.used
 		out.CapacityBytes += sl.capacity
@@ -111,8 +122,13 @@ func (c *Cache) Stats() Stats {
 // Cache.mu must be held.
 func (c *Cache) checkInvariantsLocked() {
 	held := map[*slot]int64{}
+	fds := 0
 	for _, e := range c.entries {
 		held[e.slot] += e.reserved
+		fds += e.fds
+	}
+	if c.fdsUsed < 0 || c.fdsUsed > c.fdBudget || fds > c.fdsUsed {
+		panic("staging: descriptors used outside 0..budget, or entries hold more than counted")
 	}
 	for _, s := range c.slots {
 		if s.used < 0 || s.used > s.capacity {

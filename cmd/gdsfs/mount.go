@@ -80,6 +80,11 @@ func (d *daemon) start(source, mnt string) error {
 	if err != nil {
 		return usageError{err}
 	}
+	if soft, hard, err := staging.RaiseNoFile(); err != nil {
+		d.log.Warn("descriptor limit not raised", zap.Error(err))
+	} else {
+		d.log.Info("descriptor limit", zap.Uint64("soft", soft), zap.Uint64("hard", hard))
+	}
 	if d.devs, err = openDevices(cfg.Staging, d.log); err != nil {
 		return err
 	}

@@ -152,6 +152,10 @@ func (d *Device) Ordinal() int { return d.ordinal }
 // Granularity is the recommended VMM allocation granularity.
 func (d *Device) Granularity() int64 { return d.gran }
 
+// HeldDescriptors is 0: a VMM allocation holds no descriptor; Export makes
+// them for the caller.
+func (d *Device) HeldDescriptors(int64) int { return 0 }
+
 // MemInfo reports free and total device memory.
 func (d *Device) MemInfo() (free, total int64, err error) {
 	if err := d.check(); err != nil {

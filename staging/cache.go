@@ -77,6 +77,7 @@ type hooks struct {
 	joined       func(rel string) // a request joined a load in flight
 	prefetchDone func(rel string) // a prefetch worker finished with rel
 	racyWait     func(rel string) // a load starts waiting out the racy window
+	directOpen   func(rel string) // a load is about to open rel again with O_DIRECT
 }
 
 // New opens the cache and starts its workers; they stop when ctx is done

@@ -3,6 +3,7 @@ package staging
 import (
 	"bytes"
 	"context"
+	"errors"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -29,6 +30,39 @@ type fakeDevice struct {
 	copyHook func() error                         // called on every CopyAsync; its error fails the copy
 	waitHook func(i int) error                    // called on every Wait; its error is the copy's
 	cufile   gpu.CuFile                           // nil: no cuFile
+	copy     func(dst, src gpu.Region) error      // nil: the host's Copy
+}
+
+func (d *fakeDevice) Copy(dst, src gpu.Region) error {
+	if d.copy != nil {
+		return d.copy(dst, src)
+	}
+	return d.Device.Copy(unwrap(dst), unwrap(src))
+}
+
+// fakeRegion is a host region that counts its Frees and can fail them.
+type fakeRegion struct {
+	gpu.Region
+	frees    atomic.Int32
+	freeFail error // returned by the first Free (which still frees)
+}
+
+func (r *fakeRegion) Free() error {
+	if r.frees.Add(1) == 1 {
+		err := r.Region.Free()
+		if r.freeFail != nil {
+			return r.freeFail
+		}
+		return err
+	}
+	return errors.New("region freed twice")
+}
+
+func unwrap(r gpu.Region) gpu.Region {
+	if f, ok := r.(*fakeRegion); ok {
+		return f.Region
+	}
+	return r
 }
 
 func newFake(chunk int64) *fakeDevice {
@@ -79,15 +113,18 @@ func (w *fakeWorker) CopyAsync(dst gpu.Region, off int64, i, n int) error {
 			return err
 		}
 	}
-	return w.Worker.CopyAsync(dst, off, i, n)
+	return w.Worker.CopyAsync(unwrap(dst), off, i, n)
 }
 
 // fakeCuFile "reads" by pread plus a host copy, and refuses to register
-// when refuse is set.
+// when refuse is set. It records whether it was handed O_DIRECT
+// descriptors.
 type fakeCuFile struct {
 	d      *fakeDevice
 	refuse error
 	reads  atomic.Int32
+	direct atomic.Int32 // registrations of an O_DIRECT descriptor
+	plain  atomic.Int32 // registrations of a buffered one
 }
 
 func (f *fakeCuFile) Mode() string { return "compat" }
@@ -96,26 +133,41 @@ func (f *fakeCuFile) Register(fd int) (gpu.CuFileHandle, error) {
 	if f.refuse != nil {
 		return nil, f.refuse
 	}
-	return &fakeHandle{f: f, fd: fd}, nil
+	fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
+	if err != nil {
+		return nil, err
+	}
+	if fl&unix.O_DIRECT != 0 {
+		f.direct.Add(1)
+	} else {
+		f.plain.Add(1)
+	}
+	return &fakeHandle{f: f, fd: fd, direct: fl&unix.O_DIRECT != 0}, nil
 }
 
 type fakeHandle struct {
-	f  *fakeCuFile
-	fd int
+	f      *fakeCuFile
+	fd     int
+	direct bool
 }
 
 func (h *fakeHandle) ReadInto(dst gpu.Region, dstOff, fileOff int64, n int) (int, error) {
 	h.f.reads.Add(1)
-	w, err := h.f.d.Device.NewWorker(n)
+	want := n
+	if h.direct { // whole pages, as O_DIRECT wants; the file's end stops it short
+		want = int(gpu.RoundUp(int64(n), 4096))
+	}
+	w, err := h.f.d.Device.NewWorker(want)
 	if err != nil {
 		return 0, err
 	}
 	defer w.Close()
-	k, err := unix.Pread(h.fd, w.Buffer(0)[:n], fileOff)
+	k, err := unix.Pread(h.fd, w.Buffer(0)[:want], fileOff)
 	if err != nil {
 		return 0, err
 	}
-	if err := w.CopyAsync(dst, dstOff, 0, k); err != nil {
+	k = min(k, n)
+	if err := w.CopyAsync(unwrap(dst), dstOff, 0, k); err != nil {
 		return 0, err
 	}
 	return k, w.Wait(0)

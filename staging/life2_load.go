@@ -134,33 +134,23 @@ func (c *Cache) fill(e *entry, f *os.File, region gpu.Region) (path, note string
 	case c.io.CompatMode == CompatAuto && e.id.size < int64(c.io.GDSThreshold):
 		note = fmt.Sprintf("smaller than io.gds_threshold (%s)", c.io.GDSThreshold)
 	default:
-		h, rerr := cf.Register(int(f.Fd()))
-		if rerr == nil {
-			defer h.Close()
-			return PathCuFile, "", e.slot.loader.run(&job{region: region, size: e.id.size, cf: h})
+		done, cfNote, err := c.fillCuFile(e, f, region, cf)
+		if done || err != nil {
+			return PathCuFile, cfNote, err
 		}
-		if c.io.CompatMode == CompatOff {
-			return PathCuFile, "", fmt.Errorf("io.compat_mode is off: %w", rerr)
-		}
-		note = rerr.Error()
-		c.stats.cufileFallbacks.Add(1)
-		c.stats.setCuFileError(note)
+		note = cfNote
 	}
 	j := &job{region: region, size: e.id.size, f: f}
 	if c.wantDirect(f, e.id.size) {
-		df, _, derr := c.openRegular(e.rel, syscall.O_DIRECT)
-		if derr == nil {
-			// Opened again by path: it must still be the file checked.
-			if id, _, ierr := fileIdentity(df); ierr != nil || id.dev != e.id.dev || id.ino != e.id.ino {
-				df.Close()
-				df, derr = nil, fmt.Errorf("the path names another file now")
-			}
-		}
-		if derr == nil {
+		df, derr := c.openDirect(e)
+		switch {
+		case errors.Is(derr, errFileChanged):
+			return posix, note, derr
+		case derr == nil:
 			defer df.Close()
 			j.f, j.direct = df, true
 			note = joinNote(note, "read with O_DIRECT")
-		} else {
+		default:
 			note = joinNote(note, "O_DIRECT refused, buffered reads: "+derr.Error())
 		}
 	}
@@ -170,6 +160,55 @@ func (c *Cache) fill(e *entry, f *os.File, region gpu.Region) (path, note string
 		unix.Fadvise(int(f.Fd()), 0, e.id.size, unix.FADV_WILLNEED)
 	}
 	return posix, note, e.slot.loader.run(j)
+}
+
+// fillCuFile loads e with cuFile when it registers the file. cuFile gets
+// an O_DIRECT descriptor (GPUDirect Storage proper reads only through
+// one; KvikIO's FileHandle keeps the same pair), checked to name the
+// inode f names; where the filesystem refuses O_DIRECT, the buffered f
+// (cuFile's compat mode can use it). done is false when registration was
+// refused and the POSIX path should run, note then says why.
+func (c *Cache) fillCuFile(e *entry, f *os.File, region gpu.Region, cf gpu.CuFile) (done bool, note string, err error) {
+	reg := f
+	df, derr := c.openDirect(e)
+	switch {
+	case errors.Is(derr, errFileChanged):
+		return true, "", derr
+	case derr == nil:
+		defer df.Close()
+		reg = df
+	default:
+		note = "O_DIRECT refused, cuFile given the buffered descriptor: " + derr.Error()
+	}
+	h, rerr := cf.Register(int(reg.Fd()))
+	if rerr == nil {
+		defer h.Close()
+		return true, note, e.slot.loader.run(&job{region: region, size: e.id.size, cf: h})
+	}
+	if c.io.CompatMode == CompatOff {
+		return true, "", fmt.Errorf("io.compat_mode is off: %w", rerr)
+	}
+	c.stats.cufileFallbacks.Add(1)
+	c.stats.setCuFileError(rerr.Error())
+	return false, rerr.Error(), nil
+}
+
+// openDirect opens e's file again with O_DIRECT. Opened again by path, it
+// must still be the inode e was opened as: otherwise the path names a new
+// file now, and the load must start over (errFileChanged).
+func (c *Cache) openDirect(e *entry) (*os.File, error) {
+	if c.hooks.directOpen != nil {
+		c.hooks.directOpen(e.rel)
+	}
+	df, st, err := c.openRegular(e.rel, syscall.O_DIRECT)
+	if err != nil {
+		return nil, err
+	}
+	if st.Dev != e.id.dev || st.Ino != e.id.ino {
+		df.Close()
+		return nil, fmt.Errorf("the path names another file than the one opened: %w", errFileChanged)
+	}
+	return df, nil
 }
 
 // wantDirect says whether to read with O_DIRECT: io.direct_io on, or auto

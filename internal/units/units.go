@@ -7,6 +7,7 @@
 package units
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -30,29 +31,48 @@ var unitFactors = []struct {
 	{"B", 1},
 }
 
-// ParseSize reads a size such as "4MiB", "1.5GB" or "4096".
+// MaxSize is the largest size accepted: 1 EiB. No device or file is
+// larger, and arithmetic on larger sizes (rounding up to an allocation
+// granule, adding chunks) could overflow int64.
+const MaxSize Size = 1 << 60
+
+// ParseSize reads a size such as "4MiB", "1.5GB" or "4096". Whole numbers
+// are read exactly; a size above MaxSize is an error, never a wrapped or
+// rounded value.
 func ParseSize(s string) (Size, error) {
 	t := strings.TrimSpace(s)
 	if t == "" {
 		return 0, fmt.Errorf("bad size %q: empty", s)
 	}
-	num, factor := t, 1.0
+	num, factor := t, int64(1)
 	for _, u := range unitFactors {
 		if strings.HasSuffix(t, u.suffix) {
-			num, factor = strings.TrimSpace(strings.TrimSuffix(t, u.suffix)), u.factor
+			num, factor = strings.TrimSpace(strings.TrimSuffix(t, u.suffix)), int64(u.factor)
 			break
 		}
 	}
+	tooLarge := fmt.Errorf("bad size %q: too large (at most %d bytes, 1EiB)", s, int64(MaxSize))
+	if n, err := strconv.ParseUint(num, 10, 64); err == nil {
+		if n > uint64(MaxSize)/uint64(factor) {
+			return 0, tooLarge
+		}
+		return Size(int64(n) * factor), nil
+	} else if errors.Is(err, strconv.ErrRange) {
+		return 0, tooLarge
+	}
 	v, err := strconv.ParseFloat(num, 64)
 	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
+		if errors.Is(err, strconv.ErrRange) || math.IsInf(v, 1) {
+			return 0, tooLarge
+		}
 		return 0, fmt.Errorf("bad size %q: want bytes or a number with a unit (KiB, MiB, GiB, TiB, KB, MB, GB, TB)", s)
 	}
 	if v < 0 {
 		return 0, fmt.Errorf("bad size %q: negative", s)
 	}
-	b := v * factor
-	if b > math.MaxInt64 {
-		return 0, fmt.Errorf("bad size %q: too large", s)
+	b := v * float64(factor)
+	if b > float64(MaxSize) {
+		return 0, tooLarge
 	}
 	if b != math.Trunc(b) {
 		return 0, fmt.Errorf("bad size %q: not a whole number of bytes", s)

@@ -25,6 +25,16 @@ func TestParseSize(t *testing.T) {
 		{"-1MiB", 0, "negative"},
 		{"0.5B", 0, "whole number"},
 		{"1e30TiB", 0, "too large"},
+		{"9223372036854775807", 0, "too large"}, // once a negative size
+		{"9223372036854775808", 0, "too large"},
+		{"99999999999999999999", 0, "too large"},
+		{"8388608TiB", 0, "too large"},
+		{"1e19", 0, "too large"},
+		{"1e400", 0, "too large"},
+		{"1152921504606846976", 1 << 60, ""},
+		{"1152921504606846977", 0, "too large"},
+		{"1048576TiB", 1 << 60, ""},
+		{"9007199254740993", 9007199254740993, ""}, // exact, where a float64 is not
 	} {
 		got, err := ParseSize(tc.in)
 		if tc.err != "" {

@@ -65,6 +65,7 @@ type Cache struct {
 	entries map[string]*entry           // attached entries by SOURCE-relative path
 	byFID   map[fid]map[*entry]struct{} // entries with change events, by file
 	queued  map[string]bool             // paths waiting in queue
+	waiters *list.List                  // of *waiter, waiting for room, first come first served
 	gen     uint64                      // last generation handed out
 	// INVARIANT: 0 <= fdsUsed <= fdBudget.
 	fdsUsed int // descriptors reserved by entries and private copies
@@ -78,6 +79,7 @@ type hooks struct {
 	prefetchDone func(rel string) // a prefetch worker finished with rel
 	racyWait     func(rel string) // a load starts waiting out the racy window
 	directOpen   func(rel string) // a load is about to open rel again with O_DIRECT
+	waiting      func(rel string) // a request (again) sleeps, waiting for room
 }
 
 // New opens the cache and starts its workers; they stop when ctx is done
@@ -117,6 +119,7 @@ func New(ctx context.Context, cfg Config) (*Cache, error) {
 		log: cfg.Log.Named("staging"), ctx: ctx, cancel: cancel, events: newEvents(),
 		queue:   make(chan string, cfg.Options.PrefetchQueue),
 		entries: map[string]*entry{}, queued: map[string]bool{}, byFID: map[fid]map[*entry]struct{}{},
+		waiters: list.New(),
 	}
 	c.fdBudget, c.fdReserve = fdBudget(cfg.NoFile)
 	c.log.Info("descriptor budget", zap.Uint64("rlimit_nofile", cfg.NoFile),

@@ -163,8 +163,11 @@ func TestLeaseBlocksEviction(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Everything is leased: no room, and nothing leased was touched.
-	if _, err := c.Stage(ctx, "d"); !errors.Is(err, syscall.ENOSPC) {
+	// Everything is leased: no room before the deadline, and nothing
+	// leased was touched.
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if _, err := c.Stage(short, "d"); !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("stage with every entry leased: %v, want ENOSPC", err)
 	}
 	if !bytes.Equal(regionBytes(t, la.Region()), data["a"]) {

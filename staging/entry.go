@@ -70,6 +70,7 @@ type entry struct {
 	reserved int64 // device bytes counted against slot capacity
 	fds      int   // descriptors counted against Cache.fdBudget
 	leases   int
+	pins     int           // requests between finding it and leasing (or describing) it
 	detached bool          // no longer in Cache.entries (stale or evicted while leased)
 	elem     *list.Element // in slot.lru while resident and attached
 	loadDur  time.Duration
@@ -84,6 +85,10 @@ type opened struct {
 	events bool   // its filesystem's changes raise fanotify events
 	why    string // why not events
 }
+
+// heldLocked says whether leases or requests hold e: it is not evicted,
+// and once detached, the last of them frees it. Cache.mu must be held.
+func (e *entry) heldLocked() bool { return e.leases > 0 || e.pins > 0 }
 
 // gbps is the load throughput in GB/s (10^9 bytes per second).
 func (e *entry) gbps() float64 {

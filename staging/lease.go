@@ -47,28 +47,32 @@ func (c *Cache) Acquire(ctx context.Context, req Request) (*Lease, error) {
 		}
 	}
 	for {
-		e, err := c.ensure(ctx, req.Rel)
+		e, err := c.ensure(ctx, req.Rel, true)
 		if err != nil {
 			return nil, err
 		}
 		c.mu.Lock()
 		if e.detached || e.state != StateResident {
+			r := c.unpinLocked(e)
 			c.mu.Unlock()
-			continue // evicted or invalidated since: stage again
+			c.freeRegion(r)
+			continue // invalidated since: stage again
 		}
 		if want != nil && (e.id.dev != want.Dev || e.id.ino != want.Ino) {
+			c.unpinLocked(e) // attached: nothing to free
 			c.mu.Unlock()
 			// Renamed or replaced between the asker's open and the load:
 			// what was staged is not what the asker may read.
 			return nil, fmt.Errorf("%s changed while it was being leased; try again: %w", req.Rel, unix.EAGAIN)
 		}
 		e.leases++
+		e.pins-- // the request's hold becomes the lease
 		l := &Lease{c: c, e: e, region: e.region}
 		c.stats.leasesActive.Add(1)
 		c.stats.leasesTotal.Add(1)
 		c.mu.Unlock()
 		if req.Private {
-			if err := l.copyPrivate(); err != nil {
+			if err := l.copyPrivate(ctx); err != nil {
 				l.Release()
 				return nil, err
 			}
@@ -78,24 +82,40 @@ func (c *Cache) Acquire(ctx context.Context, req Request) (*Lease, error) {
 }
 
 // copyPrivate gives l its own copy of the entry's region, counted
-// against the capacity and the descriptor budget until Release.
-func (l *Lease) copyPrivate() error {
+// against the capacity and the descriptor budget until Release. It waits
+// for room as a load does (room.go).
+func (l *Lease) copyPrivate(ctx context.Context) error {
 	c, e := l.c, l.e
 	need := e.slot.need(e.id.size, int64(c.opts.ChunkSize))
 	fds := e.slot.dev.HeldDescriptors(e.id.size)
-	c.mu.Lock()
-	victims, ok := c.reserveLocked(e.slot, need, fds)
-	regions := c.detachVictimsLocked(victims)
-	if ok {
-		l.private, l.privateFDs = need, fds
+	if need > e.slot.capacity-e.reserved || fds > c.fdBudget-e.fds {
+		return errTooLarge(e.rel+" (a private copy beside the staged one)", need, e.slot.capacity-e.reserved)
 	}
-	c.mu.Unlock()
-	for _, r := range regions {
-		c.freeRegion(r)
-	}
-	if !ok {
-		c.stats.noSpace.Add(1)
-		return errNoSpace(e.rel+" (private copy)", need)
+	var w *waiter
+	for {
+		c.mu.Lock()
+		var victims []*entry
+		ok := false
+		if c.mayReserveLocked(w) {
+			victims, ok = c.reserveLocked(e.slot, need, fds)
+		}
+		regions := c.detachVictimsLocked(victims)
+		if ok {
+			l.private, l.privateFDs = need, fds
+			c.leaveLocked(w)
+		} else {
+			c.queueLocked(&w)
+		}
+		c.mu.Unlock()
+		for _, r := range regions {
+			c.freeRegion(r)
+		}
+		if ok {
+			break
+		}
+		if err := c.awaitRoom(ctx, w, e.rel+" (private copy)", need); err != nil {
+			return err
+		}
 	}
 	r, err := e.slot.dev.Alloc(e.id.size)
 	if err == nil {
@@ -130,9 +150,10 @@ func (l *Lease) Release() {
 			free = append(free, l.own)
 			l.own = nil
 		}
-		if e.detached && e.leases == 0 {
+		if e.detached && !e.heldLocked() {
 			free = append(free, c.releaseLocked(e))
 		}
+		c.wakeLocked() // unleased: evictable; a private copy's room back
 		c.mu.Unlock()
 		for _, r := range free {
 			c.freeRegion(r)

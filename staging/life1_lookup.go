@@ -12,6 +12,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"syscall"
+
 	"github.com/gdsfs/gdsfs/gpu"
 	"github.com/gdsfs/gdsfs/internal/access"
 )
@@ -38,13 +40,21 @@ func (c *Cache) Closed(rel string) {}
 // Stage makes rel resident (loading it if needed) and returns its
 // description. It waits for the load, bounded by ctx.
 func (c *Cache) Stage(ctx context.Context, rel string) (Info, error) {
-	e, err := c.ensure(ctx, rel)
+	return c.stage(ctx, rel, true)
+}
+
+// stage is Stage; wait says whether to wait for room (room.go).
+func (c *Cache) stage(ctx context.Context, rel string, wait bool) (Info, error) {
+	e, err := c.ensure(ctx, rel, wait)
 	if err != nil {
 		return Info{}, err
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	return e.infoLocked(), nil
+	info := e.infoLocked()
+	r := c.unpinLocked(e)
+	c.mu.Unlock()
+	c.freeRegion(r)
+	return info, nil
 }
 
 // Attr answers the user.gdsfs.state and user.gdsfs.path xattrs, after
@@ -83,35 +93,57 @@ func (c *Cache) Eligible(rel string) error {
 	return errTooLarge(rel, need, c.slots[0].capacity)
 }
 
-// ensure returns rel's resident entry, loading it if needed. Concurrent
+// ensure returns rel's resident entry, pinned (the caller unpins it or
+// turns the pin into a lease), loading it if needed. Concurrent
 // callers for one file share one load (single flight); each waits bounded
 // by its own ctx, while the load itself belongs to the cache. Change
 // events queued before the call are handled first, so a write that
 // completed before it is never answered with the old bytes. A load that
-// saw its file change is retried, maxAttempts in all, then EAGAIN.
-func (c *Cache) ensure(ctx context.Context, rel string) (*entry, error) {
-	for attempt := 1; ; attempt++ {
+// saw its file change is retried, maxAttempts in all, then EAGAIN. With
+// wait, a request that finds no room waits for it (room.go).
+func (c *Cache) ensure(ctx context.Context, rel string, wait bool) (*entry, error) {
+	var w *waiter // in line for room
+	defer func() {
+		if w != nil {
+			c.mu.Lock()
+			c.leaveLocked(w)
+			c.mu.Unlock()
+		}
+	}()
+	for attempt := 1; ; {
 		c.watch.drain()
 		o, err := c.openEligible(rel)
 		if err != nil {
 			c.checkIdentity(rel) // a vanished or changed file loses its entry
 			return nil, err
 		}
-		e, err := c.lookupOrStart(rel, o)
+		size := o.id.size
+		e, err := c.lookupOrStart(rel, o, wait, &w)
+		if errors.Is(err, errWaitRoom) {
+			if err := c.awaitRoom(ctx, w, rel, size); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}
 		select {
 		case <-e.done:
 		case <-ctx.Done():
+			c.unpin(e)
 			return nil, fmt.Errorf("stage %s: %w", rel, ctx.Err())
 		}
 		c.mu.Lock()
 		state, lerr, detached := e.state, e.err, e.detached
+		if state == StateResident && !detached {
+			c.mu.Unlock()
+			return e, nil // pinned: the caller unpins or leases
+		}
+		r := c.unpinLocked(e)
 		c.mu.Unlock()
+		c.freeRegion(r)
 		switch {
-		case state == StateResident && !detached:
-			return e, nil
 		case state == StateFailed && !detached && !errors.Is(lerr, errFileChanged):
 			return nil, lerr
 		case attempt >= maxAttempts:
@@ -120,6 +152,7 @@ func (c *Cache) ensure(ctx context.Context, rel string) (*entry, error) {
 		// Changed under the load, or evicted or invalidated between the
 		// load's end and now: again.
 		c.stats.loadRetries.Add(1)
+		attempt++
 	}
 }
 
@@ -157,8 +190,9 @@ func (c *Cache) openEligible(rel string) (*opened, error) {
 
 // lookupOrStart returns the entry for o: an existing resident or loading
 // one, or a new one whose load it starts with o.f. It takes o.f: it is
-// closed unless a load uses it.
-func (c *Cache) lookupOrStart(rel string, o *opened) (*entry, error) {
+// closed unless a load uses it. When there is no room it answers
+// errWaitRoom with the request in line as *w (wait), or ENOSPC.
+func (c *Cache) lookupOrStart(rel string, o *opened, wait bool, w **waiter) (*entry, error) {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -173,12 +207,16 @@ func (c *Cache) lookupOrStart(rel string, o *opened) (*entry, error) {
 			c.stats.invalidations.Add(1)
 		case e.state == StateResident:
 			e.slot.lru.MoveToFront(e.elem)
+			e.pins++
 			c.stats.hits.Add(1)
+			c.leaveLocked(*w)
 			c.mu.Unlock()
 			o.f.Close()
 			return e, nil
 		case e.state == StateLoading:
+			e.pins++
 			c.stats.sharedLoads.Add(1)
+			c.leaveLocked(*w)
 			c.mu.Unlock()
 			o.f.Close()
 			if c.hooks.joined != nil {
@@ -189,9 +227,24 @@ func (c *Cache) lookupOrStart(rel string, o *opened) (*entry, error) {
 			c.dropLocked(e, "failed load dropped")
 		}
 	}
-	e, victims, err := c.startLocked(rel, o)
-	if err == nil {
+	var e *entry
+	var victims []gpu.Region
+	var err error
+	if c.mayReserveLocked(*w) {
+		e, victims, err = c.startLocked(rel, o)
+	} else {
+		err = errNoSpace(rel, o.id.size) // others wait for room first
+	}
+	switch {
+	case err == nil:
+		e.pins++
 		c.wg.Add(1)
+		c.leaveLocked(*w)
+	case wait && errors.Is(err, syscall.ENOSPC):
+		c.queueLocked(w)
+		err = errWaitRoom
+	case errors.Is(err, syscall.ENOSPC):
+		c.stats.noSpace.Add(1)
 	}
 	c.mu.Unlock()
 	c.freeRegion(stale)

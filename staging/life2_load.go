@@ -42,7 +42,6 @@ func (c *Cache) startLocked(rel string, o *opened) (*entry, []gpu.Region, error)
 	}
 	victims, ok := c.reserveLocked(best, need, fds)
 	if !ok {
-		c.stats.noSpace.Add(1)
 		return nil, nil, errNoSpace(rel, need)
 	}
 	regions := c.detachVictimsLocked(victims)
@@ -97,7 +96,7 @@ func (c *Cache) alloc(e *entry) (gpu.Region, error) {
 		c.mu.Lock()
 		var victim *entry
 		for el := e.slot.lru.Back(); el != nil && victim == nil; el = el.Prev() {
-			if v := el.Value.(*entry); v.leases == 0 {
+			if v := el.Value.(*entry); !v.heldLocked() {
 				victim = v
 			}
 		}

@@ -33,6 +33,8 @@ func (c *Cache) publish(e *entry, region gpu.Region, path, note string, err erro
 		if !e.detached {
 			c.emitLocked(e.eventLocked(StateFailed, ""))
 		}
+	case e.detached && e.heldLocked():
+		e.region = region // the last unpin frees it
 	case e.detached:
 		free = region
 		c.releaseLocked(e)
@@ -43,6 +45,7 @@ func (c *Cache) publish(e *entry, region gpu.Region, path, note string, err erro
 		c.emitLocked(e.eventLocked(StateResident, note))
 	}
 	close(e.done)
+	c.wakeLocked() // resident: evictable once unleased
 	c.mu.Unlock()
 	c.freeRegion(free)
 	if err != nil {

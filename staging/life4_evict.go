@@ -101,9 +101,9 @@ func (c *Cache) Evict(rel string) error {
 	case e == nil:
 		c.mu.Unlock()
 		return errNotStaged(rel)
-	case e.leases > 0:
+	case e.heldLocked():
 		c.mu.Unlock()
-		return errBusy(rel, fmt.Sprintf("%d leases hold it", e.leases))
+		return errBusy(rel, fmt.Sprintf("%d leases and %d requests hold it", e.leases, e.pins))
 	case e.state == StateLoading:
 		c.mu.Unlock()
 		return errBusy(rel, "loading")
@@ -130,10 +130,30 @@ func (c *Cache) dropLocked(e *entry, reason string) gpu.Region {
 		e.slot.lru.Remove(e.elem)
 		e.elem = nil
 	}
-	if e.leases > 0 || e.state == StateLoading {
-		return nil // freed by the last Release, or by the load's end
+	if e.heldLocked() || e.state == StateLoading {
+		return nil // freed by the last Release or unpin, or by the load's end
 	}
 	return c.releaseLocked(e)
+}
+
+// unpinLocked ends one request's hold on e, and returns e's region for
+// the caller to free when that was the last hold of a detached entry.
+// Cache.mu must be held.
+func (c *Cache) unpinLocked(e *entry) gpu.Region {
+	e.pins--
+	c.wakeLocked() // evictable now, perhaps
+	if e.detached && !e.heldLocked() && e.state != StateLoading {
+		return c.releaseLocked(e)
+	}
+	return nil
+}
+
+// unpin is unpinLocked for a caller without the lock.
+func (c *Cache) unpin(e *entry) {
+	c.mu.Lock()
+	r := c.unpinLocked(e)
+	c.mu.Unlock()
+	c.freeRegion(r)
 }
 
 // releaseLocked returns e's reservation to its slot and hands back its
@@ -142,6 +162,7 @@ func (c *Cache) releaseLocked(e *entry) gpu.Region {
 	e.slot.used -= e.reserved
 	c.fdsUsed -= e.fds
 	e.reserved, e.fds = 0, 0
+	c.wakeLocked()
 	r := e.region
 	e.region = nil
 	if e.state == StateResident {

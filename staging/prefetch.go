@@ -33,7 +33,7 @@ func (c *Cache) prefetchWorker() {
 		case rel := <-c.queue:
 			// rel stays in queued until staged, so a queued file never
 			// reads as absent and is not queued twice meanwhile.
-			if _, err := c.Stage(c.ctx, rel); err != nil {
+			if _, err := c.stage(c.ctx, rel, false); err != nil {
 				c.log.Debug("prefetch", zap.String("path", rel), zap.Error(err))
 			}
 			c.mu.Lock()

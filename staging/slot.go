@@ -32,7 +32,7 @@ func (s *slot) need(size int64, chunkSize int64) int64 {
 // evicting unleased resident entries. Cache.mu must be held.
 func (s *slot) evictableLocked() (bytes int64, fds int) {
 	for el := s.lru.Front(); el != nil; el = el.Next() {
-		if e := el.Value.(*entry); e.leases == 0 {
+		if e := el.Value.(*entry); !e.heldLocked() {
 			bytes += e.reserved
 			fds += e.fds
 		}
@@ -62,7 +62,7 @@ func (c *Cache) reserveLocked(s *slot, need int64, fds int) ([]*entry, bool) {
 	var victims []*entry
 	for el := s.lru.Back(); el != nil && !c.fitsLocked(s, need, fds); {
 		prev := el.Prev()
-		if e := el.Value.(*entry); e.leases == 0 {
+		if e := el.Value.(*entry); !e.heldLocked() {
 			s.lru.Remove(el)
 			e.elem = nil
 			victims = append(victims, e)

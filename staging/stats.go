@@ -14,7 +14,7 @@ type counters struct {
 	bytesCuFile, bytesPOSIX, bytesHost   atomic.Uint64
 	leasesTotal                          atomic.Uint64
 	changeEvents, racyWaits, loadRetries atomic.Uint64
-	freeErrors                           atomic.Uint64
+	freeErrors, roomWaits                atomic.Uint64
 	leasesActive                         atomic.Int64
 
 	errMu         sync.Mutex
@@ -72,6 +72,8 @@ type Stats struct {
 	RacyWaits       uint64 `json:"racy_waits"`    // loads that waited out staging.racy_window
 	LoadRetries     uint64 `json:"load_retries"`  // loads started again: the file changed under one
 	FreeErrors      uint64 `json:"free_errors"`   // regions the device failed to free
+	RoomWaits       uint64 `json:"room_waits"`    // requests that waited for room
+	RoomWaiting     int    `json:"room_waiting"`  // requests waiting for room now
 	// Descriptors held by staged regions, and the budget they may use
 	// (RLIMIT_NOFILE less the reserve kept for the FUSE server and leases).
 	DescriptorsUsed   int `json:"descriptors_used"`
@@ -91,6 +93,7 @@ func (c *Cache) Stats() Stats {
 		LeasesActive: s.leasesActive.Load(), LeasesTotal: s.leasesTotal.Load(),
 		ChangeDetection: c.watch.mode(c.sourceDev), ChangeEvents: s.changeEvents.Load(),
 		RacyWaits: s.racyWaits.Load(), LoadRetries: s.loadRetries.Load(), FreeErrors: s.freeErrors.Load(),
+		RoomWaits:        s.roomWaits.Load(),
 		DescriptorBudget: c.fdBudget, DescriptorReserve: c.fdReserve,
 	}
 	s.errMu.Lock()
@@ -111,6 +114,7 @@ func (c *Cache) Stats() Stats {
 	}
 	out.DescriptorsUsed = c.fdsUsed
 	out.PrefetchQueued = len(c.queued)
+	out.RoomWaiting = c.waiters.Len()
 	for _, sl := range c.slots {
 		out.UsedBytes += sl.used
 		out.CapacityBytes += sl.capacity

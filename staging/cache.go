@@ -13,6 +13,7 @@ import (
 
 	"github.com/gdsfs/gdsfs/gpu"
 	"github.com/gdsfs/gdsfs/internal/access"
+	"github.com/gdsfs/gdsfs/internal/units"
 )
 
 // Config is what New needs.
@@ -115,12 +116,14 @@ func New(ctx context.Context, cfg Config) (*Cache, error) {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	c := &Cache{
-		opts: cfg.Options, io: cfg.IO, root: root, ownRoot: ownRoot, filter: flt,
+		opts: cfg.Options, io: cfg.IO.resolved(), root: root, ownRoot: ownRoot, filter: flt,
 		log: cfg.Log.Named("staging"), ctx: ctx, cancel: cancel, events: newEvents(),
 		queue:   make(chan string, cfg.Options.PrefetchQueue),
 		entries: map[string]*entry{}, queued: map[string]bool{}, byFID: map[fid]map[*entry]struct{}{},
 		waiters: list.New(),
 	}
+	c.log.Info("io", zap.Int("num_threads", int(c.io.NumThreads)), zap.Stringer("bounce_size", units.Size(c.io.BounceSize)),
+		zap.Bool("threads_auto", cfg.IO.NumThreads.Auto()), zap.Bool("bounce_auto", cfg.IO.BounceSize.Auto()))
 	c.fdBudget, c.fdReserve = fdBudget(cfg.NoFile)
 	c.log.Info("descriptor budget", zap.Uint64("rlimit_nofile", cfg.NoFile),
 		zap.Int("budget", c.fdBudget), zap.Int("reserve", c.fdReserve))

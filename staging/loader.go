@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gdsfs/gdsfs/gpu"
+	"github.com/gdsfs/gdsfs/internal/units"
 )
 
 // job is one file's load: its tasks run on the slot's workers.
@@ -54,7 +55,7 @@ type loader struct {
 
 func newLoader(c *Cache, s *slot) *loader {
 	l := &loader{c: c, slot: s, tasks: make(chan *task)}
-	for range c.io.NumThreads {
+	for range int(c.io.NumThreads) {
 		c.wg.Add(1)
 		go l.work()
 	}
@@ -121,7 +122,7 @@ func (wk *worker) flush() {
 
 func (l *loader) work() {
 	defer l.c.wg.Done()
-	bounce := int(min(l.c.io.BounceSize, l.c.io.TaskSize))
+	bounce := int(min(units.Size(l.c.io.BounceSize), l.c.io.TaskSize))
 	wk := &worker{size: bounce}
 	wk.w, wk.err = l.slot.dev.NewWorker(bounce)
 	defer func() {

@@ -57,12 +57,12 @@ type Options struct {
 
 // IOOptions is the io section of config.yaml: how a file is loaded.
 type IOOptions struct {
-	CompatMode   string     `yaml:"compat_mode"`
-	GDSThreshold units.Size `yaml:"gds_threshold"`
-	TaskSize     units.Size `yaml:"task_size"`
-	BounceSize   units.Size `yaml:"bounce_size"`
-	NumThreads   int        `yaml:"num_threads"`
-	DirectIO     string     `yaml:"direct_io"`
+	CompatMode   string          `yaml:"compat_mode"`
+	GDSThreshold units.Size      `yaml:"gds_threshold"`
+	TaskSize     units.Size      `yaml:"task_size"`
+	BounceSize   units.AutoSize  `yaml:"bounce_size"` // 0: auto (autotune.go)
+	NumThreads   units.AutoCount `yaml:"num_threads"` // 0: auto (autotune.go)
+	DirectIO     string          `yaml:"direct_io"`
 }
 
 // Validate checks the staging options, naming the key at fault.
@@ -123,16 +123,16 @@ func (o *IOOptions) Validate() error {
 	if o.TaskSize < 4096 || o.TaskSize > 1<<30 || o.TaskSize%4096 != 0 {
 		return fmt.Errorf("io.task_size: %s must be a multiple of 4KiB between 4KiB and 1GiB", o.TaskSize)
 	}
-	if o.BounceSize < 4096 || o.BounceSize > 1<<30 || o.BounceSize%4096 != 0 {
-		return fmt.Errorf("io.bounce_size: %s must be a multiple of 4KiB between 4KiB and 1GiB", o.BounceSize)
+	if !o.BounceSize.Auto() && (o.BounceSize < 4096 || o.BounceSize > 1<<30 || o.BounceSize%4096 != 0) {
+		return fmt.Errorf("io.bounce_size: %s must be auto or a multiple of 4KiB between 4KiB and 1GiB", o.BounceSize)
 	}
 	switch o.DirectIO {
 	case DirectAuto, DirectOn, DirectOff:
 	default:
 		return fmt.Errorf("io.direct_io: %q is not one of auto, on, off", o.DirectIO)
 	}
-	if o.NumThreads < 1 || o.NumThreads > 256 {
-		return fmt.Errorf("io.num_threads: %d is outside 1..256", o.NumThreads)
+	if o.NumThreads < 0 || o.NumThreads > 256 {
+		return fmt.Errorf("io.num_threads: %d is outside 1..256 (or auto)", o.NumThreads)
 	}
 	if o.GDSThreshold < 0 {
 		return fmt.Errorf("io.gds_threshold: negative")

@@ -68,12 +68,14 @@ type Stats struct {
 	// ChangeDetection is how changes to SOURCE's own filesystem are seen:
 	// "fanotify" or "timestamps: WHY".
 	ChangeDetection string `json:"change_detection"`
-	ChangeEvents    uint64 `json:"change_events"` // events that concerned a staged file
-	RacyWaits       uint64 `json:"racy_waits"`    // loads that waited out staging.racy_window
-	LoadRetries     uint64 `json:"load_retries"`  // loads started again: the file changed under one
-	FreeErrors      uint64 `json:"free_errors"`   // regions the device failed to free
-	RoomWaits       uint64 `json:"room_waits"`    // requests that waited for room
-	RoomWaiting     int    `json:"room_waiting"`  // requests waiting for room now
+	ChangeEvents    uint64 `json:"change_events"`   // events that concerned a staged file
+	RacyWaits       uint64 `json:"racy_waits"`      // loads that waited out staging.racy_window
+	LoadRetries     uint64 `json:"load_retries"`    // loads started again: the file changed under one
+	FreeErrors      uint64 `json:"free_errors"`     // regions the device failed to free
+	RoomWaits       uint64 `json:"room_waits"`      // requests that waited for room
+	RoomWaiting     int    `json:"room_waiting"`    // requests waiting for room now
+	IOThreads       int    `json:"io_threads"`      // io.num_threads in force (auto resolved)
+	IOBounceBytes   int64  `json:"io_bounce_bytes"` // io.bounce_size in force
 	// Descriptors held by staged regions, and the budget they may use
 	// (RLIMIT_NOFILE less the reserve kept for the FUSE server and leases).
 	DescriptorsUsed   int `json:"descriptors_used"`
@@ -93,7 +95,7 @@ func (c *Cache) Stats() Stats {
 		LeasesActive: s.leasesActive.Load(), LeasesTotal: s.leasesTotal.Load(),
 		ChangeDetection: c.watch.mode(c.sourceDev), ChangeEvents: s.changeEvents.Load(),
 		RacyWaits: s.racyWaits.Load(), LoadRetries: s.loadRetries.Load(), FreeErrors: s.freeErrors.Load(),
-		RoomWaits:        s.roomWaits.Load(),
+		RoomWaits: s.roomWaits.Load(), IOThreads: int(c.io.NumThreads), IOBounceBytes: int64(c.io.BounceSize),
 		DescriptorBudget: c.fdBudget, DescriptorReserve: c.fdReserve,
 	}
 	s.errMu.Lock()

@@ -109,6 +109,76 @@ func (s *Size) UnmarshalYAML(n *yaml.Node) error {
 // MarshalYAML prints the size in its shortest exact form.
 func (s Size) MarshalYAML() (any, error) { return s.String(), nil }
 
+// AutoSize is a Size or "auto" (0): the program picks it at start.
+type AutoSize Size
+
+// Auto says whether the program picks the size.
+func (s AutoSize) Auto() bool { return s == 0 }
+
+func (s AutoSize) String() string {
+	if s == 0 {
+		return "auto"
+	}
+	return Size(s).String()
+}
+
+// UnmarshalYAML accepts "auto" or a size (0 is not a size here: write
+// auto).
+func (s *AutoSize) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.ScalarNode && strings.TrimSpace(n.Value) == "auto" {
+		*s = 0
+		return nil
+	}
+	var v Size
+	if err := v.UnmarshalYAML(n); err != nil {
+		return fmt.Errorf("%v (or auto)", err)
+	}
+	if v == 0 {
+		return fmt.Errorf("want a size above 0, or auto")
+	}
+	*s = AutoSize(v)
+	return nil
+}
+
+// MarshalYAML prints "auto" or the size.
+func (s AutoSize) MarshalYAML() (any, error) { return s.String(), nil }
+
+// AutoCount is a whole number or "auto" (0): the program picks it at
+// start.
+type AutoCount int
+
+// Auto says whether the program picks the count.
+func (c AutoCount) Auto() bool { return c == 0 }
+
+func (c AutoCount) String() string {
+	if c == 0 {
+		return "auto"
+	}
+	return strconv.Itoa(int(c))
+}
+
+// UnmarshalYAML accepts "auto" or a whole number above 0.
+func (c *AutoCount) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.ScalarNode && strings.TrimSpace(n.Value) == "auto" {
+		*c = 0
+		return nil
+	}
+	v, err := strconv.Atoi(strings.TrimSpace(n.Value))
+	if n.Kind != yaml.ScalarNode || err != nil || v <= 0 {
+		return fmt.Errorf("want a whole number above 0 or auto, got %q", n.Value)
+	}
+	*c = AutoCount(v)
+	return nil
+}
+
+// MarshalYAML prints "auto" or the number.
+func (c AutoCount) MarshalYAML() (any, error) {
+	if c == 0 {
+		return "auto", nil
+	}
+	return int(c), nil
+}
+
 // Share is either an absolute size or a percentage of some total that is
 // known only at run time (device memory, for capacities).
 type Share struct {

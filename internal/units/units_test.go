@@ -93,3 +93,29 @@ func TestYAML(t *testing.T) {
 		t.Fatal("list accepted as size")
 	}
 }
+
+func TestAutoYAML(t *testing.T) {
+	var v struct {
+		S AutoSize  `yaml:"s"`
+		C AutoCount `yaml:"c"`
+	}
+	if err := yaml.Unmarshal([]byte("s: auto\nc: auto\n"), &v); err != nil || !v.S.Auto() || !v.C.Auto() {
+		t.Fatalf("auto: %+v %v", v, err)
+	}
+	if err := yaml.Unmarshal([]byte("s: 2MiB\nc: 12\n"), &v); err != nil || v.S != 2<<20 || v.C != 12 {
+		t.Fatalf("values: %+v %v", v, err)
+	}
+	out, _ := yaml.Marshal(v)
+	if string(out) != "s: 2MiB\nc: 12\n" {
+		t.Fatalf("marshal: %q", out)
+	}
+	v.S, v.C = 0, 0
+	if out, _ := yaml.Marshal(v); string(out) != "s: auto\nc: auto\n" {
+		t.Fatalf("marshal auto: %q", out)
+	}
+	for _, bad := range []string{"s: 0\n", "s: x\n", "c: 0\n", "c: -1\n", "c: 1.5\n", "c: [1]\n"} {
+		if err := yaml.Unmarshal([]byte(bad), &v); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}

@@ -67,7 +67,9 @@ func sha(t *testing.T, path string) string {
 func TestOpenStages(t *testing.T) {
 	need(t, "getfattr")
 	src := sourceTree(t)
-	m := startMount(t, src, "staging.chunk_size=1MiB", "io.task_size=256KiB")
+	// Staged at open: this test is about open as the trigger, not about
+	// waiting for the reader (staging.defer_while_read).
+	m := startMount(t, src, "staging.chunk_size=1MiB", "io.task_size=256KiB", "staging.defer_while_read=false")
 	big := m.path("data/fg.bin") // 9 MiB: nine chunks, many tasks
 	if got := xattr(t, big, "state"); got != "absent" {
 		t.Fatalf("state before any open: %q", got)
@@ -135,7 +137,7 @@ func TestPrefetchAndEvictControls(t *testing.T) {
 // the next open and staged again with the new bytes.
 func TestChangedSourceRestaged(t *testing.T) {
 	src := sourceTree(t)
-	m := startMount(t, src)
+	m := startMount(t, src, "staging.defer_while_read=false")
 	rel := "data/fd.bin"
 	sh(t, "cat "+m.path(rel)+" > /dev/null")
 	waitState(t, m.path(rel), "resident")
@@ -159,7 +161,7 @@ func TestChangedSourceRestaged(t *testing.T) {
 // than the capacity) is still read through the mount and counted.
 func TestLoadFailureLeavesFileReadable(t *testing.T) {
 	src := sourceTree(t)
-	m := startMount(t, src, "staging.capacity=1MiB")
+	m := startMount(t, src, "staging.capacity=1MiB", "staging.defer_while_read=false")
 	big := "data/fg.bin"
 	if sha(t, m.path(big)) != sha(t, filepath.Join(src, big)) {
 		t.Fatal("a file too large to stage does not read back right")
@@ -236,7 +238,8 @@ func TestManySmallFilesFewDescriptors(t *testing.T) {
 			}
 		}
 	}
-	m := startMountLimited(t, src, 4096, "staging.prefetch_queue=65536", "staging.prefetch_workers=4")
+	m := startMountLimited(t, src, 4096, "staging.prefetch_queue=65536", "staging.prefetch_workers=4",
+		"staging.defer_while_read=false")
 	list := filepath.Join(t.TempDir(), "list")
 	sh(t, "cd "+src+" && find . -type f | sort > "+list)
 	want := sh(t, "cd "+src+" && xargs cat < "+list+" | sha256sum")

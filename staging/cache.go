@@ -66,6 +66,7 @@ type Cache struct {
 	entries map[string]*entry           // attached entries by SOURCE-relative path
 	byFID   map[fid]map[*entry]struct{} // entries with change events, by file
 	queued  map[string]bool             // paths waiting in queue
+	readers map[string]*readers         // opens through the mount (readers.go)
 	waiters *list.List                  // of *waiter, waiting for room, first come first served
 	gen     uint64                      // last generation handed out
 	// INVARIANT: 0 <= fdsUsed <= fdBudget.
@@ -120,7 +121,7 @@ func New(ctx context.Context, cfg Config) (*Cache, error) {
 		log: cfg.Log.Named("staging"), ctx: ctx, cancel: cancel, events: newEvents(),
 		queue:   make(chan string, cfg.Options.PrefetchQueue),
 		entries: map[string]*entry{}, queued: map[string]bool{}, byFID: map[fid]map[*entry]struct{}{},
-		waiters: list.New(),
+		waiters: list.New(), readers: map[string]*readers{},
 	}
 	c.log.Info("io", zap.Int("num_threads", int(c.io.NumThreads)), zap.Stringer("bounce_size", units.Size(c.io.BounceSize)),
 		zap.Bool("threads_auto", cfg.IO.NumThreads.Auto()), zap.Bool("bounce_auto", cfg.IO.BounceSize.Auto()))
@@ -163,6 +164,7 @@ func (c *Cache) Close() error {
 		return nil
 	}
 	c.closed = true
+	c.stopReadersLocked()
 	c.mu.Unlock()
 	c.cancel()
 	c.wg.Wait()

@@ -228,6 +228,7 @@ func TestInvalidationOnChange(t *testing.T) {
 	rec := record(t, c)
 	os.Remove(filepath.Join(src, "f"))
 	c.Opened("f")
+	c.Closed("f") // the read is over: staging (and finding the file gone) follows
 	if e := rec.waitFor(t, "f", StateAbsent); e.Reason != "gone" || len(c.Entries()) != 0 {
 		t.Fatalf("vanished file: event %+v, entries %v", e, c.Entries())
 	}

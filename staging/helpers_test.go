@@ -180,7 +180,7 @@ func testOptions() (Options, IOOptions) {
 	return Options{
 			Device: DeviceHost, GPUs: []int{0}, Capacity: units.Share{Bytes: 1 << 30},
 			ChunkSize: 1 << 20, Prefetch: PrefetchOpen, PrefetchQueue: 64, PrefetchWorkers: 2,
-			Watch: WatchAuto, RacyWindow: 2 * time.Second,
+			Watch: WatchAuto, RacyWindow: 2 * time.Second, DeferWhileRead: true, DeferLimit: time.Minute,
 		}, IOOptions{
 			CompatMode: CompatAuto, GDSThreshold: 0, TaskSize: 64 << 10, BounceSize: 16 << 10, NumThreads: 4, DirectIO: DirectOff,
 		}

@@ -18,24 +18,26 @@ import (
 	"github.com/gdsfs/gdsfs/internal/access"
 )
 
-// Opened is the FUSE open trigger: with staging.prefetch=open it queues
-// rel; otherwise it only drops a stale entry. It never blocks.
+// Opened is the FUSE open trigger: with staging.prefetch=open it stages
+// rel once its readers are done (readers.go), or at once without
+// staging.defer_while_read; otherwise it only drops a stale entry. It
+// never blocks.
 func (c *Cache) Opened(rel string) {
 	c.watch.drain()
-	if c.opts.Prefetch == PrefetchOpen {
+	switch {
+	case c.opts.Prefetch == PrefetchOpen && c.opts.DeferWhileRead:
+		c.openedDeferred(rel)
+	case c.opts.Prefetch == PrefetchOpen:
 		c.Prefetch(rel)
-		return
-	}
-	c.mu.Lock()
-	_, staged := c.entries[rel]
-	c.mu.Unlock()
-	if staged {
-		c.checkIdentity(rel)
+	default:
+		c.mu.Lock()
+		_, staged := c.entries[rel]
+		c.mu.Unlock()
+		if staged {
+			c.checkIdentity(rel)
+		}
 	}
 }
-
-// Closed tells the cache that one open of rel through the mount ended.
-func (c *Cache) Closed(rel string) {}
 
 // Stage makes rel resident (loading it if needed) and returns its
 // description. It waits for the load, bounded by ctx.

@@ -53,6 +53,11 @@ type Options struct {
 	// whose mtime or ctime is younger than this is read only once it is
 	// not, where no change events exist.
 	RacyWindow time.Duration `yaml:"racy_window"`
+	// DeferWhileRead: with Prefetch open, a file opened for reading
+	// through the mount is staged after its last close (readers.go).
+	DeferWhileRead bool `yaml:"defer_while_read"`
+	// DeferLimit: a file held open longer is staged anyway; 0: no limit.
+	DeferLimit time.Duration `yaml:"defer_limit"`
 }
 
 // IOOptions is the io section of config.yaml: how a file is loaded.
@@ -106,6 +111,9 @@ func (o *Options) Validate() error {
 	case "", WatchAuto, WatchTimestamps:
 	default:
 		return fmt.Errorf("staging.watch: %q is not one of auto, timestamps", o.Watch)
+	}
+	if o.DeferLimit < 0 {
+		return fmt.Errorf("staging.defer_limit: %s is negative", o.DeferLimit)
 	}
 	if o.RacyWindow < 0 || o.RacyWindow > time.Minute {
 		return fmt.Errorf("staging.racy_window: %s is outside 0..1m", o.RacyWindow)

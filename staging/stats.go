@@ -14,7 +14,7 @@ type counters struct {
 	bytesCuFile, bytesPOSIX, bytesHost   atomic.Uint64
 	leasesTotal                          atomic.Uint64
 	changeEvents, racyWaits, loadRetries atomic.Uint64
-	freeErrors, roomWaits                atomic.Uint64
+	freeErrors, roomWaits, deferredOpens atomic.Uint64
 	leasesActive                         atomic.Int64
 
 	errMu         sync.Mutex
@@ -74,6 +74,8 @@ type Stats struct {
 	FreeErrors      uint64 `json:"free_errors"`     // regions the device failed to free
 	RoomWaits       uint64 `json:"room_waits"`      // requests that waited for room
 	RoomWaiting     int    `json:"room_waiting"`    // requests waiting for room now
+	DeferredOpens   uint64 `json:"deferred_opens"`  // opens whose staging waited for the readers
+	ReadersOpen     int    `json:"readers_open"`    // files open for reading through the mount now
 	IOThreads       int    `json:"io_threads"`      // io.num_threads in force (auto resolved)
 	IOBounceBytes   int64  `json:"io_bounce_bytes"` // io.bounce_size in force
 	// Descriptors held by staged regions, and the budget they may use
@@ -95,7 +97,7 @@ func (c *Cache) Stats() Stats {
 		LeasesActive: s.leasesActive.Load(), LeasesTotal: s.leasesTotal.Load(),
 		ChangeDetection: c.watch.mode(c.sourceDev), ChangeEvents: s.changeEvents.Load(),
 		RacyWaits: s.racyWaits.Load(), LoadRetries: s.loadRetries.Load(), FreeErrors: s.freeErrors.Load(),
-		RoomWaits: s.roomWaits.Load(), IOThreads: int(c.io.NumThreads), IOBounceBytes: int64(c.io.BounceSize),
+		RoomWaits: s.roomWaits.Load(), DeferredOpens: s.deferredOpens.Load(), IOThreads: int(c.io.NumThreads), IOBounceBytes: int64(c.io.BounceSize),
 		DescriptorBudget: c.fdBudget, DescriptorReserve: c.fdReserve,
 	}
 	s.errMu.Lock()
@@ -117,6 +119,7 @@ func (c *Cache) Stats() Stats {
 	out.DescriptorsUsed = c.fdsUsed
 	out.PrefetchQueued = len(c.queued)
 	out.RoomWaiting = c.waiters.Len()
+	out.ReadersOpen = len(c.readers)
 	for _, sl := range c.slots {
 		out.UsedBytes += sl.used
 		out.CapacityBytes += sl.capacity

@@ -117,6 +117,9 @@ var ErrOutOfMemory = errors.New("out of device memory")
 // up to the device granularity.
 type Options struct {
 	ChunkSize int64
+	// WarmChunks is how many chunks of ChunkSize a backend that allocates
+	// slowly (CUDA) keeps allocated ahead of need; 0: none.
+	WarmChunks int
 }
 
 // RoundUp rounds n up to a multiple of g (g > 0).

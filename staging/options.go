@@ -58,6 +58,9 @@ type Options struct {
 	DeferWhileRead bool `yaml:"defer_while_read"`
 	// DeferLimit: a file held open longer is staged anyway; 0: no limit.
 	DeferLimit time.Duration `yaml:"defer_limit"`
+	// WarmChunks: chunks of ChunkSize a GPU keeps allocated ahead of need
+	// (gpu.Options.WarmChunks).
+	WarmChunks int `yaml:"warm_chunks"`
 }
 
 // IOOptions is the io section of config.yaml: how a file is loaded.
@@ -111,6 +114,9 @@ func (o *Options) Validate() error {
 	case "", WatchAuto, WatchTimestamps:
 	default:
 		return fmt.Errorf("staging.watch: %q is not one of auto, timestamps", o.Watch)
+	}
+	if o.WarmChunks < 0 || o.WarmChunks > 64 {
+		return fmt.Errorf("staging.warm_chunks: %d is outside 0..64", o.WarmChunks)
 	}
 	if o.DeferLimit < 0 {
 		return fmt.Errorf("staging.defer_limit: %s is negative", o.DeferLimit)

@@ -15,7 +15,7 @@ import (
 // auto, any GPU that does not answer makes it fall back to host memory, and
 // the reason is returned and logged.
 func openDevices(o staging.Options, log *zap.Logger) ([]gpu.Device, error) {
-	opts := gpu.Options{ChunkSize: int64(o.ChunkSize)}
+	opts := gpu.Options{ChunkSize: int64(o.ChunkSize), WarmChunks: o.WarmChunks}
 	if o.Device == staging.DeviceHost {
 		return []gpu.Device{host.Open(opts)}, nil
 	}

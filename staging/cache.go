@@ -130,29 +130,38 @@ func New(ctx context.Context, cfg Config) (*Cache, error) {
 		zap.Int("budget", c.fdBudget), zap.Int("reserve", c.fdReserve))
 	c.watch = newWatcher(cfg.Options.Watch, c.log, c.changedFID, c.changedAll)
 	c.watchSource()
-	for _, d := range cfg.Devices {
-		free, _, err := d.MemInfo()
-		if err != nil {
-			cancel()
-			c.wg.Wait() // the loaders of the slots made so far
-			c.watch.close()
-			c.events.close()
-			if ownRoot {
-				root.Close()
-			}
-			return nil, fmt.Errorf("staging: %s: %w", d.Name(), err)
+	if err := c.openSlots(cfg.Devices); err != nil {
+		cancel()
+		c.wg.Wait() // the loaders of the slots made so far
+		c.watch.close()
+		c.events.close()
+		if ownRoot {
+			root.Close()
 		}
-		capacity := cfg.Options.Capacity.Resolve(free)
-		s := &slot{dev: d, capacity: capacity, lru: list.New()}
-		s.loader = newLoader(c, s)
-		c.slots = append(c.slots, s)
-		c.log.Info("device slot", zap.String("device", d.Name()), zap.Int64("capacity_bytes", capacity))
+		return nil, err
 	}
 	for range cfg.Options.PrefetchWorkers {
 		c.wg.Add(1)
 		go c.prefetchWorker()
 	}
 	return c, nil
+}
+
+// openSlots makes one slot per device, its capacity a share of the
+// memory free now, and starts its loader.
+func (c *Cache) openSlots(devs []gpu.Device) error {
+	for _, d := range devs {
+		free, _, err := d.MemInfo()
+		if err != nil {
+			return fmt.Errorf("staging: %s: %w", d.Name(), err)
+		}
+		capacity := c.opts.Capacity.Resolve(free)
+		s := &slot{dev: d, capacity: capacity, lru: list.New()}
+		s.loader = newLoader(c, s)
+		c.slots = append(c.slots, s)
+		c.log.Info("device slot", zap.String("device", d.Name()), zap.Int64("capacity_bytes", capacity))
+	}
+	return nil
 }
 
 // Close stops the workers, waits for loads in flight and frees every

@@ -201,35 +201,16 @@ func (c *Cache) lookupOrStart(rel string, o *opened, wait bool, w **waiter) (*en
 		o.f.Close()
 		return nil, fmt.Errorf("stage %s: cache closed", rel)
 	}
-	var stale gpu.Region
-	if e := c.entries[rel]; e != nil {
-		switch {
-		case e.id != o.id:
-			stale = c.dropLocked(e, "changed")
-			c.stats.invalidations.Add(1)
-		case e.state == StateResident:
-			e.slot.lru.MoveToFront(e.elem)
-			e.pins++
-			c.stats.hits.Add(1)
-			c.leaveLocked(*w)
-			c.mu.Unlock()
-			o.f.Close()
-			return e, nil
-		case e.state == StateLoading:
-			e.pins++
-			c.stats.sharedLoads.Add(1)
-			c.leaveLocked(*w)
-			c.mu.Unlock()
-			o.f.Close()
-			if c.hooks.joined != nil {
-				c.hooks.joined(rel)
-			}
-			return e, nil
-		default: // failed: retry
-			c.dropLocked(e, "failed load dropped")
+	e, stale := c.existingLocked(rel, o, *w)
+	if e != nil {
+		joined := e.state == StateLoading
+		c.mu.Unlock()
+		o.f.Close()
+		if joined && c.hooks.joined != nil {
+			c.hooks.joined(rel)
 		}
+		return e, nil
 	}
-	var e *entry
 	var victims []gpu.Region
 	var err error
 	if c.mayReserveLocked(*w) {
@@ -258,6 +239,31 @@ func (c *Cache) lookupOrStart(rel string, o *opened, wait bool, w **waiter) (*en
 		return nil, err
 	}
 	go c.load(e, o.f)
+	return e, nil
+}
+
+// existingLocked returns rel's entry, pinned, when o's file is resident
+// or loading (a hit, or a load to join; the request held as w leaves the
+// line). Otherwise it drops a stale or failed entry, whose region it
+// returns for the caller to free after unlocking. Cache.mu must be held.
+func (c *Cache) existingLocked(rel string, o *opened, w *waiter) (*entry, gpu.Region) {
+	e := c.entries[rel]
+	switch {
+	case e == nil:
+		return nil, nil
+	case e.id != o.id:
+		c.stats.invalidations.Add(1)
+		return nil, c.dropLocked(e, "changed")
+	case e.state == StateResident:
+		e.slot.lru.MoveToFront(e.elem)
+		c.stats.hits.Add(1)
+	case e.state == StateLoading:
+		c.stats.sharedLoads.Add(1)
+	default: // failed: try again
+		return nil, c.dropLocked(e, "failed load dropped")
+	}
+	e.pins++
+	c.leaveLocked(w)
 	return e, nil
 }
 

@@ -121,13 +121,19 @@ func (w *fakeWorker) CopyAsync(dst gpu.Region, off int64, i, n int) error {
 // descriptors.
 type fakeCuFile struct {
 	d      *fakeDevice
+	mode   string // "" is compat
 	refuse error
 	reads  atomic.Int32
 	direct atomic.Int32 // registrations of an O_DIRECT descriptor
 	plain  atomic.Int32 // registrations of a buffered one
 }
 
-func (f *fakeCuFile) Mode() string { return "compat" }
+func (f *fakeCuFile) Mode() string {
+	if f.mode == "" {
+		return "compat"
+	}
+	return f.mode
+}
 
 func (f *fakeCuFile) Register(fd int) (gpu.CuFileHandle, error) {
 	if f.refuse != nil {

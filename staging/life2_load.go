@@ -161,23 +161,30 @@ func (c *Cache) fill(e *entry, f *os.File, region gpu.Region) (path, note string
 	return posix, note, e.slot.loader.run(j)
 }
 
-// fillCuFile loads e with cuFile when it registers the file. cuFile gets
-// an O_DIRECT descriptor (GPUDirect Storage proper reads only through
-// one; KvikIO's FileHandle keeps the same pair), checked to name the
-// inode f names; where the filesystem refuses O_DIRECT, the buffered f
-// (cuFile's compat mode can use it). done is false when registration was
-// refused and the POSIX path should run, note then says why.
+// fillCuFile loads e with cuFile when it registers the file. In gds mode
+// cuFile gets an O_DIRECT descriptor (GPUDirect Storage proper reads only
+// through one; KvikIO's FileHandle keeps the same pair), checked to name
+// the inode f names. In compat mode cuFile reads with POSIX calls on the
+// descriptor it is given, so it gets the O_DIRECT one where io.direct_io
+// wants O_DIRECT (on, or auto and the file mostly out of the page cache)
+// and the buffered f otherwise, as KvikIO's compat mode reads through the
+// page cache. Where the filesystem refuses O_DIRECT, f. done is false when
+// registration was refused and the POSIX path should run; note then says
+// why.
 func (c *Cache) fillCuFile(e *entry, f *os.File, region gpu.Region, cf gpu.CuFile) (done bool, note string, err error) {
 	reg := f
-	df, derr := c.openDirect(e)
-	switch {
-	case errors.Is(derr, errFileChanged):
-		return true, "", derr
-	case derr == nil:
-		defer df.Close()
-		reg = df
-	default:
-		note = "O_DIRECT refused, cuFile given the buffered descriptor: " + derr.Error()
+	if cf.Mode() == "gds" || c.wantDirect(f, e.id.size) {
+		df, derr := c.openDirect(e)
+		switch {
+		case errors.Is(derr, errFileChanged):
+			return true, "", derr
+		case derr == nil:
+			defer df.Close()
+			reg = df
+			note = "read with O_DIRECT"
+		default:
+			note = "O_DIRECT refused, cuFile given the buffered descriptor: " + derr.Error()
+		}
 	}
 	h, rerr := cf.Register(int(reg.Fd()))
 	if rerr == nil {

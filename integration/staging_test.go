@@ -183,39 +183,16 @@ func TestLoadFailureLeavesFileReadable(t *testing.T) {
 // and hard) set to nofile by prlimit, as a small limit would be set.
 func startMountLimited(t *testing.T, src string, nofile int, sets ...string) *mount {
 	t.Helper()
-	needMount(t)
 	need(t, "prlimit")
-	mnt := t.TempDir()
-	args := []string{fmt.Sprintf("--nofile=%d:%d", nofile, nofile), "--", bins.gdsfs, "mount",
-		"--set", "log.format=console", "--set", "ipc.socket=" + filepath.Join(t.TempDir(), "lease.sock")}
-	for _, s := range sets {
-		args = append(args, "--set", s)
-	}
-	args = append(args, src, mnt)
-	m := &mount{t: t, src: src, mnt: mnt, log: &syncBuffer{}, exited: make(chan error, 1)}
-	m.cmd = exec.Command("prlimit", args...)
-	m.cmd.Stdout, m.cmd.Stderr = m.log, m.log
-	if err := m.cmd.Start(); err != nil {
+	wrapper := filepath.Join(t.TempDir(), "gdsfs-limited")
+	script := fmt.Sprintf("#!/bin/sh\nexec prlimit --nofile=%d:%d -- %s \"$@\"\n", nofile, nofile, bins.gdsfs)
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	go func() { m.exited <- m.cmd.Wait() }()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if _, err := os.Stat(filepath.Join(mnt, ".gdsfs", "version")); err == nil {
-			break
-		}
-		select {
-		case err := <-m.exited:
-			t.Fatalf("gdsfs exited before mounting: %v\n%s", err, m.log)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("mount did not come up\n%s", m.log)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Cleanup(m.stop)
-	return m
+	real := bins.gdsfs
+	bins.gdsfs = wrapper // exec all the way: the daemon keeps the pid started
+	defer func() { bins.gdsfs = real }()
+	return startMount(t, src, sets...)
 }
 
 // TestManySmallFilesFewDescriptors (issue 8 item 4): 50,000 small files

@@ -35,12 +35,7 @@ func (c *Cache) changedFID(id fid) {
 	var free []gpu.Region
 	for e := range c.byFID[id] {
 		c.stats.changeEvents.Add(1)
-		if e.state == StateLoading {
-			e.changed = true
-			continue
-		}
-		free = append(free, c.dropLocked(e, "modified (change event)"))
-		c.stats.invalidations.Add(1)
+		free = append(free, c.invalidateLocked(e, "modified (change event)"))
 	}
 	c.mu.Unlock()
 	for _, r := range free {
@@ -55,18 +50,25 @@ func (c *Cache) changedAll() {
 	var free []gpu.Region
 	for _, set := range c.byFID {
 		for e := range set {
-			if e.state == StateLoading {
-				e.changed = true
-				continue
-			}
-			free = append(free, c.dropLocked(e, "change events lost"))
-			c.stats.invalidations.Add(1)
+			free = append(free, c.invalidateLocked(e, "change events lost"))
 		}
 	}
 	c.mu.Unlock()
 	for _, r := range free {
 		c.freeRegion(r)
 	}
+}
+
+// invalidateLocked marks a loading e changed (it will not publish) or
+// drops it, returning the region to free after unlocking. Cache.mu must
+// be held.
+func (c *Cache) invalidateLocked(e *entry, reason string) gpu.Region {
+	if e.state == StateLoading {
+		e.changed = true
+		return nil
+	}
+	c.stats.invalidations.Add(1)
+	return c.dropLocked(e, reason)
 }
 
 // indexLocked lets change events find e. Cache.mu must be held.

@@ -34,6 +34,11 @@ type Device interface {
 	Granularity() int64
 	// MemInfo reports free and total device memory in bytes.
 	MemInfo() (free, total int64, err error)
+	// HeldDescriptors is how many file descriptors a Region of size bytes
+	// keeps open in this process until it is freed (the host backend: one
+	// memfd per chunk; CUDA: none, descriptors exist only once exported).
+	// Descriptors are a budget like memory: the cache counts them.
+	HeldDescriptors(size int64) int
 	// Alloc returns a Region of at least size bytes, made of one or more
 	// chunks no larger than the device's chunk size, mapped contiguously in
 	// this process.
@@ -112,6 +117,9 @@ var ErrOutOfMemory = errors.New("out of device memory")
 // up to the device granularity.
 type Options struct {
 	ChunkSize int64
+	// WarmChunks is how many chunks of ChunkSize a backend that allocates
+	// slowly (CUDA) keeps allocated ahead of need; 0: none.
+	WarmChunks int
 }
 
 // RoundUp rounds n up to a multiple of g (g > 0).

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -66,7 +67,9 @@ func sha(t *testing.T, path string) string {
 func TestOpenStages(t *testing.T) {
 	need(t, "getfattr")
 	src := sourceTree(t)
-	m := startMount(t, src, "staging.chunk_size=1MiB", "io.task_size=256KiB")
+	// Staged at open: this test is about open as the trigger, not about
+	// waiting for the reader (staging.defer_while_read).
+	m := startMount(t, src, "staging.chunk_size=1MiB", "io.task_size=256KiB", "staging.defer_while_read=false")
 	big := m.path("data/fg.bin") // 9 MiB: nine chunks, many tasks
 	if got := xattr(t, big, "state"); got != "absent" {
 		t.Fatalf("state before any open: %q", got)
@@ -134,7 +137,7 @@ func TestPrefetchAndEvictControls(t *testing.T) {
 // the next open and staged again with the new bytes.
 func TestChangedSourceRestaged(t *testing.T) {
 	src := sourceTree(t)
-	m := startMount(t, src)
+	m := startMount(t, src, "staging.defer_while_read=false")
 	rel := "data/fd.bin"
 	sh(t, "cat "+m.path(rel)+" > /dev/null")
 	waitState(t, m.path(rel), "resident")
@@ -158,7 +161,7 @@ func TestChangedSourceRestaged(t *testing.T) {
 // than the capacity) is still read through the mount and counted.
 func TestLoadFailureLeavesFileReadable(t *testing.T) {
 	src := sourceTree(t)
-	m := startMount(t, src, "staging.capacity=1MiB")
+	m := startMount(t, src, "staging.capacity=1MiB", "staging.defer_while_read=false")
 	big := "data/fg.bin"
 	if sha(t, m.path(big)) != sha(t, filepath.Join(src, big)) {
 		t.Fatal("a file too large to stage does not read back right")
@@ -174,4 +177,102 @@ func TestLoadFailureLeavesFileReadable(t *testing.T) {
 		t.Errorf("prefetch of a too-large file: %q\n%s", msg, m.log)
 	}
 	os.Remove(filepath.Join(src, "nothing"))
+}
+
+// startMountLimited is startMount with the daemon's RLIMIT_NOFILE (soft
+// and hard) set to nofile by prlimit, as a small limit would be set.
+func startMountLimited(t *testing.T, src string, nofile int, sets ...string) *mount {
+	t.Helper()
+	need(t, "prlimit")
+	wrapper := filepath.Join(t.TempDir(), "gdsfs-limited")
+	script := fmt.Sprintf("#!/bin/sh\nexec prlimit --nofile=%d:%d -- %s \"$@\"\n", nofile, nofile, bins.gdsfs)
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	real := bins.gdsfs
+	bins.gdsfs = wrapper // exec all the way: the daemon keeps the pid started
+	defer func() { bins.gdsfs = real }()
+	return startMount(t, src, sets...)
+}
+
+// TestManySmallFilesFewDescriptors (issue 8 item 4): 50,000 small files
+// staged by a daemon whose descriptor limit is 4,096: staged regions stay
+// within the descriptor budget (evicting), no load fails, and the mount
+// still reads every file, before and after.
+func TestManySmallFilesFewDescriptors(t *testing.T) {
+	const files = 50000
+	src := t.TempDir()
+	for d := range files / 1000 {
+		dir := filepath.Join(src, fmt.Sprintf("d%02d", d))
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 1000 {
+			n := d*1000 + i
+			body := strings.Repeat(fmt.Sprintf("file %d;", n), 1+n%300)
+			if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%03d", i)), []byte(body), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	m := startMountLimited(t, src, 4096, "staging.prefetch_queue=65536", "staging.prefetch_workers=4",
+		"staging.defer_while_read=false")
+	list := filepath.Join(t.TempDir(), "list")
+	sh(t, "cd "+src+" && find . -type f | sort > "+list)
+	want := sh(t, "cd "+src+" && xargs cat < "+list+" | sha256sum")
+	if got := sh(t, "cd "+m.mnt+" && xargs cat < "+list+" | sha256sum"); got != want {
+		t.Fatal("reading every file through the mount gave other bytes")
+	}
+	deadline := time.Now().Add(10 * time.Minute)
+	for s := statsOf(t, m); s["prefetch_queued"].(float64) > 0 || s["loading_files"].(float64) > 0; s = statsOf(t, m) {
+		if time.Now().After(deadline) {
+			t.Fatalf("staging did not finish: %v", s)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	s := statsOf(t, m)
+	if s["load_errors"].(float64) != 0 || s["misses"].(float64) != files || s["prefetch_dropped"].(float64) != 0 {
+		t.Fatalf("load errors %v, loads %v of %d, dropped %v\n%s", s["load_errors"], s["misses"], files, s["prefetch_dropped"], m.log)
+	}
+	budget := s["descriptor_budget"].(float64)
+	if budget != 4096-1024 || s["descriptors_used"].(float64) > budget || s["staged_files"].(float64) > budget ||
+		s["evictions"].(float64) < files-budget {
+		t.Fatalf("descriptors %v of %v, staged %v, evictions %v", s["descriptors_used"], budget, s["staged_files"], s["evictions"])
+	}
+	if got := sh(t, "cd "+m.mnt+" && xargs cat < "+list+" | sha256sum"); got != want {
+		t.Fatal("reading every file through the mount after staging gave other bytes")
+	}
+	last := "d49/f999"
+	if r := leaseSum(t, m.path(last)); r["sha256"] != sha(t, filepath.Join(src, last)) {
+		t.Fatalf("lease of %s: %v", last, r)
+	}
+}
+
+// TestStagedAfterReaderCloses: with staging.defer_while_read (the
+// default), a file opened through the mount is not staged while it is
+// being read, so staging never competes with the reader; the close (FUSE
+// release, reported by fs) starts it.
+func TestStagedAfterReaderCloses(t *testing.T) {
+	src := t.TempDir()
+	randomFile(t, filepath.Join(src, "shard.bin"), 3<<20+5, 11)
+	m := startMount(t, src, "staging.defer_limit=10m")
+	p := m.path("shard.bin")
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 1<<20)
+	if _, err := f.Read(buf); err != nil {
+		f.Close()
+		t.Fatal(err)
+	}
+	if got := xattr(t, p, "state"); got != "absent" {
+		f.Close()
+		t.Fatalf("state while the reader holds the file open: %q, want absent", got)
+	}
+	f.Close()
+	waitState(t, p, "resident")
+	if sha(t, p) != sha(t, filepath.Join(src, "shard.bin")) {
+		t.Fatal("bytes through the mount differ from SOURCE")
+	}
 }

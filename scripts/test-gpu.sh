@@ -28,6 +28,10 @@ step() {
 step "cuda backend" "$here/cuda.test" -test.v -test.count=1
 step "staging, POSIX path, every byte verified" \
 	"$here/gpustaging.test" -test.v -test.count=1 -test.run 'POSIXPath'
+step "lease integrity on CUDA under concurrent rewrites, POSIX path (sha256 of every lease)" \
+	"$here/gpustaging.test" -test.v -test.count=1 -test.run 'LeaseIntegrityCUDA/compat_mode=on'
+step "GPUDirect Storage proper where cuFile reports gds (skips, saying so, in compat)" \
+	"$here/gpustaging.test" -test.v -test.count=1 -test.run 'GDSMode'
 step "auto in the default machine state picks POSIX and says why" \
 	env GDSFS_EXPECT_AUTO=posix "$here/gpustaging.test" -test.v -test.count=1 -test.run 'AutoPicks'
 step "mount on the GPU: open stages, the Go client maps the bytes" sh "$here/mount-gpu.sh" posix
@@ -43,6 +47,8 @@ if [ "${GDSFS_CUFILE_SETUP:-0}" = 1 ]; then
 	step "cuda backend cuFile" "$here/cuda.test" -test.v -test.count=1 -test.run 'CuFile'
 	step "staging, cuFile path, every byte verified" \
 		"$here/gpustaging.test" -test.v -test.count=1 -test.run 'CuFilePath'
+	step "lease integrity on CUDA under concurrent rewrites, cuFile path" \
+		"$here/gpustaging.test" -test.v -test.count=1 -test.run 'LeaseIntegrityCUDA/compat_mode=off'
 	step "auto with cuFile set up picks cuFile" \
 		env GDSFS_EXPECT_AUTO=cufile "$here/gpustaging.test" -test.v -test.count=1 -test.run 'AutoPicks'
 	step "mount on the GPU, cuFile path" sh "$here/mount-gpu.sh" cufile

@@ -6,36 +6,56 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"sort"
 	"sync"
 
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
 	"github.com/gdsfs/gdsfs/gpu"
+	"github.com/gdsfs/gdsfs/internal/access"
+	"github.com/gdsfs/gdsfs/internal/units"
 )
 
 // Config is what New needs.
 type Config struct {
-	Source  string // the directory files are staged from
+	Source  string       // the directory files are staged from
+	Root    *access.Root // SOURCE held open (optional: New opens Source)
 	Options Options
 	IO      IOOptions
 	Devices []gpu.Device // one slot each; staging.gpus order
 	Log     *zap.Logger
+	// NoFile is the descriptor limit the budget is taken from (fdbudget.go);
+	// 0: this process's soft RLIMIT_NOFILE.
+	NoFile uint64
 }
 
 // Cache stages files of SOURCE onto devices.
 //
-// Lock order: Cache.mu, then nothing. No I/O or device call is made with
+// An entry's life, one file each, read in this order: life1_lookup.go (a
+// request finds or starts an entry), life2_load.go (room is reserved and
+// the file is read onto the device, by loader.go's workers),
+// life3_publish.go (the load's end is made visible), life4_evict.go (the
+// entry leaves: evicted, invalidated, freed). Leases (lease.go) pin
+// resident entries in between.
+//
+// Lock order: Cache.mu, then events.mu. No I/O or device call is made with
 // mu held.
 type Cache struct {
-	opts   Options
-	io     IOOptions
-	root   *os.File // SOURCE, for openat2(RESOLVE_BENEATH)
-	filter *filter
-	slots  []*slot
-	log    *zap.Logger
-	stats  counters
+	opts    Options
+	io      IOOptions
+	root    *access.Root // SOURCE: every path is resolved beneath it
+	ownRoot bool         // root was opened by New: Close closes it
+	filter  *filter
+	slots   []*slot
+	log     *zap.Logger
+	stats   counters
+
+	sourceDev uint64 // SOURCE's filesystem
+	fdBudget  int    // descriptors staged regions may hold
+	fdReserve int    // the rest of the limit
+	events    *events
+	watch     *watcher
+	hooks     hooks
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -43,10 +63,25 @@ type Cache struct {
 	queue  chan string
 
 	mu      sync.Mutex
-	entries map[string]*entry // attached entries by SOURCE-relative path
-	queued  map[string]bool   // paths waiting in queue
-	gen     uint64            // last generation handed out
+	entries map[string]*entry           // attached entries by SOURCE-relative path
+	byFID   map[fid]map[*entry]struct{} // entries with change events, by file
+	queued  map[string]bool             // paths waiting in queue
+	readers map[string]*readers         // opens through the mount (readers.go)
+	waiters *list.List                  // of *waiter, waiting for room, first come first served
+	gen     uint64                      // last generation handed out
+	// INVARIANT: 0 <= fdsUsed <= fdBudget.
+	fdsUsed int // descriptors reserved by entries and private copies
 	closed  bool
+}
+
+// hooks let tests see points that are not state changes. Nil in
+// production; set before the cache is used.
+type hooks struct {
+	joined       func(rel string) // a request joined a load in flight
+	prefetchDone func(rel string) // a prefetch worker finished with rel
+	racyWait     func(rel string) // a load starts waiting out the racy window
+	directOpen   func(rel string) // a load is about to open rel again with O_DIRECT
+	waiting      func(rel string) // a request (again) sleeps, waiting for room
 }
 
 // New opens the cache and starts its workers; they stop when ctx is done
@@ -68,36 +103,65 @@ func New(ctx context.Context, cfg Config) (*Cache, error) {
 	if err != nil {
 		return nil, err
 	}
-	root, err := os.Open(cfg.Source)
-	if err != nil {
-		return nil, fmt.Errorf("staging: SOURCE: %w", err)
+	if cfg.NoFile == 0 {
+		if cfg.NoFile, err = noFile(); err != nil {
+			return nil, fmt.Errorf("staging: %w", err)
+		}
+	}
+	root, ownRoot := cfg.Root, false
+	if root == nil {
+		if root, err = access.OpenRoot(cfg.Source); err != nil {
+			return nil, fmt.Errorf("staging: SOURCE: %w", err)
+		}
+		ownRoot = true
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	c := &Cache{
-		opts: cfg.Options, io: cfg.IO, root: root, filter: flt,
-		log: cfg.Log.Named("staging"), ctx: ctx, cancel: cancel,
+		opts: cfg.Options, io: cfg.IO.resolved(), root: root, ownRoot: ownRoot, filter: flt,
+		log: cfg.Log.Named("staging"), ctx: ctx, cancel: cancel, events: newEvents(),
 		queue:   make(chan string, cfg.Options.PrefetchQueue),
-		entries: map[string]*entry{}, queued: map[string]bool{},
+		entries: map[string]*entry{}, queued: map[string]bool{}, byFID: map[fid]map[*entry]struct{}{},
+		waiters: list.New(), readers: map[string]*readers{},
 	}
-	for _, d := range cfg.Devices {
-		free, _, err := d.MemInfo()
-		if err != nil {
-			cancel()
-			c.wg.Wait() // the loaders of the slots made so far
+	c.log.Info("io", zap.Int("num_threads", int(c.io.NumThreads)), zap.Stringer("bounce_size", units.Size(c.io.BounceSize)),
+		zap.Bool("threads_auto", cfg.IO.NumThreads.Auto()), zap.Bool("bounce_auto", cfg.IO.BounceSize.Auto()))
+	c.fdBudget, c.fdReserve = fdBudget(cfg.NoFile)
+	c.log.Info("descriptor budget", zap.Uint64("rlimit_nofile", cfg.NoFile),
+		zap.Int("budget", c.fdBudget), zap.Int("reserve", c.fdReserve))
+	c.watch = newWatcher(cfg.Options.Watch, c.log, c.changedFID, c.changedAll)
+	c.watchSource()
+	if err := c.openSlots(cfg.Devices); err != nil {
+		cancel()
+		c.wg.Wait() // the loaders of the slots made so far
+		c.watch.close()
+		c.events.close()
+		if ownRoot {
 			root.Close()
-			return nil, fmt.Errorf("staging: %s: %w", d.Name(), err)
 		}
-		capacity := cfg.Options.Capacity.Resolve(free)
-		s := &slot{dev: d, capacity: capacity, lru: list.New()}
-		s.loader = newLoader(c, s)
-		c.slots = append(c.slots, s)
-		c.log.Info("device slot", zap.String("device", d.Name()), zap.Int64("capacity_bytes", capacity))
+		return nil, err
 	}
 	for range cfg.Options.PrefetchWorkers {
 		c.wg.Add(1)
 		go c.prefetchWorker()
 	}
 	return c, nil
+}
+
+// openSlots makes one slot per device, its capacity a share of the
+// memory free now, and starts its loader.
+func (c *Cache) openSlots(devs []gpu.Device) error {
+	for _, d := range devs {
+		free, _, err := d.MemInfo()
+		if err != nil {
+			return fmt.Errorf("staging: %s: %w", d.Name(), err)
+		}
+		capacity := c.opts.Capacity.Resolve(free)
+		s := &slot{dev: d, capacity: capacity, lru: list.New()}
+		s.loader = newLoader(c, s)
+		c.slots = append(c.slots, s)
+		c.log.Info("device slot", zap.String("device", d.Name()), zap.Int64("capacity_bytes", capacity))
+	}
+	return nil
 }
 
 // Close stops the workers, waits for loads in flight and frees every
@@ -109,9 +173,11 @@ func (c *Cache) Close() error {
 		return nil
 	}
 	c.closed = true
+	c.stopReadersLocked()
 	c.mu.Unlock()
 	c.cancel()
 	c.wg.Wait()
+	c.watch.close()
 	c.mu.Lock()
 	var regions []gpu.Region
 	for _, e := range c.entries {
@@ -123,254 +189,45 @@ func (c *Cache) Close() error {
 	c.entries = map[string]*entry{}
 	c.mu.Unlock()
 	for _, r := range regions {
-		r.Free()
+		c.freeRegion(r)
 	}
-	return c.root.Close()
-}
-
-// open opens rel beneath SOURCE (symlinks may not leave it). It asks for
-// O_NOATIME so staging leaves SOURCE's metadata as it was, where the
-// daemon may (it owns the file, or is root).
-func (c *Cache) open(rel string, flags int) (*os.File, error) {
-	how := &unix.OpenHow{
-		Flags:   uint64(flags | unix.O_CLOEXEC | unix.O_NOATIME),
-		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS,
+	c.events.close()
+	if c.ownRoot {
+		return c.root.Close()
 	}
-	fd, err := unix.Openat2(int(c.root.Fd()), rel, how)
-	if errors.Is(err, unix.EPERM) {
-		how.Flags &^= unix.O_NOATIME
-		fd, err = unix.Openat2(int(c.root.Fd()), rel, how)
-	}
-	if err != nil {
-		return nil, &os.PathError{Op: "open", Path: rel, Err: err}
-	}
-	return os.NewFile(uintptr(fd), rel), nil
-}
-
-// Opened is the FUSE open trigger: with staging.prefetch=open it queues
-// rel; otherwise it only drops a stale entry. It never blocks.
-func (c *Cache) Opened(rel string) {
-	if c.opts.Prefetch == PrefetchOpen {
-		c.Prefetch(rel)
-		return
-	}
-	c.mu.Lock()
-	_, staged := c.entries[rel]
-	c.mu.Unlock()
-	if staged {
-		c.checkIdentity(rel)
-	}
-}
-
-// Changed tells the cache that rel was changed through the mount (a
-// write, truncation, attribute change, unlink or rename): its entry is
-// dropped so no later lease sees the old bytes. It never blocks on a load.
-func (c *Cache) Changed(rel string) {
-	c.mu.Lock()
-	var r gpu.Region
-	if e := c.entries[rel]; e != nil {
-		r = c.dropLocked(e)
-		c.stats.invalidations.Add(1)
-	}
-	c.mu.Unlock()
-	freeRegion(r)
-}
-
-// Closed tells the cache that one open of rel through the mount ended.
-func (c *Cache) Closed(rel string) {}
-
-// Prefetch queues rel for staging. It drops the request (and returns
-// false) when the queue is full, and ignores a path already queued.
-func (c *Cache) Prefetch(rel string) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return false
-	}
-	if c.queued[rel] {
-		return true
-	}
-	select {
-	case c.queue <- rel:
-		c.queued[rel] = true
-		c.stats.prefetches.Add(1)
-		return true
-	default:
-		c.stats.prefetchDropped.Add(1)
-		return false
-	}
-}
-
-func (c *Cache) prefetchWorker() {
-	defer c.wg.Done()
-	for {
-		select {
-		case <-c.ctx.Done():
-			return
-		case rel := <-c.queue:
-			// rel stays in queued until staged, so a queued file never
-			// reads as absent and is not queued twice meanwhile.
-			if _, err := c.Stage(c.ctx, rel); err != nil {
-				c.log.Debug("prefetch", zap.String("path", rel), zap.Error(err))
-			}
-			c.mu.Lock()
-			delete(c.queued, rel)
-			c.mu.Unlock()
-		}
-	}
-}
-
-// Stage makes rel resident (loading it if needed) and returns its
-// description. It waits for the load, bounded by ctx.
-func (c *Cache) Stage(ctx context.Context, rel string) (Info, error) {
-	e, err := c.ensure(ctx, rel)
-	if err != nil {
-		return Info{}, err
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return e.infoLocked(), nil
-}
-
-// Evict drops rel unless it is leased or loading.
-func (c *Cache) Evict(rel string) error {
-	c.mu.Lock()
-	e := c.entries[rel]
-	switch {
-	case e == nil:
-		c.mu.Unlock()
-		return errNotStaged(rel)
-	case e.leases > 0:
-		c.mu.Unlock()
-		return errBusy(rel, fmt.Sprintf("%d leases hold it", e.leases))
-	case e.state == StateLoading:
-		c.mu.Unlock()
-		return errBusy(rel, "loading")
-	}
-	r := c.dropLocked(e)
-	c.stats.evictions.Add(1)
-	c.mu.Unlock()
-	freeRegion(r)
 	return nil
 }
 
-// Attr answers the user.gdsfs.state and user.gdsfs.path xattrs, after
-// checking that the staged bytes still match the file. A file waiting in
-// the prefetch queue is loading.
-func (c *Cache) Attr(rel string) (state, path string) {
-	c.checkIdentity(rel)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e := c.entries[rel]
-	switch {
-	case e == nil && c.queued[rel]:
-		return StateLoading, "" // queued: it will load
-	case e == nil:
-		return StateAbsent, ""
-	}
-	info := e.infoLocked()
-	return info.State, info.LoadPath
+// openRegular opens rel beneath SOURCE (symlinks may not leave it) as
+// the daemon, never blocking: anything but a regular file is refused
+// (access.ErrNotRegular) before it could block in open or read. It asks
+// for O_NOATIME so staging leaves SOURCE's metadata as it was, where the
+// daemon may (it owns the file, or is root). A SOURCE removed and made
+// again is followed (access.Root).
+func (c *Cache) openRegular(rel string, extra int) (*os.File, *unix.Stat_t, error) {
+	return c.root.OpenRegular(access.Daemon(), rel, unix.O_NOATIME|extra, access.Beneath)
 }
 
-// Entries describes every attached entry, sorted by path.
-func (c *Cache) Entries() []Info {
-	c.mu.Lock()
-	out := make([]Info, 0, len(c.entries))
-	for _, e := range c.entries {
-		out = append(out, e.infoLocked())
-	}
-	c.mu.Unlock()
-	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
-	return out
-}
-
-// checkIdentity drops the entry of rel if the file changed or vanished.
-func (c *Cache) checkIdentity(rel string) {
-	var id identity
-	var st unix.Stat_t
-	err := unix.Fstatat(int(c.root.Fd()), rel, &st, 0)
-	if err == nil {
-		id = identityOf(&st)
-	}
-	c.mu.Lock()
-	e := c.entries[rel]
-	var r gpu.Region
-	if e != nil && e.state != StateLoading && (err != nil || e.id != id) {
-		r = c.dropLocked(e)
-		c.stats.invalidations.Add(1)
-	}
-	c.mu.Unlock()
-	freeRegion(r)
-}
-
-// dropLocked detaches e from the map and the LRU. If no lease holds it, its
-// reservation is released and its region returned for the caller to free
-// after unlocking; otherwise the last Release frees it. Cache.mu must be
-// held.
-func (c *Cache) dropLocked(e *entry) gpu.Region {
-	if c.entries[e.rel] == e {
-		delete(c.entries, e.rel)
-	}
-	e.detached = true
-	if e.elem != nil {
-		e.slot.lru.Remove(e.elem)
-		e.elem = nil
-	}
-	if e.leases > 0 || e.state == StateLoading {
-		return nil // freed by the last Release, or by the load's end
-	}
-	return c.releaseLocked(e)
-}
-
-// releaseLocked returns e's reservation to its slot and hands back its
-// region. Cache.mu must be held.
-func (c *Cache) releaseLocked(e *entry) gpu.Region {
-	e.slot.used -= e.reserved
-	e.reserved = 0
-	r := e.region
-	e.region = nil
-	if e.state == StateResident {
-		e.state = StateAbsent
-	}
-	return r
-}
-
-// detachVictimsLocked removes entries evicted by slot.reserveLocked (their
-// reservation is already returned) and hands back their regions for the
-// caller to free after unlocking. Cache.mu must be held.
-func (c *Cache) detachVictimsLocked(victims []*entry) []gpu.Region {
-	var regions []gpu.Region
-	for _, v := range victims {
-		if c.entries[v.rel] == v {
-			delete(c.entries, v.rel)
-		}
-		v.detached, v.reserved, v.state = true, 0, StateAbsent
-		regions = append(regions, v.region)
-		v.region = nil
-	}
-	c.stats.evictions.Add(uint64(len(victims)))
-	return regions
-}
-
-func freeRegion(r gpu.Region) {
-	if r != nil {
-		r.Free()
-	}
-}
-
-// Eligible checks that rel could be staged: a regular file under SOURCE
-// that the options let through and that fits a device's capacity.
-func (c *Cache) Eligible(rel string) error {
-	f, id, err := c.openEligible(rel)
+// watchSource marks SOURCE's own filesystem now, so stats tell from the
+// start how changes are detected there.
+func (c *Cache) watchSource() {
+	d, err := c.root.Open(".", unix.O_RDONLY|unix.O_DIRECTORY, 0, access.Beneath)
 	if err != nil {
-		return err
+		return
 	}
-	f.Close()
-	var need int64
+	defer d.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(d.Fd()), &st); err == nil {
+		c.sourceDev = st.Dev
+		c.watch.probe(d, st.Dev)
+	}
+}
+
+// Devices names the devices files are staged onto.
+func (c *Cache) Devices() []string {
+	var out []string
 	for _, s := range c.slots {
-		if need = s.need(id.size, int64(c.opts.ChunkSize)); need <= s.capacity {
-			return nil
-		}
+		out = append(out, s.dev.Name())
 	}
-	return errTooLarge(rel, need, c.slots[0].capacity)
+	return out
 }

@@ -6,6 +6,13 @@
 // them on the cuFile path or the POSIX path (pread into two bounce buffers
 // per worker, overlapping the copy to the device).
 //
+// Read it along an entry's life: cache.go (the Cache and its lock), then
+// life1_lookup.go (a request finds or starts an entry), life2_load.go
+// (room, allocation, the read onto the device, with loader.go's workers),
+// life3_publish.go (the load's end made visible), life4_evict.go (the entry
+// leaves). lease.go pins resident entries; events.go tells subscribers of
+// every state change (Cache.Subscribe).
+//
 // It must never hand out stale bytes: an entry whose file changed is
 // invalidated before anyone sees it again, and an entry is resident only
 // after every copy into it completed. It never blocks a prefetch caller,

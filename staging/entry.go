@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"fmt"
 	"os"
+	"sort"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -52,11 +53,13 @@ func fileIdentity(f *os.File) (identity, uint32, error) {
 // entry is one file's staging. Fields after mu-guarded are guarded by
 // Cache.mu; the rest are fixed at creation.
 type entry struct {
-	rel  string
-	id   identity
-	slot *slot
-	gen  uint64
-	done chan struct{} // closed when the load finished (resident or failed)
+	rel    string
+	id     identity
+	fid    fid  // the file as fanotify names it, when events is set
+	events bool // its filesystem's changes raise fanotify events
+	slot   *slot
+	gen    uint64
+	done   chan struct{} // closed when the load finished (resident or failed)
 
 	// guarded by Cache.mu
 	state    string
@@ -65,11 +68,27 @@ type entry struct {
 	err      error  // the load's error, when failed
 	region   gpu.Region
 	reserved int64 // device bytes counted against slot capacity
+	fds      int   // descriptors counted against Cache.fdBudget
 	leases   int
+	pins     int           // requests between finding it and leasing (or describing) it
 	detached bool          // no longer in Cache.entries (stale or evicted while leased)
 	elem     *list.Element // in slot.lru while resident and attached
 	loadDur  time.Duration
+	changed  bool // loading: a change event came; the load must not publish
 }
+
+// opened is a file a request opened, with what staging needs of it.
+type opened struct {
+	f      *os.File
+	id     identity
+	fid    fid    // when events
+	events bool   // its filesystem's changes raise fanotify events
+	why    string // why not events
+}
+
+// heldLocked says whether leases or requests hold e: it is not evicted,
+// and once detached, the last of them frees it. Cache.mu must be held.
+func (e *entry) heldLocked() bool { return e.leases > 0 || e.pins > 0 }
 
 // gbps is the load throughput in GB/s (10^9 bytes per second).
 func (e *entry) gbps() float64 {
@@ -102,4 +121,16 @@ func (e *entry) infoLocked() Info {
 		Path: e.rel, Size: e.id.size, State: state, LoadPath: e.path,
 		GBps: e.gbps(), Leases: e.leases, Device: e.slot.dev.Name(), Note: note,
 	}
+}
+
+// Entries describes every attached entry, sorted by path.
+func (c *Cache) Entries() []Info {
+	c.mu.Lock()
+	out := make([]Info, 0, len(c.entries))
+	for _, e := range c.entries {
+		out = append(out, e.infoLocked())
+	}
+	c.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	return out
 }

@@ -15,6 +15,11 @@ func errTooLarge(rel string, need, capacity int64) error {
 	return fmt.Errorf("%s: needs %d bytes, more than the capacity of %d: %w", rel, need, capacity, syscall.EFBIG)
 }
 
+func errTooManyFDs(rel string, need, budget int) error {
+	return fmt.Errorf("%s: needs %d descriptors, more than the budget of %d (RLIMIT_NOFILE less the reserve): %w",
+		rel, need, budget, syscall.EFBIG)
+}
+
 func errNoSpace(rel string, need int64) error {
 	return fmt.Errorf("%s: no room for %d bytes: the rest of the cache is leased or loading: %w", rel, need, syscall.ENOSPC)
 }
@@ -25,4 +30,18 @@ func errBusy(rel, why string) error {
 
 func errNotStaged(rel string) error {
 	return fmt.Errorf("%s: not staged: %w", rel, syscall.ENOENT)
+}
+
+// errFileChanged is wrapped by a load that saw its file change under it
+// (an event, new attributes, a shorter file): the request retries, and
+// answers EAGAIN after maxAttempts.
+var errFileChanged = fmt.Errorf("changed while it was loading: %w", syscall.EAGAIN)
+
+// maxAttempts bounds the loads one request starts for a file that keeps
+// changing (or keeps being evicted) under it.
+const maxAttempts = 4
+
+func errKeepsChanging(rel string) error {
+	return fmt.Errorf("%s changed (or was evicted) while it was staged, %d times; try again: %w",
+		rel, maxAttempts, syscall.EAGAIN)
 }

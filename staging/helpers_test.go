@@ -3,9 +3,11 @@ package staging
 import (
 	"bytes"
 	"context"
+	"errors"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -28,6 +30,39 @@ type fakeDevice struct {
 	copyHook func() error                         // called on every CopyAsync; its error fails the copy
 	waitHook func(i int) error                    // called on every Wait; its error is the copy's
 	cufile   gpu.CuFile                           // nil: no cuFile
+	copy     func(dst, src gpu.Region) error      // nil: the host's Copy
+}
+
+func (d *fakeDevice) Copy(dst, src gpu.Region) error {
+	if d.copy != nil {
+		return d.copy(dst, src)
+	}
+	return d.Device.Copy(unwrap(dst), unwrap(src))
+}
+
+// fakeRegion is a host region that counts its Frees and can fail them.
+type fakeRegion struct {
+	gpu.Region
+	frees    atomic.Int32
+	freeFail error // returned by the first Free (which still frees)
+}
+
+func (r *fakeRegion) Free() error {
+	if r.frees.Add(1) == 1 {
+		err := r.Region.Free()
+		if r.freeFail != nil {
+			return r.freeFail
+		}
+		return err
+	}
+	return errors.New("region freed twice")
+}
+
+func unwrap(r gpu.Region) gpu.Region {
+	if f, ok := r.(*fakeRegion); ok {
+		return f.Region
+	}
+	return r
 }
 
 func newFake(chunk int64) *fakeDevice {
@@ -78,43 +113,67 @@ func (w *fakeWorker) CopyAsync(dst gpu.Region, off int64, i, n int) error {
 			return err
 		}
 	}
-	return w.Worker.CopyAsync(dst, off, i, n)
+	return w.Worker.CopyAsync(unwrap(dst), off, i, n)
 }
 
 // fakeCuFile "reads" by pread plus a host copy, and refuses to register
-// when refuse is set.
+// when refuse is set. It records whether it was handed O_DIRECT
+// descriptors.
 type fakeCuFile struct {
 	d      *fakeDevice
+	mode   string // "" is compat
 	refuse error
 	reads  atomic.Int32
+	direct atomic.Int32 // registrations of an O_DIRECT descriptor
+	plain  atomic.Int32 // registrations of a buffered one
 }
 
-func (f *fakeCuFile) Mode() string { return "compat" }
+func (f *fakeCuFile) Mode() string {
+	if f.mode == "" {
+		return "compat"
+	}
+	return f.mode
+}
 
 func (f *fakeCuFile) Register(fd int) (gpu.CuFileHandle, error) {
 	if f.refuse != nil {
 		return nil, f.refuse
 	}
-	return &fakeHandle{f: f, fd: fd}, nil
+	fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
+	if err != nil {
+		return nil, err
+	}
+	if fl&unix.O_DIRECT != 0 {
+		f.direct.Add(1)
+	} else {
+		f.plain.Add(1)
+	}
+	return &fakeHandle{f: f, fd: fd, direct: fl&unix.O_DIRECT != 0}, nil
 }
 
 type fakeHandle struct {
-	f  *fakeCuFile
-	fd int
+	f      *fakeCuFile
+	fd     int
+	direct bool
 }
 
 func (h *fakeHandle) ReadInto(dst gpu.Region, dstOff, fileOff int64, n int) (int, error) {
 	h.f.reads.Add(1)
-	w, err := h.f.d.Device.NewWorker(n)
+	want := n
+	if h.direct { // whole pages, as O_DIRECT wants; the file's end stops it short
+		want = int(gpu.RoundUp(int64(n), 4096))
+	}
+	w, err := h.f.d.Device.NewWorker(want)
 	if err != nil {
 		return 0, err
 	}
 	defer w.Close()
-	k, err := unix.Pread(h.fd, w.Buffer(0)[:n], fileOff)
+	k, err := unix.Pread(h.fd, w.Buffer(0)[:want], fileOff)
 	if err != nil {
 		return 0, err
 	}
-	if err := w.CopyAsync(dst, dstOff, 0, k); err != nil {
+	k = min(k, n)
+	if err := w.CopyAsync(unwrap(dst), dstOff, 0, k); err != nil {
 		return 0, err
 	}
 	return k, w.Wait(0)
@@ -127,17 +186,24 @@ func testOptions() (Options, IOOptions) {
 	return Options{
 			Device: DeviceHost, GPUs: []int{0}, Capacity: units.Share{Bytes: 1 << 30},
 			ChunkSize: 1 << 20, Prefetch: PrefetchOpen, PrefetchQueue: 64, PrefetchWorkers: 2,
+			Watch: WatchAuto, RacyWindow: 2 * time.Second, DeferWhileRead: true, DeferLimit: time.Minute,
 		}, IOOptions{
 			CompatMode: CompatAuto, GDSThreshold: 0, TaskSize: 64 << 10, BounceSize: 16 << 10, NumThreads: 4, DirectIO: DirectOff,
 		}
 }
 
 func newCache(t *testing.T, src string, opts Options, io IOOptions, devs ...gpu.Device) *Cache {
+	return newCacheCfg(t, Config{Source: src, Options: opts, IO: io, Devices: devs})
+}
+
+// newCacheCfg is newCache with the whole Config (Devices: a fake when empty).
+func newCacheCfg(t *testing.T, cfg Config) *Cache {
 	t.Helper()
-	if len(devs) == 0 {
-		devs = []gpu.Device{newFake(int64(opts.ChunkSize))}
+	if len(cfg.Devices) == 0 {
+		cfg.Devices = []gpu.Device{newFake(int64(cfg.Options.ChunkSize))}
 	}
-	c, err := New(context.Background(), Config{Source: src, Options: opts, IO: io, Devices: devs, Log: zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel))})
+	cfg.Log = zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel))
+	c, err := New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,15 +259,53 @@ func checkStaged(t *testing.T, c *Cache, rel string, want []byte) {
 	}
 }
 
-// waitFor polls cond (the cache has no event for "the queue drained"),
-// failing after a deadline.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+// recorder keeps every event a cache delivered since it subscribed.
+type recorder struct {
+	mu     sync.Mutex
+	events []Event
+	all    []Event       // every event, in order
+	more   chan struct{} // capacity 1: an event arrived
+	cancel func()
+}
+
+// record subscribes to c's events for the rest of the test.
+func record(t *testing.T, c *Cache) *recorder {
+	r := &recorder{more: make(chan struct{}, 1)}
+	cancel := c.Subscribe(func(e Event) {
+		r.mu.Lock()
+		r.events = append(r.events, e)
+		r.all = append(r.all, e)
+		r.mu.Unlock()
+		select {
+		case r.more <- struct{}{}:
+		default:
 		}
-		time.Sleep(2 * time.Millisecond)
+	})
+	r.cancel = cancel
+	t.Cleanup(cancel)
+	return r
+}
+
+// waitFor waits for the earliest event for rel in state not returned yet,
+// and returns it.
+// The deadline only turns a hang into a failure.
+func (r *recorder) waitFor(t *testing.T, rel, state string) Event {
+	t.Helper()
+	timeout := time.After(20 * time.Second)
+	for {
+		r.mu.Lock()
+		for i, e := range r.events {
+			if e.Rel == rel && e.State == state {
+				r.events = append(r.events[:i:i], r.events[i+1:]...)
+				r.mu.Unlock()
+				return e
+			}
+		}
+		r.mu.Unlock()
+		select {
+		case <-r.more:
+		case <-timeout:
+			t.Fatalf("no %s event for %s", state, rel)
+		}
 	}
 }

@@ -14,11 +14,15 @@ import (
 // Lease pins a resident file: its entry is not evicted or freed until
 // Release. A private lease holds its own device copy.
 type Lease struct {
-	c       *Cache
-	e       *entry
-	region  gpu.Region // the entry's, or the private copy
-	private int64      // bytes reserved for the private copy; 0 if shared
-	once    sync.Once
+	c      *Cache
+	e      *entry
+	region gpu.Region // what the lease shows: the entry's, or own
+	once   sync.Once
+
+	// guarded by Cache.mu
+	own        gpu.Region // the private copy; nil if shared (or not made)
+	private    int64      // bytes reserved for the private copy
+	privateFDs int        // descriptors reserved for it
 }
 
 // Request is one acquire.
@@ -43,28 +47,32 @@ func (c *Cache) Acquire(ctx context.Context, req Request) (*Lease, error) {
 		}
 	}
 	for {
-		e, err := c.ensure(ctx, req.Rel)
+		e, err := c.ensure(ctx, req.Rel, true)
 		if err != nil {
 			return nil, err
 		}
 		c.mu.Lock()
 		if e.detached || e.state != StateResident {
+			r := c.unpinLocked(e)
 			c.mu.Unlock()
-			continue // evicted or invalidated since: stage again
+			c.freeRegion(r)
+			continue // invalidated since: stage again
 		}
 		if want != nil && (e.id.dev != want.Dev || e.id.ino != want.Ino) {
+			c.unpinLocked(e) // attached: nothing to free
 			c.mu.Unlock()
 			// Renamed or replaced between the asker's open and the load:
 			// what was staged is not what the asker may read.
 			return nil, fmt.Errorf("%s changed while it was being leased; try again: %w", req.Rel, unix.EAGAIN)
 		}
 		e.leases++
+		e.pins-- // the request's hold becomes the lease
 		l := &Lease{c: c, e: e, region: e.region}
 		c.stats.leasesActive.Add(1)
 		c.stats.leasesTotal.Add(1)
 		c.mu.Unlock()
 		if req.Private {
-			if err := l.copyPrivate(); err != nil {
+			if err := l.copyPrivate(ctx); err != nil {
 				l.Release()
 				return nil, err
 			}
@@ -73,38 +81,61 @@ func (c *Cache) Acquire(ctx context.Context, req Request) (*Lease, error) {
 	}
 }
 
-func (l *Lease) copyPrivate() error {
+// copyPrivate gives l its own copy of the entry's region, counted
+// against the capacity and the descriptor budget until Release. It waits
+// for room as a load does (room.go).
+func (l *Lease) copyPrivate(ctx context.Context) error {
 	c, e := l.c, l.e
 	need := e.slot.need(e.id.size, int64(c.opts.ChunkSize))
-	c.mu.Lock()
-	victims, ok := e.slot.reserveLocked(need)
-	regions := c.detachVictimsLocked(victims)
-	c.mu.Unlock()
-	for _, r := range regions {
-		freeRegion(r)
+	fds := e.slot.dev.HeldDescriptors(e.id.size)
+	if need > e.slot.capacity-e.reserved || fds > c.fdBudget-e.fds {
+		return errTooLarge(e.rel+" (a private copy beside the staged one)", need, e.slot.capacity-e.reserved)
 	}
-	if !ok {
-		c.stats.noSpace.Add(1)
-		return errNoSpace(e.rel+" (private copy)", need)
+	var w *waiter
+	for {
+		c.mu.Lock()
+		var victims []*entry
+		ok := false
+		if c.mayReserveLocked(w) {
+			victims, ok = c.reserveLocked(e.slot, need, fds)
+		}
+		regions := c.detachVictimsLocked(victims)
+		if ok {
+			l.private, l.privateFDs = need, fds
+			c.leaveLocked(w)
+		} else {
+			c.queueLocked(&w)
+		}
+		c.mu.Unlock()
+		for _, r := range regions {
+			c.freeRegion(r)
+		}
+		if ok {
+			break
+		}
+		if err := c.awaitRoom(ctx, w, e.rel+" (private copy)", need); err != nil {
+			return err
+		}
 	}
-	l.private = need
 	r, err := e.slot.dev.Alloc(e.id.size)
 	if err == nil {
 		if err = e.slot.dev.Copy(r, l.region); err == nil {
 			err = r.Seal()
 		}
 		if err != nil {
-			r.Free()
+			c.freeRegion(r)
 		}
 	}
 	if err != nil {
 		return fmt.Errorf("private copy of %s: %w", e.rel, err)
 	}
-	l.region = r
+	l.own, l.region = r, r
 	return nil
 }
 
-// Release ends the lease; calling it again does nothing.
+// Release ends the lease; calling it again does nothing. It frees the
+// lease's private copy, if it made one, and never the entry's region
+// unless this was the last lease of a detached entry.
 func (l *Lease) Release() {
 	l.once.Do(func() {
 		c, e := l.c, l.e
@@ -112,18 +143,20 @@ func (l *Lease) Release() {
 		c.mu.Lock()
 		e.leases--
 		c.stats.leasesActive.Add(-1)
-		if l.private > 0 {
-			e.slot.used -= l.private
-			if l.region != e.region {
-				free = append(free, l.region)
-			}
+		e.slot.used -= l.private
+		c.fdsUsed -= l.privateFDs
+		l.private, l.privateFDs = 0, 0
+		if l.own != nil {
+			free = append(free, l.own)
+			l.own = nil
 		}
-		if e.detached && e.leases == 0 {
+		if e.detached && !e.heldLocked() {
 			free = append(free, c.releaseLocked(e))
 		}
+		c.wakeLocked() // unleased: evictable; a private copy's room back
 		c.mu.Unlock()
 		for _, r := range free {
-			freeRegion(r)
+			c.freeRegion(r)
 		}
 	})
 }

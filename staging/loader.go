@@ -3,117 +3,15 @@ package staging
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"sync"
 	"sync/atomic"
-	"syscall"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/gdsfs/gdsfs/gpu"
+	"github.com/gdsfs/gdsfs/internal/units"
 )
-
-// fill loads f into region by the path the options and the platform allow.
-// It returns the path taken and, when that is not cuFile although cuFile
-// exists, why.
-func (c *Cache) fill(e *entry, f *os.File, region gpu.Region) (path, note string, err error) {
-	dev := e.slot.dev
-	posix := PathPOSIX
-	if dev.Kind() == gpu.KindHost {
-		posix = PathHost
-	}
-	cf, why := dev.CuFile()
-	switch {
-	case c.io.CompatMode == CompatOn:
-		note = "io.compat_mode is on"
-	case cf == nil && c.io.CompatMode == CompatOff:
-		return PathCuFile, "", fmt.Errorf("io.compat_mode is off and cuFile is unavailable: %s", why)
-	case cf == nil:
-		note = "cuFile unavailable: " + why
-	case c.io.CompatMode == CompatAuto && e.id.size < int64(c.io.GDSThreshold):
-		note = fmt.Sprintf("smaller than io.gds_threshold (%s)", c.io.GDSThreshold)
-	default:
-		h, rerr := cf.Register(int(f.Fd()))
-		if rerr == nil {
-			defer h.Close()
-			return PathCuFile, "", e.slot.loader.run(&job{region: region, size: e.id.size, cf: h})
-		}
-		if c.io.CompatMode == CompatOff {
-			return PathCuFile, "", fmt.Errorf("io.compat_mode is off: %w", rerr)
-		}
-		note = rerr.Error()
-		c.stats.cufileFallbacks.Add(1)
-		c.stats.setCuFileError(note)
-	}
-	j := &job{region: region, size: e.id.size, f: f}
-	if c.wantDirect(f, e.id.size) {
-		df, derr := c.open(e.rel, os.O_RDONLY|syscall.O_DIRECT)
-		if derr == nil {
-			// Opened again by path: it must still be the file checked.
-			if id, _, ierr := fileIdentity(df); ierr != nil || id.dev != e.id.dev || id.ino != e.id.ino {
-				df.Close()
-				df, derr = nil, fmt.Errorf("the path names another file now")
-			}
-		}
-		if derr == nil {
-			defer df.Close()
-			j.f, j.direct = df, true
-			note = joinNote(note, "read with O_DIRECT")
-		} else {
-			note = joinNote(note, "O_DIRECT refused, buffered reads: "+derr.Error())
-		}
-	}
-	if !j.direct {
-		// Start reading the whole file ahead: parallel tasks on one
-		// descriptor defeat the kernel's sequential read-ahead.
-		unix.Fadvise(int(f.Fd()), 0, e.id.size, unix.FADV_WILLNEED)
-	}
-	return posix, note, e.slot.loader.run(j)
-}
-
-// wantDirect says whether to read with O_DIRECT: io.direct_io on, or auto
-// and most of a sample of the file's pages are not in the page cache (cold
-// data: reading it through the cache would only evict others).
-func (c *Cache) wantDirect(f *os.File, size int64) bool {
-	switch c.io.DirectIO {
-	case DirectOn:
-		return true
-	case DirectOff:
-		return false
-	}
-	return size >= 1<<20 && residentShare(f, size) < 0.5
-}
-
-// residentShare samples 64 pages of f with mincore and returns the share
-// found in the page cache (1 when it cannot tell).
-func residentShare(f *os.File, size int64) float64 {
-	m, err := unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_READ, unix.MAP_SHARED)
-	if err != nil {
-		return 1
-	}
-	defer unix.Munmap(m)
-	const samples = 64
-	page := int64(os.Getpagesize())
-	vec := make([]byte, 1)
-	in := 0
-	for k := int64(0); k < samples; k++ {
-		off := (size - 1) * k / (samples - 1) / page * page
-		_, _, errno := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&m[off])), 1, uintptr(unsafe.Pointer(&vec[0])))
-		if errno == 0 && vec[0]&1 != 0 {
-			in++
-		}
-	}
-	return float64(in) / samples
-}
-
-func joinNote(a, b string) string {
-	if a == "" {
-		return b
-	}
-	return a + "; " + b
-}
 
 // job is one file's load: its tasks run on the slot's workers.
 type job struct {
@@ -157,7 +55,7 @@ type loader struct {
 
 func newLoader(c *Cache, s *slot) *loader {
 	l := &loader{c: c, slot: s, tasks: make(chan *task)}
-	for range c.io.NumThreads {
+	for range int(c.io.NumThreads) {
 		c.wg.Add(1)
 		go l.work()
 	}
@@ -224,7 +122,7 @@ func (wk *worker) flush() {
 
 func (l *loader) work() {
 	defer l.c.wg.Done()
-	bounce := int(min(l.c.io.BounceSize, l.c.io.TaskSize))
+	bounce := int(min(units.Size(l.c.io.BounceSize), l.c.io.TaskSize))
 	wk := &worker{size: bounce}
 	wk.w, wk.err = l.slot.dev.NewWorker(bounce)
 	defer func() {
@@ -299,7 +197,7 @@ func (t *task) read(buf []byte, off int64, n int) error {
 		case err != nil:
 			return fmt.Errorf("pread at %d: %w", off+int64(got), err)
 		case k == 0:
-			return fmt.Errorf("pread at %d: %w (the file shrank)", off+int64(got), io.ErrUnexpectedEOF)
+			return fmt.Errorf("pread at %d: end of file: it shrank: %w", off+int64(got), errFileChanged)
 		}
 		got += k
 	}
@@ -314,7 +212,7 @@ func (t *task) readCuFile() error {
 		case err != nil:
 			return fmt.Errorf("cuFileRead at %d: %w", off, err)
 		case k == 0:
-			return fmt.Errorf("cuFileRead at %d: %w (the file shrank)", off, io.ErrUnexpectedEOF)
+			return fmt.Errorf("cuFileRead at %d: end of file: it shrank: %w", off, errFileChanged)
 		}
 		done += k
 	}

@@ -7,10 +7,14 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gdsfs/gdsfs/gpu"
 	"github.com/gdsfs/gdsfs/internal/units"
 )
 
@@ -37,6 +41,7 @@ func TestLoadPathChoice(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			src := t.TempDir()
+			needODirect(t, src)
 			writeFile(t, src, "f", data)
 			d := newFake(1 << 20)
 			fc := &fakeCuFile{d: d, refuse: tc.refuse}
@@ -65,6 +70,7 @@ func TestLoadPathChoice(t *testing.T) {
 			if tc.wantPath == PathCuFile && fc.reads.Load() == 0 {
 				t.Fatal("cuFile path taken without cuFile reads")
 			}
+
 			checkStaged(t, c, "f", data)
 			s := c.Stats()
 			if tc.wantPath == PathCuFile && s.BytesCuFile != uint64(len(data)) || tc.wantPath == PathHost && s.BytesHost != uint64(len(data)) {
@@ -77,10 +83,42 @@ func TestLoadPathChoice(t *testing.T) {
 	}
 }
 
+// needODirect fails the test unless dir's filesystem takes O_DIRECT.
+func needODirect(t *testing.T, dir string) {
+	t.Helper()
+	f, err := os.OpenFile(filepath.Join(dir, ".odirect-probe"), os.O_CREATE|os.O_RDWR|unix.O_DIRECT, 0o600)
+	if err != nil {
+		t.Fatalf("this test needs O_DIRECT on TMPDIR's filesystem (a disk filesystem or tmpfs >= 6.6): %v", err)
+	}
+	f.Close()
+	os.Remove(f.Name())
+}
+
+// dropCache writes rel back and drops it from the page cache, failing the
+// test where the filesystem keeps it.
+func dropCache(t *testing.T, path string, size int64) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	f.Sync()
+	unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
+	if share := residentShare(f, size); share > 0.1 {
+		t.Fatalf("TMPDIR's filesystem keeps the file in the page cache (%.0f%% after FADV_DONTNEED): use a disk filesystem", share*100)
+	}
+}
+
+// TestDirectIO: with io.direct_io on, the load reads around the page
+// cache: a file out of it stays out of it (buffered reads, with the
+// read-ahead the loader asks for, would bring it in).
 func TestDirectIO(t *testing.T) {
 	src := t.TempDir()
+	needODirect(t, src)
 	data := randomBytes(3*65536+777, 12) // an unaligned tail
 	writeFile(t, src, "f", data)
+	dropCache(t, filepath.Join(src, "f"), int64(len(data)))
 	opts, io := testOptions()
 	io.DirectIO = DirectOn
 	c := newCache(t, src, opts, io)
@@ -88,8 +126,154 @@ func TestDirectIO(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("O_DIRECT load note: %q", info.Note) // tmpfs refuses O_DIRECT: the note says so
+	f, _ := os.Open(filepath.Join(src, "f"))
+	defer f.Close()
+	if share := residentShare(f, int64(len(data))); share > 0.1 || !strings.Contains(info.Note, "read with O_DIRECT") {
+		t.Fatalf("after an O_DIRECT load %.0f%% of the file is in the page cache (note %q)", share*100, info.Note)
+	}
 	checkStaged(t, c, "f", data)
+}
+
+// TestCuFileDescriptor: in gds mode cuFile is given an O_DIRECT
+// descriptor (GPUDirect Storage proper needs one); in compat mode, one
+// where io.direct_io wants O_DIRECT, else the buffered one (its POSIX
+// reads then come from the page cache).
+func TestCuFileDescriptor(t *testing.T) {
+	data := randomBytes(300000, 11)
+	for _, tc := range []struct {
+		mode, direct string
+		wantDirect   bool
+	}{
+		{"gds", DirectOff, true}, {"gds", DirectOn, true},
+		{"compat", DirectOn, true}, {"compat", DirectOff, false},
+	} {
+		t.Run(tc.mode+"/direct_io="+tc.direct, func(t *testing.T) {
+			src := t.TempDir()
+			needODirect(t, src)
+			writeFile(t, src, "f", data)
+			d := newFake(1 << 20)
+			fc := &fakeCuFile{d: d, mode: tc.mode}
+			d.cufile = fc
+			opts, io := testOptions()
+			io.DirectIO = tc.direct
+			c := newCache(t, src, opts, io, d)
+			if info, err := c.Stage(context.Background(), "f"); err != nil || info.LoadPath != PathCuFile {
+				t.Fatalf("stage: %v %+v", err, info)
+			}
+			if got := fc.direct.Load() == 1 && fc.plain.Load() == 0; got != tc.wantDirect || fc.direct.Load()+fc.plain.Load() != 1 {
+				t.Fatalf("registered %d O_DIRECT and %d buffered descriptors, want O_DIRECT: %v", fc.direct.Load(), fc.plain.Load(), tc.wantDirect)
+			}
+			checkStaged(t, c, "f", data)
+		})
+	}
+}
+
+// TestCuFileTwinIsTheSameFile: the O_DIRECT descriptor cuFile gets is
+// opened again by path; when the path names another file by then, the
+// load starts over on the new file rather than registering another inode.
+func TestCuFileTwinIsTheSameFile(t *testing.T) {
+	src := t.TempDir()
+	needODirect(t, src)
+	writeFile(t, src, "f", randomBytes(200000, 20))
+	fresh := randomBytes(200000, 21)
+	d := newFake(1 << 20)
+	fc := &fakeCuFile{d: d, mode: "gds"}
+	d.cufile = fc
+	opts, io := testOptions()
+	c := newCache(t, src, opts, io, d)
+	var once sync.Once
+	c.hooks.directOpen = func(string) {
+		once.Do(func() { // replaced between the two opens
+			writeFile(t, src, "f.new", fresh)
+			os.Rename(filepath.Join(src, "f.new"), filepath.Join(src, "f"))
+		})
+	}
+	info, err := c.Stage(context.Background(), "f")
+	if err != nil || info.LoadPath != PathCuFile {
+		t.Fatalf("stage: %v (%+v)", err, info)
+	}
+	checkStaged(t, c, "f", fresh)
+	if s := c.Stats(); s.LoadRetries != 1 || fc.direct.Load() != 1 {
+		t.Fatalf("retries %d, O_DIRECT registrations %d: want 1 and 1", s.LoadRetries, fc.direct.Load())
+	}
+}
+
+// TestPrivateCopyFailsWhileClosing: a private copy that fails because the
+// cache closed under it frees its own allocation, never the shared region
+// (which Close freed).
+func TestPrivateCopyFailsWhileClosing(t *testing.T) {
+	src := t.TempDir()
+	writeFile(t, src, "f", randomBytes(100000, 22))
+	d := newFake(1 << 20)
+	var regions []*fakeRegion
+	var mu sync.Mutex
+	d.alloc = func(size int64) (gpu.Region, error) {
+		r, err := d.Device.Alloc(size)
+		if err != nil {
+			return nil, err
+		}
+		fr := &fakeRegion{Region: r}
+		mu.Lock()
+		regions = append(regions, fr)
+		mu.Unlock()
+		return fr, nil
+	}
+	copying, closed := make(chan struct{}), make(chan struct{})
+	d.copy = func(dst, src gpu.Region) error {
+		close(copying)
+		<-closed
+		return errors.New("device gone: the cache closed")
+	}
+	opts, io := testOptions()
+	c, err := New(context.Background(), Config{Source: src, Options: opts, IO: io, Devices: []gpu.Device{d}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Stage(context.Background(), "f"); err != nil {
+		t.Fatal(err)
+	}
+	acquired := make(chan error, 1)
+	go func() {
+		_, err := c.Acquire(context.Background(), Request{Rel: "f", Private: true})
+		acquired <- err
+	}()
+	<-copying
+	c.Close() // frees the shared region under the copy
+	close(closed)
+	if err := <-acquired; err == nil {
+		t.Fatal("a private copy that failed was handed out")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i, r := range regions {
+		if n := r.frees.Load(); n != 1 {
+			t.Errorf("region %d (of %d: shared, then the private copy) freed %d times", i, len(regions), n)
+		}
+	}
+	if s := c.Stats(); s.FreeErrors != 0 {
+		t.Errorf("free errors %d", s.FreeErrors)
+	}
+}
+
+// TestFreeErrorsCounted: a region the device fails to free is logged and
+// counted, not forgotten.
+func TestFreeErrorsCounted(t *testing.T) {
+	src := t.TempDir()
+	writeFile(t, src, "f", randomBytes(1000, 23))
+	d := newFake(1 << 20)
+	d.alloc = func(size int64) (gpu.Region, error) {
+		r, err := d.Device.Alloc(size)
+		return &fakeRegion{Region: r, freeFail: errors.New("cuMemRelease: CUDA_ERROR_ILLEGAL_STATE")}, err
+	}
+	opts, io := testOptions()
+	c := newCache(t, src, opts, io, d)
+	c.Stage(context.Background(), "f")
+	if err := c.Evict("f"); err != nil {
+		t.Fatal(err)
+	}
+	if s := c.Stats(); s.FreeErrors != 1 {
+		t.Fatalf("free errors %d, want 1", s.FreeErrors)
+	}
 }
 
 func TestPrivateLease(t *testing.T) {
@@ -115,9 +299,12 @@ func TestPrivateLease(t *testing.T) {
 	if !bytes.Equal(regionBytes(t, priv.Region()), data) {
 		t.Fatal("private copy differs")
 	}
-	// The capacity holds the file and one copy: a second copy has no room.
-	if _, err := c.Acquire(ctx, Request{Rel: "f", Private: true}); err == nil {
-		t.Fatal("private copy beyond capacity accepted")
+	// The capacity holds the file and one copy: a second copy finds no
+	// room before its deadline.
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if _, err := c.Acquire(short, Request{Rel: "f", Private: true}); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("private copy beyond capacity: %v, want ENOSPC", err)
 	}
 	used := c.Stats().UsedBytes
 	priv.Release()

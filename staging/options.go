@@ -2,6 +2,7 @@ package staging
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/gdsfs/gdsfs/internal/units"
 )
@@ -45,16 +46,31 @@ type Options struct {
 	Prefetch        string      `yaml:"prefetch"`
 	PrefetchQueue   int         `yaml:"prefetch_queue"`
 	PrefetchWorkers int         `yaml:"prefetch_workers"`
+	// Watch is how changes to SOURCE are detected: WatchAuto (also when
+	// empty) or WatchTimestamps.
+	Watch string `yaml:"watch"`
+	// RacyWindow is the racy-timestamp rule's window (racy.go): a file
+	// whose mtime or ctime is younger than this is read only once it is
+	// not, where no change events exist.
+	RacyWindow time.Duration `yaml:"racy_window"`
+	// DeferWhileRead: with Prefetch open, a file opened for reading
+	// through the mount is staged after its last close (readers.go).
+	DeferWhileRead bool `yaml:"defer_while_read"`
+	// DeferLimit: a file held open longer is staged anyway; 0: no limit.
+	DeferLimit time.Duration `yaml:"defer_limit"`
+	// WarmChunks: chunks of ChunkSize a GPU keeps allocated ahead of need
+	// (gpu.Options.WarmChunks).
+	WarmChunks int `yaml:"warm_chunks"`
 }
 
 // IOOptions is the io section of config.yaml: how a file is loaded.
 type IOOptions struct {
-	CompatMode   string     `yaml:"compat_mode"`
-	GDSThreshold units.Size `yaml:"gds_threshold"`
-	TaskSize     units.Size `yaml:"task_size"`
-	BounceSize   units.Size `yaml:"bounce_size"`
-	NumThreads   int        `yaml:"num_threads"`
-	DirectIO     string     `yaml:"direct_io"`
+	CompatMode   string          `yaml:"compat_mode"`
+	GDSThreshold units.Size      `yaml:"gds_threshold"`
+	TaskSize     units.Size      `yaml:"task_size"`
+	BounceSize   units.AutoSize  `yaml:"bounce_size"` // 0: auto (autotune.go)
+	NumThreads   units.AutoCount `yaml:"num_threads"` // 0: auto (autotune.go)
+	DirectIO     string          `yaml:"direct_io"`
 }
 
 // Validate checks the staging options, naming the key at fault.
@@ -94,6 +110,20 @@ func (o *Options) Validate() error {
 	if o.PrefetchWorkers < 1 || o.PrefetchWorkers > 256 {
 		return fmt.Errorf("staging.prefetch_workers: %d is outside 1..256", o.PrefetchWorkers)
 	}
+	switch o.Watch {
+	case "", WatchAuto, WatchTimestamps:
+	default:
+		return fmt.Errorf("staging.watch: %q is not one of auto, timestamps", o.Watch)
+	}
+	if o.WarmChunks < 0 || o.WarmChunks > 64 {
+		return fmt.Errorf("staging.warm_chunks: %d is outside 0..64", o.WarmChunks)
+	}
+	if o.DeferLimit < 0 {
+		return fmt.Errorf("staging.defer_limit: %s is negative", o.DeferLimit)
+	}
+	if o.RacyWindow < 0 || o.RacyWindow > time.Minute {
+		return fmt.Errorf("staging.racy_window: %s is outside 0..1m", o.RacyWindow)
+	}
 	return nil
 }
 
@@ -107,16 +137,16 @@ func (o *IOOptions) Validate() error {
 	if o.TaskSize < 4096 || o.TaskSize > 1<<30 || o.TaskSize%4096 != 0 {
 		return fmt.Errorf("io.task_size: %s must be a multiple of 4KiB between 4KiB and 1GiB", o.TaskSize)
 	}
-	if o.BounceSize < 4096 || o.BounceSize > 1<<30 || o.BounceSize%4096 != 0 {
-		return fmt.Errorf("io.bounce_size: %s must be a multiple of 4KiB between 4KiB and 1GiB", o.BounceSize)
+	if !o.BounceSize.Auto() && (o.BounceSize < 4096 || o.BounceSize > 1<<30 || o.BounceSize%4096 != 0) {
+		return fmt.Errorf("io.bounce_size: %s must be auto or a multiple of 4KiB between 4KiB and 1GiB", o.BounceSize)
 	}
 	switch o.DirectIO {
 	case DirectAuto, DirectOn, DirectOff:
 	default:
 		return fmt.Errorf("io.direct_io: %q is not one of auto, on, off", o.DirectIO)
 	}
-	if o.NumThreads < 1 || o.NumThreads > 256 {
-		return fmt.Errorf("io.num_threads: %d is outside 1..256", o.NumThreads)
+	if o.NumThreads < 0 || o.NumThreads > 256 {
+		return fmt.Errorf("io.num_threads: %d is outside 1..256 (or auto)", o.NumThreads)
 	}
 	if o.GDSThreshold < 0 {
 		return fmt.Errorf("io.gds_threshold: negative")

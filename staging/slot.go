@@ -7,15 +7,15 @@ import (
 )
 
 // slot is one device's share of the cache: its capacity, the bytes held
-// and the LRU order of its evictable entries. All fields but dev and
-// capacity are guarded by Cache.mu.
+// and the LRU order of its evictable entries. All fields but dev,
+// capacity and loader are guarded by Cache.mu.
 type slot struct {
 	dev      gpu.Device
 	capacity int64
 	loader   *loader
 
 	// INVARIANT: 0 <= used <= capacity.
-	used int64      // bytes reserved by entries loading, resident or detached
+	used int64      // bytes reserved by entries loading, resident or detached, and private copies
 	lru  *list.List // of *entry, resident and attached; front = most recent
 }
 
@@ -28,38 +28,50 @@ func (s *slot) need(size int64, chunkSize int64) int64 {
 	return n
 }
 
-// evictableLocked is how many bytes s could free by evicting unleased
-// resident entries. Cache.mu must be held.
-func (s *slot) evictableLocked() int64 {
-	var n int64
+// evictableLocked is how many bytes and descriptors s could free by
+// evicting unleased resident entries. Cache.mu must be held.
+func (s *slot) evictableLocked() (bytes int64, fds int) {
 	for el := s.lru.Front(); el != nil; el = el.Next() {
-		if e := el.Value.(*entry); e.leases == 0 {
-			n += e.reserved
+		if e := el.Value.(*entry); !e.heldLocked() {
+			bytes += e.reserved
+			fds += e.fds
 		}
 	}
-	return n
+	return bytes, fds
 }
 
-// reserveLocked reserves need bytes, evicting unleased resident entries
-// from the least recently used end. It returns the victims (already removed
-// from the LRU; the caller detaches them from the map and frees their
+// fitsLocked says whether need bytes and fds descriptors fit on s now.
+// Cache.mu must be held.
+func (c *Cache) fitsLocked(s *slot, need int64, fds int) bool {
+	return s.capacity-s.used >= need && c.fdBudget-c.fdsUsed >= fds
+}
+
+// reserveLocked reserves need bytes on s and fds descriptors from the
+// cache's budget, evicting unleased resident entries of s from the least
+// recently used end. It returns the victims (already removed from the LRU,
+// their reservations returned; the caller detaches them and frees their
 // regions after unlocking) and false when even full eviction would not
 // make room, in which case nothing was evicted. Cache.mu must be held.
-func (s *slot) reserveLocked(need int64) ([]*entry, bool) {
-	if s.capacity-s.used < need && s.capacity-s.used+s.evictableLocked() < need {
-		return nil, false
+func (c *Cache) reserveLocked(s *slot, need int64, fds int) ([]*entry, bool) {
+	if !c.fitsLocked(s, need, fds) {
+		eb, ef := s.evictableLocked()
+		if s.capacity-s.used+eb < need || c.fdBudget-c.fdsUsed+ef < fds {
+			return nil, false
+		}
 	}
 	var victims []*entry
-	for el := s.lru.Back(); el != nil && s.capacity-s.used < need; {
+	for el := s.lru.Back(); el != nil && !c.fitsLocked(s, need, fds); {
 		prev := el.Prev()
-		if e := el.Value.(*entry); e.leases == 0 {
+		if e := el.Value.(*entry); !e.heldLocked() {
 			s.lru.Remove(el)
 			e.elem = nil
 			victims = append(victims, e)
 			s.used -= e.reserved
+			c.fdsUsed -= e.fds
 		}
 		el = prev
 	}
 	s.used += need
+	c.fdsUsed += fds
 	return victims, true
 }

@@ -13,6 +13,8 @@ type counters struct {
 	tooLarge, noSpace, cufileFallbacks   atomic.Uint64
 	bytesCuFile, bytesPOSIX, bytesHost   atomic.Uint64
 	leasesTotal                          atomic.Uint64
+	changeEvents, racyWaits, loadRetries atomic.Uint64
+	freeErrors, roomWaits, deferredOpens atomic.Uint64
 	leasesActive                         atomic.Int64
 
 	errMu         sync.Mutex
@@ -40,6 +42,7 @@ func (s *counters) setCuFileError(msg string) {
 // of stats.json.
 type Stats struct {
 	Prefetches      uint64 `json:"prefetches"`
+	PrefetchQueued  int    `json:"prefetch_queued"` // waiting in the queue or being staged now
 	PrefetchDropped uint64 `json:"prefetch_dropped"`
 	StagedFiles     int    `json:"staged_files"`
 	LoadingFiles    int    `json:"loading_files"`
@@ -62,6 +65,24 @@ type Stats struct {
 	CapacityBytes   int64  `json:"capacity_bytes"`
 	LeasesActive    int64  `json:"leases_active"`
 	LeasesTotal     uint64 `json:"leases_total"`
+	// ChangeDetection is how changes to SOURCE's own filesystem are seen:
+	// "fanotify" or "timestamps: WHY".
+	ChangeDetection string `json:"change_detection"`
+	ChangeEvents    uint64 `json:"change_events"`   // events that concerned a staged file
+	RacyWaits       uint64 `json:"racy_waits"`      // loads that waited out staging.racy_window
+	LoadRetries     uint64 `json:"load_retries"`    // loads started again: the file changed under one
+	FreeErrors      uint64 `json:"free_errors"`     // regions the device failed to free
+	RoomWaits       uint64 `json:"room_waits"`      // requests that waited for room
+	RoomWaiting     int    `json:"room_waiting"`    // requests waiting for room now
+	DeferredOpens   uint64 `json:"deferred_opens"`  // opens whose staging waited for the readers
+	ReadersOpen     int    `json:"readers_open"`    // files open for reading through the mount now
+	IOThreads       int    `json:"io_threads"`      // io.num_threads in force (auto resolved)
+	IOBounceBytes   int64  `json:"io_bounce_bytes"` // io.bounce_size in force
+	// Descriptors held by staged regions, and the budget they may use
+	// (RLIMIT_NOFILE less the reserve kept for the FUSE server and leases).
+	DescriptorsUsed   int `json:"descriptors_used"`
+	DescriptorBudget  int `json:"descriptor_budget"`
+	DescriptorReserve int `json:"descriptor_reserve"`
 }
 
 // Stats returns the current counters.
@@ -74,6 +95,10 @@ func (c *Cache) Stats() Stats {
 		Evictions: s.evictions.Load(), Invalidations: s.invalidations.Load(), LoadErrors: s.loadErrors.Load(),
 		TooLarge: s.tooLarge.Load(), NoSpace: s.noSpace.Load(), CuFileFallbacks: s.cufileFallbacks.Load(),
 		LeasesActive: s.leasesActive.Load(), LeasesTotal: s.leasesTotal.Load(),
+		ChangeDetection: c.watch.mode(c.sourceDev), ChangeEvents: s.changeEvents.Load(),
+		RacyWaits: s.racyWaits.Load(), LoadRetries: s.loadRetries.Load(), FreeErrors: s.freeErrors.Load(),
+		RoomWaits: s.roomWaits.Load(), DeferredOpens: s.deferredOpens.Load(), IOThreads: int(c.io.NumThreads), IOBounceBytes: int64(c.io.BounceSize),
+		DescriptorBudget: c.fdBudget, DescriptorReserve: c.fdReserve,
 	}
 	s.errMu.Lock()
 	out.CuFileLastError = s.lastCuFileErr
@@ -91,18 +116,13 @@ func (c *Cache) Stats() Stats {
 			out.FailedFiles++
 		}
 	}
+	out.DescriptorsUsed = c.fdsUsed
+	out.PrefetchQueued = len(c.queued)
+	out.RoomWaiting = c.waiters.Len()
+	out.ReadersOpen = len(c.readers)
 	for _, sl := range c.slots {
 		out.UsedBytes += sl.used
 		out.CapacityBytes += sl.capacity
-	}
-	return out
-}
-
-// Devices names the devices files are staged onto.
-func (c *Cache) Devices() []string {
-	var out []string
-	for _, s := range c.slots {
-		out = append(out, s.dev.Name())
 	}
 	return out
 }
@@ -111,8 +131,13 @@ func (c *Cache) Devices() []string {
 // Cache.mu must be held.
 func (c *Cache) checkInvariantsLocked() {
 	held := map[*slot]int64{}
+	fds := 0
 	for _, e := range c.entries {
 		held[e.slot] += e.reserved
+		fds += e.fds
+	}
+	if c.fdsUsed < 0 || c.fdsUsed > c.fdBudget || fds > c.fdsUsed {
+		panic("staging: descriptors used outside 0..budget, or entries hold more than counted")
 	}
 	for _, s := range c.slots {
 		if s.used < 0 || s.used > s.capacity {

@@ -10,17 +10,8 @@ import (
 // mounted, so a port in use fails the start with nothing to undo. Scrapes
 // read the same counters as stats.json.
 //
-// The histograms are fed through the contracts of PLAN.md, once they exist
-// on main; until then only the counters move. To connect them:
-//
-//	// in daemon.start, after staging.New:
-//	stopEvents := d.cache.Subscribe(func(e staging.Event) {
-//		observeLoad(d.metrics, loadEvent{State: string(e.State), LoadPath: e.LoadPath,
-//			Bytes: e.Bytes, Duration: e.Duration, Err: e.Err})
-//	})
-//	// (call stopEvents in daemon.stop, before d.cache.Close)
-//	// in the ipc.Config literal:
-//	Observe: d.observeRequest,
+// The load histograms are fed by staging events (daemon.start subscribes);
+// the lease latency histogram by ipc.Config.Observe.
 func (d *daemon) startMetrics() error {
 	if d.cfg.Metrics.Listen == "" {
 		return nil

@@ -92,7 +92,9 @@ type daemon struct {
 	fs      *fs.Server
 	served  atomic.Pointer[fs.Server] // fs once mounted, for the metrics endpoint
 	metrics *metrics.Metrics          // nil unless metrics.listen is set
-	version string
+	// stopEvents ends the metrics' subscription to staging events.
+	stopEvents func()
+	version    string
 }
 
 func runMount(cfg *config.Config, source, mnt string) error {
@@ -138,6 +140,11 @@ func (d *daemon) start(source, mnt string) error {
 	if err := d.startMetrics(); err != nil {
 		return err
 	}
+	if soft, hard, err := staging.RaiseNoFile(); err != nil {
+		d.log.Warn("descriptor limit not raised", zap.Error(err))
+	} else {
+		d.log.Info("descriptor limit", zap.Uint64("soft", soft), zap.Uint64("hard", hard))
+	}
 	if d.devs, err = openDevices(cfg.Staging, d.log); err != nil {
 		return err
 	}
@@ -147,6 +154,12 @@ func (d *daemon) start(source, mnt string) error {
 	})
 	if err != nil {
 		return err
+	}
+	if d.metrics != nil {
+		d.stopEvents = d.cache.Subscribe(func(e staging.Event) {
+			observeLoad(d.metrics, loadEvent{State: e.State, LoadPath: e.LoadPath,
+				Bytes: e.Bytes, Duration: e.Duration, Err: e.Err})
+		})
 	}
 	d.ipc, err = ipc.Listen(ipc.Config{Source: source, Mountpoint: absMnt, Options: cfg.IPC, Cache: d.cache, Log: d.log})
 	if err != nil {
@@ -166,6 +179,9 @@ func (d *daemon) stop() {
 	}
 	if d.ipc != nil {
 		d.ipc.Close()
+	}
+	if d.stopEvents != nil {
+		d.stopEvents()
 	}
 	if d.cache != nil {
 		d.cache.Close()

@@ -228,13 +228,14 @@ func testDir(t *testing.T) string {
 	return t.TempDir()
 }
 
-// skipCuFile skips a cuFile test for reason, unless GDSFS_REQUIRE_CUFILE=1.
+// skipCuFile skips a cuFile test when cuFile does not load at all (reason),
+// unless GDSFS_REQUIRE_CUFILE=1.
 func skipCuFile(t *testing.T, reason string) {
 	t.Helper()
 	if os.Getenv("GDSFS_REQUIRE_CUFILE") == "1" {
 		t.Fatalf("GDSFS_REQUIRE_CUFILE=1 but %s", reason)
 	}
-	t.Skipf("cuFile unusable: %s", reason)
+	t.Skipf("SKIPPED: cuFile unusable: %s", reason)
 }
 
 func TestCuFileReadInto(t *testing.T) {
@@ -249,18 +250,16 @@ func TestCuFileReadInto(t *testing.T) {
 	if err := os.WriteFile(path, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	flags := os.O_RDONLY
-	if cf.Mode() == "gds" {
-		flags |= syscall.O_DIRECT
-	}
-	f, err := os.OpenFile(path, flags, 0)
+	// cuFile is given an O_DIRECT descriptor, as staging gives it (and
+	// as GPUDirect Storage proper needs), in either mode.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_DIRECT, 0)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("O_DIRECT open (GDSFS_TEST_DIR must be on a disk filesystem): %v", err)
 	}
 	defer f.Close()
 	h, err := cf.Register(int(f.Fd()))
-	if err != nil {
-		skipCuFile(t, err.Error())
+	if err != nil { // cuFile is there: its refusal is a failure, not a skip
+		t.Fatalf("cuFileHandleRegister of an O_DIRECT descriptor (%s mode): %v", cf.Mode(), err)
 	}
 	defer h.Close()
 	r := alloc(t, d, size)

@@ -31,7 +31,7 @@ func openWith(t *testing.T, opts gpu.Options) *Device {
 		if os.Getenv("GDSFS_REQUIRE_GPU") == "1" {
 			t.Fatalf("GDSFS_REQUIRE_GPU=1 but no CUDA device: %v", err)
 		}
-		t.Skipf("no CUDA device: %v", err)
+		t.Skipf("SKIPPED: no CUDA device: %v", err)
 	}
 	t.Cleanup(func() {
 		if err := d.Close(); err != nil {

@@ -31,6 +31,7 @@ type Device struct {
 	cufileReason string
 
 	reader *hostReader
+	pool   *chunkPool // nil without warm chunks
 
 	// mu guards closed only; it is never held across a driver call.
 	mu     sync.Mutex
@@ -80,6 +81,9 @@ func Open(ordinal int, opts gpu.Options, log *zap.Logger) (*Device, error) {
 	if err := d.setGeometry(opts.ChunkSize); err != nil {
 		_ = d.Close()
 		return nil, fmt.Errorf("cuda: device %d: %w", ordinal, err)
+	}
+	if warm := min(int64(opts.WarmChunks), d.total/32/d.chunkSize); warm > 0 {
+		d.pool = newChunkPool(d.ctx, d.chunkSize, int(warm))
 	}
 	log.Info("cuda device open",
 		zap.Int("ordinal", ordinal), zap.String("name", d.name), zap.String("model", d.model),
@@ -151,6 +155,32 @@ func (d *Device) Ordinal() int { return d.ordinal }
 
 // Granularity is the recommended VMM allocation granularity.
 func (d *Device) Granularity() int64 { return d.gran }
+
+// takeChunk returns a ready chunk of size bytes from the pool, if any.
+func (d *Device) takeChunk(size int64) (uint64, bool) {
+	if d.pool == nil || size != d.pool.size {
+		return 0, false
+	}
+	return d.pool.take()
+}
+
+// putChunk gives a chunk of size bytes back to the pool; false: release it.
+func (d *Device) putChunk(size int64, h uint64) bool {
+	return d.pool != nil && size == d.pool.size && d.pool.put(h)
+}
+
+// WarmChunks reports the chunks ready in the pool and how many regions'
+// chunks were taken ready so far.
+func (d *Device) WarmChunks() (ready int, hits uint64) {
+	if d.pool == nil {
+		return 0, 0
+	}
+	return d.pool.stats()
+}
+
+// HeldDescriptors is 0: a VMM allocation holds no descriptor; Export makes
+// them for the caller.
+func (d *Device) HeldDescriptors(int64) int { return 0 }
 
 // MemInfo reports free and total device memory.
 func (d *Device) MemInfo() (free, total int64, err error) {
@@ -234,6 +264,9 @@ func (d *Device) Close() error {
 	d.mu.Unlock()
 	var errs []error
 	errs = append(errs, d.reader.close())
+	if d.pool != nil {
+		errs = append(errs, d.pool.close())
+	}
 	if d.cufile != nil {
 		errs = append(errs, releaseCuFile(d.ctx))
 	}

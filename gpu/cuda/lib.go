@@ -207,6 +207,11 @@ func (c *cuContext) importFD(fd int) (uint64, error) {
 	return uint64(h), err
 }
 
+// memsetZero zeroes n device bytes at dst and waits for it.
+func (c *cuContext) memsetZero(dst uint64, n int64) error {
+	return cuErr("cuMemsetD8_v2", C.gds_memset_zero(c.ctx, C.CUdeviceptr(dst), C.size_t(n)))
+}
+
 // copyDtoD copies n bytes between device addresses and waits for the copy.
 func (c *cuContext) copyDtoD(dst, src uint64, n int64) error {
 	return cuErr("cuMemcpyDtoD_v2", C.gds_copy_dtod(c.ctx, C.CUdeviceptr(dst), C.CUdeviceptr(src), C.size_t(n)))

@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/gdsfs/gdsfs/gpu"
 )
@@ -32,6 +33,8 @@ type Region struct {
 
 	regMu      sync.Mutex // guards registered
 	registered bool       // chunks registered with cuFileBufRegister (gds mode)
+
+	exported atomic.Bool // a chunk left this process: never pooled again
 }
 
 // Alloc returns a Region of at least size bytes, split into chunks of at
@@ -58,10 +61,15 @@ func (d *Device) Alloc(size int64) (gpu.Region, error) {
 	return r, nil
 }
 
-// create makes, maps and opens each chunk, undoing everything on failure.
+// create makes (or takes ready from the pool), maps and opens each chunk,
+// and zeroes what lies past the file's end, undoing everything on failure.
 func (r *Region) create() error {
 	ctx := r.dev.ctx
 	for i, c := range r.chunks {
+		if h, ok := r.dev.takeChunk(c); ok {
+			r.handles = append(r.handles, h)
+			continue
+		}
 		h, err := ctx.memCreate(c)
 		if err != nil {
 			r.destroy(0, false)
@@ -91,6 +99,15 @@ func (r *Region) create() error {
 		}
 		off += uint64(c)
 	}
+	// The load writes [0, size); the rest of the last chunk would show
+	// consumers whatever that memory held before (another file's bytes,
+	// from this process).
+	if r.total > r.size {
+		if err := ctx.memsetZero(r.base+uint64(r.size), r.total-r.size); err != nil {
+			r.destroy(len(r.chunks), true)
+			return fmt.Errorf("zero the %d bytes past the end: %w", r.total-r.size, err)
+		}
+	}
 	return nil
 }
 
@@ -107,7 +124,10 @@ func (r *Region) destroy(mapped int, reserved bool) error {
 	if reserved {
 		errs = append(errs, ctx.addressFree(r.base, r.total))
 	}
-	for _, h := range r.handles {
+	for i, h := range r.handles {
+		if !r.exported.Load() && r.dev.putChunk(r.chunks[i], h) {
+			continue
+		}
 		errs = append(errs, ctx.memRelease(h))
 	}
 	r.handles = nil
@@ -158,6 +178,7 @@ func (r *Region) Export() ([]*os.File, error) {
 		return nil, err
 	}
 	defer r.mu.RUnlock()
+	r.exported.Store(true)
 	files := make([]*os.File, 0, len(r.handles))
 	for i, h := range r.handles {
 		fd, err := r.dev.ctx.exportFD(h)

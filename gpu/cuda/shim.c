@@ -54,6 +54,7 @@ static struct {
 	CUresult (*MemcpyDtoHAsync)(void *dst, CUdeviceptr src, size_t n, CUstream s);
 	CUresult (*MemcpyDtoH)(void *dst, CUdeviceptr src, size_t n);
 	CUresult (*MemcpyDtoD)(CUdeviceptr dst, CUdeviceptr src, size_t n);
+	CUresult (*MemsetD8)(CUdeviceptr dst, unsigned char uc, size_t n);
 	CUresult (*StreamCreate)(CUstream *s, unsigned int flags);
 	CUresult (*StreamDestroy)(CUstream s);
 	CUresult (*StreamSynchronize)(CUstream s);
@@ -135,6 +136,7 @@ int gds_cuda_load(char *err, size_t errlen)
 	REQ(cu, MemcpyDtoHAsync, L, "cuMemcpyDtoHAsync_v2");
 	REQ(cu, MemcpyDtoH, L, "cuMemcpyDtoH_v2");
 	REQ(cu, MemcpyDtoD, L, "cuMemcpyDtoD_v2");
+	REQ(cu, MemsetD8, L, "cuMemsetD8_v2");
 	REQ(cu, StreamCreate, L, "cuStreamCreate");
 	REQ(cu, StreamDestroy, L, "cuStreamDestroy_v2");
 	REQ(cu, StreamSynchronize, L, "cuStreamSynchronize");
@@ -314,6 +316,15 @@ CUresult gds_copy_dtod(CUcontext ctx, CUdeviceptr dst, CUdeviceptr src, size_t n
 		return r;
 	/* Device-to-device copies return before they finish; wait on the
 	 * legacy default stream they ran on. */
+	return cu.StreamSynchronize(NULL);
+}
+
+CUresult gds_memset_zero(CUcontext ctx, CUdeviceptr dst, size_t n)
+{
+	SETCTX(ctx);
+	CUresult r = cu.MemsetD8(dst, 0, n);
+	if (r != GDS_CUDA_SUCCESS)
+		return r;
 	return cu.StreamSynchronize(NULL);
 }
 

@@ -47,6 +47,11 @@ func (d *Device) MemInfo() (free, total int64, err error) {
 	return memInfo()
 }
 
+// HeldDescriptors is the number of chunks: each is a memfd held open.
+func (d *Device) HeldDescriptors(size int64) int {
+	return len(gpu.SplitChunks(size, d.chunkSize, d.page))
+}
+
 // Alloc creates one memfd per chunk. The daemon writes and reads them with
 // pwrite and pread (much faster than through a shared mapping, whose page
 // faults dominate); consumers map them.

@@ -81,7 +81,7 @@ func TestFileOverlayAndSet(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.FUSE.ReadOnly || !reflect.DeepEqual(c.Staging.GPUs, []int{3}) || c.Staging.Capacity.Percent != 25 ||
-		c.FUSE.Passthrough != "off" || c.IO.NumThreads != 12 || len(c.Staging.Exclude) != 1 {
+		c.FUSE.Passthrough != "off" || !c.IO.NumThreads.Auto() || len(c.Staging.Exclude) != 1 {
 		t.Fatalf("overlay wrong: %+v", c)
 	}
 }
@@ -104,8 +104,11 @@ func TestErrorsNameTheKey(t *testing.T) {
 		{"", []string{"nosuch.key=1"}, "unknown key nosuch"},
 		{"", []string{"staging.capacity=lots"}, `staging.capacity: bad size "lots"`},
 		{"", []string{"staging.capacity=0%"}, "staging.capacity: bad percentage"},
-		{"", []string{"io.num_threads=many"}, `io.num_threads: want a whole number, got "many"`},
-		{"", []string{"io.num_threads=0"}, "io.num_threads: 0 is outside"},
+		{"", []string{"io.num_threads=many"}, `io.num_threads: want a whole number above 0 or auto, got "many"`},
+		{"", []string{"io.num_threads=0"}, "io.num_threads: want a whole number above 0 or auto"},
+		{"", []string{"io.num_threads=300"}, "io.num_threads: 300 is outside"},
+		{"", []string{"io.bounce_size=0"}, "io.bounce_size: want a size above 0, or auto"},
+		{"", []string{"io.bounce_size=lots"}, "io.bounce_size: bad size"},
 		{"", []string{"fuse.passthrough=maybe"}, `fuse.passthrough: "maybe" is not one of`},
 		{"", []string{"fuse.attr_timeout=soon"}, "fuse.attr_timeout: want a duration"},
 		{"", []string{"staging=1"}, "staging is a section"},

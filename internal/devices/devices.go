@@ -19,7 +19,7 @@ import (
 // any GPU that does not answer makes it fall back to host memory, and the
 // reason is logged.
 func Open(o staging.Options, log *zap.Logger) ([]gpu.Device, error) {
-	opts := gpu.Options{ChunkSize: int64(o.ChunkSize)}
+	opts := gpu.Options{ChunkSize: int64(o.ChunkSize), WarmChunks: o.WarmChunks}
 	if o.Device == staging.DeviceHost {
 		return []gpu.Device{host.Open(opts)}, nil
 	}

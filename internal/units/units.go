@@ -7,6 +7,7 @@
 package units
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -30,29 +31,48 @@ var unitFactors = []struct {
 	{"B", 1},
 }
 
-// ParseSize reads a size such as "4MiB", "1.5GB" or "4096".
+// MaxSize is the largest size accepted: 1 EiB. No device or file is
+// larger, and arithmetic on larger sizes (rounding up to an allocation
+// granule, adding chunks) could overflow int64.
+const MaxSize Size = 1 << 60
+
+// ParseSize reads a size such as "4MiB", "1.5GB" or "4096". Whole numbers
+// are read exactly; a size above MaxSize is an error, never a wrapped or
+// rounded value.
 func ParseSize(s string) (Size, error) {
 	t := strings.TrimSpace(s)
 	if t == "" {
 		return 0, fmt.Errorf("bad size %q: empty", s)
 	}
-	num, factor := t, 1.0
+	num, factor := t, int64(1)
 	for _, u := range unitFactors {
 		if strings.HasSuffix(t, u.suffix) {
-			num, factor = strings.TrimSpace(strings.TrimSuffix(t, u.suffix)), u.factor
+			num, factor = strings.TrimSpace(strings.TrimSuffix(t, u.suffix)), int64(u.factor)
 			break
 		}
 	}
+	tooLarge := fmt.Errorf("bad size %q: too large (at most %d bytes, 1EiB)", s, int64(MaxSize))
+	if n, err := strconv.ParseUint(num, 10, 64); err == nil {
+		if n > uint64(MaxSize)/uint64(factor) {
+			return 0, tooLarge
+		}
+		return Size(int64(n) * factor), nil
+	} else if errors.Is(err, strconv.ErrRange) {
+		return 0, tooLarge
+	}
 	v, err := strconv.ParseFloat(num, 64)
 	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
+		if errors.Is(err, strconv.ErrRange) || math.IsInf(v, 1) {
+			return 0, tooLarge
+		}
 		return 0, fmt.Errorf("bad size %q: want bytes or a number with a unit (KiB, MiB, GiB, TiB, KB, MB, GB, TB)", s)
 	}
 	if v < 0 {
 		return 0, fmt.Errorf("bad size %q: negative", s)
 	}
-	b := v * factor
-	if b > math.MaxInt64 {
-		return 0, fmt.Errorf("bad size %q: too large", s)
+	b := v * float64(factor)
+	if b > float64(MaxSize) {
+		return 0, tooLarge
 	}
 	if b != math.Trunc(b) {
 		return 0, fmt.Errorf("bad size %q: not a whole number of bytes", s)
@@ -88,6 +108,76 @@ func (s *Size) UnmarshalYAML(n *yaml.Node) error {
 
 // MarshalYAML prints the size in its shortest exact form.
 func (s Size) MarshalYAML() (any, error) { return s.String(), nil }
+
+// AutoSize is a Size or "auto" (0): the program picks it at start.
+type AutoSize Size
+
+// Auto says whether the program picks the size.
+func (s AutoSize) Auto() bool { return s == 0 }
+
+func (s AutoSize) String() string {
+	if s == 0 {
+		return "auto"
+	}
+	return Size(s).String()
+}
+
+// UnmarshalYAML accepts "auto" or a size (0 is not a size here: write
+// auto).
+func (s *AutoSize) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.ScalarNode && strings.TrimSpace(n.Value) == "auto" {
+		*s = 0
+		return nil
+	}
+	var v Size
+	if err := v.UnmarshalYAML(n); err != nil {
+		return fmt.Errorf("%v (or auto)", err)
+	}
+	if v == 0 {
+		return fmt.Errorf("want a size above 0, or auto")
+	}
+	*s = AutoSize(v)
+	return nil
+}
+
+// MarshalYAML prints "auto" or the size.
+func (s AutoSize) MarshalYAML() (any, error) { return s.String(), nil }
+
+// AutoCount is a whole number or "auto" (0): the program picks it at
+// start.
+type AutoCount int
+
+// Auto says whether the program picks the count.
+func (c AutoCount) Auto() bool { return c == 0 }
+
+func (c AutoCount) String() string {
+	if c == 0 {
+		return "auto"
+	}
+	return strconv.Itoa(int(c))
+}
+
+// UnmarshalYAML accepts "auto" or a whole number above 0.
+func (c *AutoCount) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.ScalarNode && strings.TrimSpace(n.Value) == "auto" {
+		*c = 0
+		return nil
+	}
+	v, err := strconv.Atoi(strings.TrimSpace(n.Value))
+	if n.Kind != yaml.ScalarNode || err != nil || v <= 0 {
+		return fmt.Errorf("want a whole number above 0 or auto, got %q", n.Value)
+	}
+	*c = AutoCount(v)
+	return nil
+}
+
+// MarshalYAML prints "auto" or the number.
+func (c AutoCount) MarshalYAML() (any, error) {
+	if c == 0 {
+		return "auto", nil
+	}
+	return int(c), nil
+}
 
 // Share is either an absolute size or a percentage of some total that is
 // known only at run time (device memory, for capacities).

@@ -25,6 +25,16 @@ func TestParseSize(t *testing.T) {
 		{"-1MiB", 0, "negative"},
 		{"0.5B", 0, "whole number"},
 		{"1e30TiB", 0, "too large"},
+		{"9223372036854775807", 0, "too large"}, // once a negative size
+		{"9223372036854775808", 0, "too large"},
+		{"99999999999999999999", 0, "too large"},
+		{"8388608TiB", 0, "too large"},
+		{"1e19", 0, "too large"},
+		{"1e400", 0, "too large"},
+		{"1152921504606846976", 1 << 60, ""},
+		{"1152921504606846977", 0, "too large"},
+		{"1048576TiB", 1 << 60, ""},
+		{"9007199254740993", 9007199254740993, ""}, // exact, where a float64 is not
 	} {
 		got, err := ParseSize(tc.in)
 		if tc.err != "" {
@@ -81,5 +91,31 @@ func TestYAML(t *testing.T) {
 	}
 	if err := yaml.Unmarshal([]byte("a: [1]\n"), &v); err == nil {
 		t.Fatal("list accepted as size")
+	}
+}
+
+func TestAutoYAML(t *testing.T) {
+	var v struct {
+		S AutoSize  `yaml:"s"`
+		C AutoCount `yaml:"c"`
+	}
+	if err := yaml.Unmarshal([]byte("s: auto\nc: auto\n"), &v); err != nil || !v.S.Auto() || !v.C.Auto() {
+		t.Fatalf("auto: %+v %v", v, err)
+	}
+	if err := yaml.Unmarshal([]byte("s: 2MiB\nc: 12\n"), &v); err != nil || v.S != 2<<20 || v.C != 12 {
+		t.Fatalf("values: %+v %v", v, err)
+	}
+	out, _ := yaml.Marshal(v)
+	if string(out) != "s: 2MiB\nc: 12\n" {
+		t.Fatalf("marshal: %q", out)
+	}
+	v.S, v.C = 0, 0
+	if out, _ := yaml.Marshal(v); string(out) != "s: auto\nc: auto\n" {
+		t.Fatalf("marshal auto: %q", out)
+	}
+	for _, bad := range []string{"s: 0\n", "s: x\n", "c: 0\n", "c: -1\n", "c: 1.5\n", "c: [1]\n"} {
+		if err := yaml.Unmarshal([]byte(bad), &v); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
 	}
 }

@@ -125,14 +125,21 @@ func verify(t *testing.T, r gpu.Region, path string) {
 	}
 }
 
+// newCache stages from src onto dev. With io.compat_mode off (cuFile
+// only), io.direct_io is on, so cuFile is handed an O_DIRECT descriptor
+// in compat mode as in gds mode; otherwise off.
 func newCache(t *testing.T, dev gpu.Device, src, compat string) *staging.Cache {
 	t.Helper()
+	direct := staging.DirectOff
+	if compat == staging.CompatOff {
+		direct = staging.DirectOn
+	}
 	c, err := staging.New(context.Background(), staging.Config{
 		Source: src,
 		Options: staging.Options{Device: "cuda", GPUs: []int{0}, Capacity: units.Share{Percent: 50},
 			ChunkSize: 1 << 30, Prefetch: "manual", PrefetchQueue: 16, PrefetchWorkers: 1},
 		IO: staging.IOOptions{CompatMode: compat, GDSThreshold: 1 << 20, TaskSize: 16 << 20,
-			BounceSize: 4 << 20, NumThreads: 12, DirectIO: "off"},
+			BounceSize: 4 << 20, NumThreads: 12, DirectIO: direct},
 		Devices: []gpu.Device{dev},
 		Log:     zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)),
 	})
@@ -143,9 +150,27 @@ func newCache(t *testing.T, dev gpu.Device, src, compat string) *staging.Cache {
 	return c
 }
 
+// needCuFile returns the device's cuFile mode. Where cuFile does not load
+// at all the test skips (saying why) unless GDSFS_REQUIRE_CUFILE=1; once
+// cuFile is there, every error of it fails the test.
+func needCuFile(t *testing.T, dev gpu.Device) string {
+	t.Helper()
+	cf, why := dev.CuFile()
+	if cf == nil {
+		if os.Getenv("GDSFS_REQUIRE_CUFILE") == "1" {
+			t.Fatalf("GDSFS_REQUIRE_CUFILE=1 but cuFile is unavailable: %s", why)
+		}
+		t.Skipf("SKIPPED: cuFile unavailable: %s", why)
+	}
+	return cf.Mode()
+}
+
 // stageAndVerify stages every size with compat and checks path and bytes.
 func stageAndVerify(t *testing.T, compat, wantPath string) {
 	dev := openGPU(t)
+	if wantPath == staging.PathCuFile {
+		needCuFile(t, dev)
+	}
 	dir := testDir(t)
 	c := newCache(t, dev, dir, compat)
 	for _, n := range sizes(t) {
@@ -153,10 +178,7 @@ func stageAndVerify(t *testing.T, compat, wantPath string) {
 		start := time.Now()
 		l, err := c.Acquire(context.Background(), staging.Request{Rel: filepath.Base(p)})
 		if err != nil {
-			if wantPath == staging.PathCuFile && os.Getenv("GDSFS_REQUIRE_CUFILE") != "1" {
-				t.Skipf("SKIPPED: cuFile cannot stage here (set up compat mode, see shared/device/README.md): %v", err)
-			}
-			t.Fatalf("stage %d bytes: %v", n, err)
+			t.Fatalf("stage %d bytes: %v (cuFile in this VM: run cufile-compat.sh and set CUFILE_FORCE_COMPAT_MODE=true, see shared/device/README.md)", n, err)
 		}
 		took := time.Since(start)
 		info := c.Entries()[0]
@@ -172,6 +194,9 @@ func stageAndVerify(t *testing.T, compat, wantPath string) {
 		if info.LoadPath != want {
 			t.Fatalf("%d bytes took the %s path (%s), want %s", n, info.LoadPath, info.Note, want)
 		}
+		if info.LoadPath == staging.PathCuFile && !strings.Contains(info.Note, "read with O_DIRECT") {
+			t.Fatalf("cuFile was not given an O_DIRECT descriptor: %q (GDSFS_TEST_DIR must be on a disk filesystem)", info.Note)
+		}
 		verify(t, l.Region(), p)
 		t.Logf("%s %d bytes: %s path, %.2f GB/s staging, every byte verified (note: %s)",
 			compat, n, info.LoadPath, float64(n)/took.Seconds()/1e9, info.Note)
@@ -183,6 +208,23 @@ func stageAndVerify(t *testing.T, compat, wantPath string) {
 func TestPOSIXPathVerified(t *testing.T) { stageAndVerify(t, staging.CompatOn, staging.PathPOSIX) }
 
 func TestCuFilePathVerified(t *testing.T) { stageAndVerify(t, staging.CompatOff, staging.PathCuFile) }
+
+// TestGDSModeVerified: where cuFile reports gds (nvidia-fs loaded), the
+// cuFile path runs GPUDirect Storage proper, through the O_DIRECT
+// descriptor, and every byte is checked. Elsewhere it skips saying so.
+func TestGDSModeVerified(t *testing.T) {
+	dev := openGPU(t)
+	if mode := needCuFile(t, dev); mode != "gds" {
+		if os.Getenv("GDSFS_REQUIRE_GDS") == "1" {
+			t.Fatalf("GDSFS_REQUIRE_GDS=1 but cuFile reports %s", mode)
+		}
+		t.Skipf("SKIPPED: cuFile reports %s mode (no nvidia-fs): GPUDirect Storage proper cannot run here", mode)
+	}
+	if os.Getenv("CUFILE_FORCE_COMPAT_MODE") == "true" {
+		t.Fatal("CUFILE_FORCE_COMPAT_MODE=true: unset it to test gds mode")
+	}
+	stageAndVerify(t, staging.CompatOff, staging.PathCuFile)
+}
 
 // TestAutoPicksAndReports: auto takes cuFile where registration works and
 // the POSIX path otherwise, saying why.

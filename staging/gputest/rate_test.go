@@ -51,7 +51,7 @@ func TestRateExperiment(t *testing.T) {
 				cc, err := staging.New(context.Background(), staging.Config{Source: dir,
 					Options: staging.Options{Device: "cuda", GPUs: []int{0}, Capacity: sharePercent(50), ChunkSize: 1 << 30,
 						Prefetch: "manual", PrefetchQueue: 4, PrefetchWorkers: 1},
-					IO:      staging.IOOptions{CompatMode: compat, TaskSize: 16 << 20, BounceSize: units.Size(bounce), NumThreads: threads, DirectIO: "off"},
+					IO:      staging.IOOptions{CompatMode: compat, TaskSize: 16 << 20, BounceSize: units.AutoSize(bounce), NumThreads: units.AutoCount(threads), DirectIO: "off"},
 					Devices: []gpuDevice{dev}})
 				if err != nil {
 					t.Fatal(err)

@@ -1,0 +1,294 @@
+package staging
+
+// An entry's life, step 1: a request (an open through the mount, a
+// prefetch, a lease) looks rel up. A resident entry whose file is
+// unchanged is a hit; a loading one is joined; otherwise a new entry is
+// started (life2_load.go).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"golang.org/x/sys/unix"
+
+	"syscall"
+
+	"github.com/gdsfs/gdsfs/gpu"
+	"github.com/gdsfs/gdsfs/internal/access"
+)
+
+// Opened is the FUSE open trigger: with staging.prefetch=open it stages
+// rel once its readers are done (readers.go), or at once without
+// staging.defer_while_read; otherwise it only drops a stale entry. It
+// never blocks.
+func (c *Cache) Opened(rel string) {
+	c.watch.drain()
+	switch {
+	case c.opts.Prefetch == PrefetchOpen && c.opts.DeferWhileRead:
+		c.openedDeferred(rel)
+	case c.opts.Prefetch == PrefetchOpen:
+		c.Prefetch(rel)
+	default:
+		c.mu.Lock()
+		_, staged := c.entries[rel]
+		c.mu.Unlock()
+		if staged {
+			c.checkIdentity(rel)
+		}
+	}
+}
+
+// Stage makes rel resident (loading it if needed) and returns its
+// description. It waits for the load, bounded by ctx.
+func (c *Cache) Stage(ctx context.Context, rel string) (Info, error) {
+	return c.stage(ctx, rel, true)
+}
+
+// stage is Stage; wait says whether to wait for room (room.go).
+func (c *Cache) stage(ctx context.Context, rel string, wait bool) (Info, error) {
+	e, err := c.ensure(ctx, rel, wait)
+	if err != nil {
+		return Info{}, err
+	}
+	c.mu.Lock()
+	info := e.infoLocked()
+	r := c.unpinLocked(e)
+	c.mu.Unlock()
+	c.freeRegion(r)
+	return info, nil
+}
+
+// Attr answers the user.gdsfs.state and user.gdsfs.path xattrs, after
+// checking that the staged bytes still match the file. A file waiting in
+// the prefetch queue is loading.
+func (c *Cache) Attr(rel string) (state, path string) {
+	c.watch.drain()
+	c.checkIdentity(rel)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.entries[rel]
+	switch {
+	case e == nil && c.queued[rel]:
+		return StateLoading, "" // queued: it will load
+	case e == nil:
+		return StateAbsent, ""
+	}
+	info := e.infoLocked()
+	return info.State, info.LoadPath
+}
+
+// Eligible checks that rel could be staged: a regular file under SOURCE
+// that the options let through and that fits a device's capacity.
+func (c *Cache) Eligible(rel string) error {
+	o, err := c.openEligible(rel)
+	if err != nil {
+		return err
+	}
+	o.f.Close()
+	var need int64
+	for _, s := range c.slots {
+		if need = s.need(o.id.size, int64(c.opts.ChunkSize)); need <= s.capacity {
+			return nil
+		}
+	}
+	return errTooLarge(rel, need, c.slots[0].capacity)
+}
+
+// ensure returns rel's resident entry, pinned (the caller unpins it or
+// turns the pin into a lease), loading it if needed. Concurrent
+// callers for one file share one load (single flight); each waits bounded
+// by its own ctx, while the load itself belongs to the cache. Change
+// events queued before the call are handled first, so a write that
+// completed before it is never answered with the old bytes. A load that
+// saw its file change is retried, maxAttempts in all, then EAGAIN. With
+// wait, a request that finds no room waits for it (room.go).
+func (c *Cache) ensure(ctx context.Context, rel string, wait bool) (*entry, error) {
+	var w *waiter // in line for room
+	defer func() {
+		if w != nil {
+			c.mu.Lock()
+			c.leaveLocked(w)
+			c.mu.Unlock()
+		}
+	}()
+	for attempt := 1; ; {
+		c.watch.drain()
+		o, err := c.openEligible(rel)
+		if err != nil {
+			c.checkIdentity(rel) // a vanished or changed file loses its entry
+			return nil, err
+		}
+		size := o.id.size
+		e, err := c.lookupOrStart(rel, o, wait, &w)
+		if errors.Is(err, errWaitRoom) {
+			if err := c.awaitRoom(ctx, w, rel, size); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		select {
+		case <-e.done:
+		case <-ctx.Done():
+			c.unpin(e)
+			return nil, fmt.Errorf("stage %s: %w", rel, ctx.Err())
+		}
+		c.mu.Lock()
+		state, lerr, detached := e.state, e.err, e.detached
+		if state == StateResident && !detached {
+			c.mu.Unlock()
+			return e, nil // pinned: the caller unpins or leases
+		}
+		r := c.unpinLocked(e)
+		c.mu.Unlock()
+		c.freeRegion(r)
+		switch {
+		case state == StateFailed && !detached && !errors.Is(lerr, errFileChanged):
+			return nil, lerr
+		case attempt >= maxAttempts:
+			return nil, errKeepsChanging(rel)
+		}
+		// Changed under the load, or evicted or invalidated between the
+		// load's end and now: again.
+		c.stats.loadRetries.Add(1)
+		attempt++
+	}
+}
+
+// openEligible opens rel and checks that it is a regular file that the
+// options let through. The file's filesystem is watched from then on if
+// it can be.
+func (c *Cache) openEligible(rel string) (*opened, error) {
+	if why := c.filter.why(rel); why != "" {
+		return nil, errNotEligible(rel, why)
+	}
+	f, st, err := c.openRegular(rel, 0)
+	if errors.Is(err, access.ErrNotRegular) {
+		return nil, errNotEligible(rel, err.Error())
+	}
+	if err != nil {
+		return nil, err
+	}
+	o := &opened{f: f}
+	if st.Size < int64(c.opts.MinFileSize) {
+		f.Close()
+		return nil, errNotEligible(rel, fmt.Sprintf("smaller than staging.min_file_size (%s)", c.opts.MinFileSize))
+	}
+	// Watch first, then take the identity: a write that completes after
+	// the identity was taken either changes it or raises an event.
+	o.fid, o.events, o.why = c.watch.probe(f, st.Dev)
+	if o.events {
+		if err := unix.Fstat(int(f.Fd()), st); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("%s: fstat: %w", rel, err)
+		}
+	}
+	o.id = identityOf(st)
+	return o, nil
+}
+
+// lookupOrStart returns the entry for o: an existing resident or loading
+// one, or a new one whose load it starts with o.f. It takes o.f: it is
+// closed unless a load uses it. When there is no room it answers
+// errWaitRoom with the request in line as *w (wait), or ENOSPC.
+func (c *Cache) lookupOrStart(rel string, o *opened, wait bool, w **waiter) (*entry, error) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		o.f.Close()
+		return nil, fmt.Errorf("stage %s: cache closed", rel)
+	}
+	e, stale := c.existingLocked(rel, o, *w)
+	if e != nil {
+		joined := e.state == StateLoading
+		c.mu.Unlock()
+		o.f.Close()
+		if joined && c.hooks.joined != nil {
+			c.hooks.joined(rel)
+		}
+		return e, nil
+	}
+	var victims []gpu.Region
+	var err error
+	if c.mayReserveLocked(*w) {
+		e, victims, err = c.startLocked(rel, o)
+	} else {
+		err = errNoSpace(rel, o.id.size) // others wait for room first
+	}
+	switch {
+	case err == nil:
+		e.pins++
+		c.wg.Add(1)
+		c.leaveLocked(*w)
+	case wait && errors.Is(err, syscall.ENOSPC):
+		c.queueLocked(w)
+		err = errWaitRoom
+	case errors.Is(err, syscall.ENOSPC):
+		c.stats.noSpace.Add(1)
+	}
+	c.mu.Unlock()
+	c.freeRegion(stale)
+	for _, r := range victims {
+		c.freeRegion(r)
+	}
+	if err != nil {
+		o.f.Close()
+		return nil, err
+	}
+	go c.load(e, o.f)
+	return e, nil
+}
+
+// existingLocked returns rel's entry, pinned, when o's file is resident
+// or loading (a hit, or a load to join; the request held as w leaves the
+// line). Otherwise it drops a stale or failed entry, whose region it
+// returns for the caller to free after unlocking. Cache.mu must be held.
+func (c *Cache) existingLocked(rel string, o *opened, w *waiter) (*entry, gpu.Region) {
+	e := c.entries[rel]
+	switch {
+	case e == nil:
+		return nil, nil
+	case e.id != o.id:
+		c.stats.invalidations.Add(1)
+		return nil, c.dropLocked(e, "changed")
+	case e.state == StateResident:
+		e.slot.lru.MoveToFront(e.elem)
+		c.stats.hits.Add(1)
+	case e.state == StateLoading:
+		c.stats.sharedLoads.Add(1)
+	default: // failed: try again
+		return nil, c.dropLocked(e, "failed load dropped")
+	}
+	e.pins++
+	c.leaveLocked(w)
+	return e, nil
+}
+
+// checkIdentity drops the entry of rel if the file changed or vanished.
+func (c *Cache) checkIdentity(rel string) {
+	var id identity
+	f, err := c.root.Open(rel, unix.O_PATH, 0, access.Beneath)
+	if err == nil {
+		var st unix.Stat_t
+		if err = unix.Fstat(int(f.Fd()), &st); err == nil {
+			id = identityOf(&st)
+		}
+		f.Close()
+	}
+	c.mu.Lock()
+	e := c.entries[rel]
+	var r gpu.Region
+	if e != nil && e.state != StateLoading && (err != nil || e.id != id) {
+		reason := "changed"
+		if err != nil {
+			reason = "gone"
+		}
+		r = c.dropLocked(e, reason)
+		c.stats.invalidations.Add(1)
+	}
+	c.mu.Unlock()
+	c.freeRegion(r)
+}

@@ -1,0 +1,260 @@
+package staging
+
+// An entry's life, step 2: room is reserved on a slot (evicting unleased
+// entries in LRU order), the region allocated, and the file read into it
+// on the cuFile or the POSIX path by the slot's loader (loader.go). The
+// load checks at its end that the file did not change under it, then
+// publishes (life3_publish.go).
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gdsfs/gdsfs/gpu"
+)
+
+// startLocked creates a loading entry on the slot with the most room,
+// evicting as needed. It returns the evicted regions for the caller to free
+// after unlocking. Cache.mu must be held.
+func (c *Cache) startLocked(rel string, o *opened) (*entry, []gpu.Region, error) {
+	id := o.id
+	best, room := c.slots[0], int64(-1)
+	for _, s := range c.slots {
+		if eb, _ := s.evictableLocked(); s.capacity-s.used+eb > room {
+			best, room = s, s.capacity-s.used+eb
+		}
+	}
+	need := best.need(id.size, int64(c.opts.ChunkSize))
+	fds := best.dev.HeldDescriptors(id.size)
+	if need > best.capacity {
+		c.stats.tooLarge.Add(1)
+		return nil, nil, errTooLarge(rel, need, best.capacity)
+	}
+	if fds > c.fdBudget {
+		c.stats.tooLarge.Add(1)
+		return nil, nil, errTooManyFDs(rel, fds, c.fdBudget)
+	}
+	victims, ok := c.reserveLocked(best, need, fds)
+	if !ok {
+		return nil, nil, errNoSpace(rel, need)
+	}
+	regions := c.detachVictimsLocked(victims)
+	c.stats.misses.Add(1)
+	c.gen++
+	e := &entry{
+		rel: rel, id: id, fid: o.fid, events: o.events, slot: best, gen: c.gen,
+		done: make(chan struct{}), state: StateLoading, reserved: need, fds: fds,
+	}
+	c.entries[rel] = e
+	c.indexLocked(e)
+	c.emitLocked(e.eventLocked(StateLoading, ""))
+	return e, regions, nil
+}
+
+// load fills e from f and publishes the result. Without change events
+// for f's filesystem, it first waits out the racy window (racy.go).
+func (c *Cache) load(e *entry, f *os.File) {
+	defer c.wg.Done()
+	defer f.Close()
+	start := time.Now()
+	err := c.waitRacy(e)
+	var region gpu.Region
+	if err == nil {
+		region, err = c.alloc(e)
+	}
+	path, note := "", ""
+	if err == nil {
+		path, note, err = c.fill(e, f, region)
+	}
+	if err == nil {
+		if now, _, ferr := fileIdentity(f); ferr != nil || now != e.id {
+			err = fmt.Errorf("its attributes changed: %w", errFileChanged)
+		}
+	}
+	if err == nil {
+		err = region.Seal()
+	}
+	dur := time.Since(start)
+	c.publish(e, region, path, note, err, dur)
+}
+
+// alloc allocates e's region. When the device is out of memory (other
+// processes use it too), it evicts unleased entries of e's slot one by one
+// and tries again.
+func (c *Cache) alloc(e *entry) (gpu.Region, error) {
+	for {
+		r, err := e.slot.dev.Alloc(e.id.size)
+		if err == nil || !errors.Is(err, gpu.ErrOutOfMemory) {
+			return r, err
+		}
+		c.mu.Lock()
+		var victim *entry
+		for el := e.slot.lru.Back(); el != nil && victim == nil; el = el.Prev() {
+			if v := el.Value.(*entry); !v.heldLocked() {
+				victim = v
+			}
+		}
+		var vr gpu.Region
+		if victim != nil {
+			vr = c.dropLocked(victim, "evicted: the device is out of memory")
+			c.stats.evictions.Add(1)
+		}
+		c.mu.Unlock()
+		if victim == nil {
+			return nil, err
+		}
+		c.freeRegion(vr)
+	}
+}
+
+// fill loads f into region by the path the options and the platform allow.
+// It returns the path taken and, when that is not cuFile although cuFile
+// exists, why.
+func (c *Cache) fill(e *entry, f *os.File, region gpu.Region) (path, note string, err error) {
+	dev := e.slot.dev
+	posix := PathPOSIX
+	if dev.Kind() == gpu.KindHost {
+		posix = PathHost
+	}
+	cf, why := dev.CuFile()
+	switch {
+	case c.io.CompatMode == CompatOn:
+		note = "io.compat_mode is on"
+	case cf == nil && c.io.CompatMode == CompatOff:
+		return PathCuFile, "", fmt.Errorf("io.compat_mode is off and cuFile is unavailable: %s", why)
+	case cf == nil:
+		note = "cuFile unavailable: " + why
+	case c.io.CompatMode == CompatAuto && e.id.size < int64(c.io.GDSThreshold):
+		note = fmt.Sprintf("smaller than io.gds_threshold (%s)", c.io.GDSThreshold)
+	default:
+		done, cfNote, err := c.fillCuFile(e, f, region, cf)
+		if done || err != nil {
+			return PathCuFile, cfNote, err
+		}
+		note = cfNote
+	}
+	j := &job{region: region, size: e.id.size, f: f}
+	if c.wantDirect(f, e.id.size) {
+		df, derr := c.openDirect(e)
+		switch {
+		case errors.Is(derr, errFileChanged):
+			return posix, note, derr
+		case derr == nil:
+			defer df.Close()
+			j.f, j.direct = df, true
+			note = joinNote(note, "read with O_DIRECT")
+		default:
+			note = joinNote(note, "O_DIRECT refused, buffered reads: "+derr.Error())
+		}
+	}
+	if !j.direct {
+		// Start reading the whole file ahead: parallel tasks on one
+		// descriptor defeat the kernel's sequential read-ahead.
+		unix.Fadvise(int(f.Fd()), 0, e.id.size, unix.FADV_WILLNEED)
+	}
+	return posix, note, e.slot.loader.run(j)
+}
+
+// fillCuFile loads e with cuFile when it registers the file. In gds mode
+// cuFile gets an O_DIRECT descriptor (GPUDirect Storage proper reads only
+// through one; KvikIO's FileHandle keeps the same pair), checked to name
+// the inode f names. In compat mode cuFile reads with POSIX calls on the
+// descriptor it is given, so it gets the O_DIRECT one where io.direct_io
+// wants O_DIRECT (on, or auto and the file mostly out of the page cache)
+// and the buffered f otherwise, as KvikIO's compat mode reads through the
+// page cache. Where the filesystem refuses O_DIRECT, f. done is false when
+// registration was refused and the POSIX path should run; note then says
+// why.
+func (c *Cache) fillCuFile(e *entry, f *os.File, region gpu.Region, cf gpu.CuFile) (done bool, note string, err error) {
+	reg := f
+	if cf.Mode() == "gds" || c.wantDirect(f, e.id.size) {
+		df, derr := c.openDirect(e)
+		switch {
+		case errors.Is(derr, errFileChanged):
+			return true, "", derr
+		case derr == nil:
+			defer df.Close()
+			reg = df
+			note = "read with O_DIRECT"
+		default:
+			note = "O_DIRECT refused, cuFile given the buffered descriptor: " + derr.Error()
+		}
+	}
+	h, rerr := cf.Register(int(reg.Fd()))
+	if rerr == nil {
+		defer h.Close()
+		return true, note, e.slot.loader.run(&job{region: region, size: e.id.size, cf: h})
+	}
+	if c.io.CompatMode == CompatOff {
+		return true, "", fmt.Errorf("io.compat_mode is off: %w", rerr)
+	}
+	c.stats.cufileFallbacks.Add(1)
+	c.stats.setCuFileError(rerr.Error())
+	return false, rerr.Error(), nil
+}
+
+// openDirect opens e's file again with O_DIRECT. Opened again by path, it
+// must still be the inode e was opened as: otherwise the path names a new
+// file now, and the load must start over (errFileChanged).
+func (c *Cache) openDirect(e *entry) (*os.File, error) {
+	if c.hooks.directOpen != nil {
+		c.hooks.directOpen(e.rel)
+	}
+	df, st, err := c.openRegular(e.rel, syscall.O_DIRECT)
+	if err != nil {
+		return nil, err
+	}
+	if st.Dev != e.id.dev || st.Ino != e.id.ino {
+		df.Close()
+		return nil, fmt.Errorf("the path names another file than the one opened: %w", errFileChanged)
+	}
+	return df, nil
+}
+
+// wantDirect says whether to read with O_DIRECT: io.direct_io on, or auto
+// and most of a sample of the file's pages are not in the page cache (cold
+// data: reading it through the cache would only evict others).
+func (c *Cache) wantDirect(f *os.File, size int64) bool {
+	switch c.io.DirectIO {
+	case DirectOn:
+		return true
+	case DirectOff:
+		return false
+	}
+	return size >= 1<<20 && residentShare(f, size) < 0.5
+}
+
+// residentShare samples 64 pages of f with mincore and returns the share
+// found in the page cache (1 when it cannot tell).
+func residentShare(f *os.File, size int64) float64 {
+	m, err := unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		return 1
+	}
+	defer unix.Munmap(m)
+	const samples = 64
+	page := int64(os.Getpagesize())
+	vec := make([]byte, 1)
+	in := 0
+	for k := int64(0); k < samples; k++ {
+		off := (size - 1) * k / (samples - 1) / page * page
+		_, _, errno := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&m[off])), 1, uintptr(unsafe.Pointer(&vec[0])))
+		if errno == 0 && vec[0]&1 != 0 {
+			in++
+		}
+	}
+	return float64(in) / samples
+}
+
+func joinNote(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "; " + b
+}

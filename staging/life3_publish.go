@@ -1,0 +1,57 @@
+package staging
+
+// An entry's life, step 3: the load's end becomes visible. A resident
+// entry joins its slot's LRU and is handed out from then on; a failed one
+// keeps its reason until the next request retries it. Waiters wake and
+// subscribers hear of it.
+
+import (
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/gdsfs/gdsfs/gpu"
+)
+
+// publish records the end of e's load and wakes its waiters. Subscribers
+// hear resident or failed, unless the entry was dropped while it loaded
+// (they heard absent then).
+func (c *Cache) publish(e *entry, region gpu.Region, path, note string, err error, dur time.Duration) {
+	var free gpu.Region
+	c.mu.Lock()
+	if err == nil && e.changed {
+		err = fmt.Errorf("a change event came: %w", errFileChanged)
+	}
+	e.path, e.loadDur = path, dur
+	switch {
+	case err != nil:
+		e.state, e.reason, e.err = StateFailed, err.Error(), fmt.Errorf("stage %s: %w", e.rel, err)
+		free = region
+		c.releaseLocked(e)
+		c.stats.loadErrors.Add(1)
+		if !e.detached {
+			c.emitLocked(e.eventLocked(StateFailed, ""))
+		}
+	case e.detached && e.heldLocked():
+		e.region = region // the last unpin frees it
+	case e.detached:
+		free = region
+		c.releaseLocked(e)
+	default:
+		e.state, e.reason, e.region = StateResident, note, region
+		e.elem = e.slot.lru.PushFront(e)
+		c.stats.addBytes(path, e.id.size)
+		c.emitLocked(e.eventLocked(StateResident, note))
+	}
+	close(e.done)
+	c.wakeLocked() // resident: evictable once unleased
+	c.mu.Unlock()
+	c.freeRegion(free)
+	if err != nil {
+		c.log.Warn("load failed", zap.String("path", e.rel), zap.Error(err))
+	} else {
+		c.log.Debug("staged", zap.String("path", e.rel), zap.String("load_path", path),
+			zap.Int64("bytes", e.id.size), zap.Duration("took", dur))
+	}
+}

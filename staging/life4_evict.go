@@ -1,0 +1,205 @@
+package staging
+
+// An entry's life, step 4: it leaves. Eviction (LRU, unleased only; see
+// reserveLocked), invalidation (the file changed), an explicit evict,
+// or the cache closing. A leased entry is detached at once (no new request
+// finds it) and freed by its last Release.
+
+import (
+	"fmt"
+
+	"go.uber.org/zap"
+
+	"github.com/gdsfs/gdsfs/gpu"
+)
+
+// Changed tells the cache that rel was changed through the mount (a
+// write, truncation, attribute change, unlink or rename): its entry is
+// dropped so no later lease sees the old bytes. It never blocks on a load.
+func (c *Cache) Changed(rel string) {
+	c.mu.Lock()
+	var r gpu.Region
+	if e := c.entries[rel]; e != nil {
+		r = c.dropLocked(e, "changed through the mount")
+		c.stats.invalidations.Add(1)
+	}
+	c.mu.Unlock()
+	c.freeRegion(r)
+}
+
+// changedFID handles a change event: the entries of that file are
+// dropped, and a load in flight will not publish (a write seen during or
+// after a load invalidates it). Called by the watcher, Cache.mu not held.
+func (c *Cache) changedFID(id fid) {
+	c.mu.Lock()
+	var free []gpu.Region
+	for e := range c.byFID[id] {
+		c.stats.changeEvents.Add(1)
+		free = append(free, c.invalidateLocked(e, "modified (change event)"))
+	}
+	c.mu.Unlock()
+	for _, r := range free {
+		c.freeRegion(r)
+	}
+}
+
+// changedAll drops every entry that relies on change events: some were
+// lost.
+func (c *Cache) changedAll() {
+	c.mu.Lock()
+	var free []gpu.Region
+	for _, set := range c.byFID {
+		for e := range set {
+			free = append(free, c.invalidateLocked(e, "change events lost"))
+		}
+	}
+	c.mu.Unlock()
+	for _, r := range free {
+		c.freeRegion(r)
+	}
+}
+
+// invalidateLocked marks a loading e changed (it will not publish) or
+// drops it, returning the region to free after unlocking. Cache.mu must
+// be held.
+func (c *Cache) invalidateLocked(e *entry, reason string) gpu.Region {
+	if e.state == StateLoading {
+		e.changed = true
+		return nil
+	}
+	c.stats.invalidations.Add(1)
+	return c.dropLocked(e, reason)
+}
+
+// indexLocked lets change events find e. Cache.mu must be held.
+func (c *Cache) indexLocked(e *entry) {
+	if !e.events {
+		return
+	}
+	set := c.byFID[e.fid]
+	if set == nil {
+		set = map[*entry]struct{}{}
+		c.byFID[e.fid] = set
+	}
+	set[e] = struct{}{}
+}
+
+// unindexLocked: events no longer concern e (detached). Cache.mu must be
+// held.
+func (c *Cache) unindexLocked(e *entry) {
+	if set := c.byFID[e.fid]; set != nil {
+		delete(set, e)
+		if len(set) == 0 {
+			delete(c.byFID, e.fid)
+		}
+	}
+}
+
+// Evict drops rel unless it is leased or loading.
+func (c *Cache) Evict(rel string) error {
+	c.mu.Lock()
+	e := c.entries[rel]
+	switch {
+	case e == nil:
+		c.mu.Unlock()
+		return errNotStaged(rel)
+	case e.heldLocked():
+		c.mu.Unlock()
+		return errBusy(rel, fmt.Sprintf("%d leases and %d requests hold it", e.leases, e.pins))
+	case e.state == StateLoading:
+		c.mu.Unlock()
+		return errBusy(rel, "loading")
+	}
+	r := c.dropLocked(e, "evicted on request")
+	c.stats.evictions.Add(1)
+	c.mu.Unlock()
+	c.freeRegion(r)
+	return nil
+}
+
+// dropLocked detaches e from the map and the LRU. If no lease holds it, its
+// reservation is released and its region returned for the caller to free
+// after unlocking; otherwise the last Release frees it. Subscribers hear
+// that rel is absent, for reason. Cache.mu must be held.
+func (c *Cache) dropLocked(e *entry, reason string) gpu.Region {
+	if c.entries[e.rel] == e {
+		delete(c.entries, e.rel)
+		c.emitLocked(e.eventLocked(StateAbsent, reason))
+	}
+	e.detached = true
+	c.unindexLocked(e)
+	if e.elem != nil {
+		e.slot.lru.Remove(e.elem)
+		e.elem = nil
+	}
+	if e.heldLocked() || e.state == StateLoading {
+		return nil // freed by the last Release or unpin, or by the load's end
+	}
+	return c.releaseLocked(e)
+}
+
+// unpinLocked ends one request's hold on e, and returns e's region for
+// the caller to free when that was the last hold of a detached entry.
+// Cache.mu must be held.
+func (c *Cache) unpinLocked(e *entry) gpu.Region {
+	e.pins--
+	c.wakeLocked() // evictable now, perhaps
+	if e.detached && !e.heldLocked() && e.state != StateLoading {
+		return c.releaseLocked(e)
+	}
+	return nil
+}
+
+// unpin is unpinLocked for a caller without the lock.
+func (c *Cache) unpin(e *entry) {
+	c.mu.Lock()
+	r := c.unpinLocked(e)
+	c.mu.Unlock()
+	c.freeRegion(r)
+}
+
+// releaseLocked returns e's reservation to its slot and hands back its
+// region. Cache.mu must be held.
+func (c *Cache) releaseLocked(e *entry) gpu.Region {
+	e.slot.used -= e.reserved
+	c.fdsUsed -= e.fds
+	e.reserved, e.fds = 0, 0
+	c.wakeLocked()
+	r := e.region
+	e.region = nil
+	if e.state == StateResident {
+		e.state = StateAbsent
+	}
+	return r
+}
+
+// detachVictimsLocked removes entries evicted by reserveLocked (their
+// reservation is already returned) and hands back their regions for the
+// caller to free after unlocking. Cache.mu must be held.
+func (c *Cache) detachVictimsLocked(victims []*entry) []gpu.Region {
+	var regions []gpu.Region
+	for _, v := range victims {
+		if c.entries[v.rel] == v {
+			delete(c.entries, v.rel)
+			c.emitLocked(v.eventLocked(StateAbsent, "evicted"))
+		}
+		v.detached, v.reserved, v.fds, v.state = true, 0, 0, StateAbsent
+		c.unindexLocked(v)
+		regions = append(regions, v.region)
+		v.region = nil
+	}
+	c.stats.evictions.Add(uint64(len(victims)))
+	return regions
+}
+
+// freeRegion frees r (nil: nothing). A failure is logged and counted
+// (free_errors): the device may hold memory the cache no longer counts.
+func (c *Cache) freeRegion(r gpu.Region) {
+	if r == nil {
+		return
+	}
+	if err := r.Free(); err != nil {
+		c.stats.freeErrors.Add(1)
+		c.log.Error("free region", zap.Int64("bytes", r.Size()), zap.Error(err))
+	}
+}

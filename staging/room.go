@@ -1,0 +1,93 @@
+package staging
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"fmt"
+	"syscall"
+)
+
+// Waiting for room. When the capacity (or the descriptor budget) is held
+// by leases and loads, an acquire waits for room, first come first served,
+// bounded by its context: ENOSPC only once the context's deadline passed
+// (or at once for a prefetch, which never waits), EFBIG at once for a file
+// that could never fit. While anyone waits, nobody else takes room: a
+// stream of small files cannot starve a large one. Requests that need no
+// room (a resident file, a load in flight) are served at once.
+
+// waiter is one request waiting for room.
+type waiter struct {
+	elem *list.Element // in Cache.waiters; guarded by Cache.mu
+	wake chan struct{} // capacity 1: room may have appeared
+}
+
+// errWaitRoom is what a reservation answers when its request must wait.
+var errWaitRoom = errors.New("waiting for room")
+
+// mayReserveLocked says whether the request waiting as w (nil: not
+// waiting) may try to reserve now: nobody waits, or w is first.
+// Cache.mu must be held.
+func (c *Cache) mayReserveLocked(w *waiter) bool {
+	return c.waiters.Len() == 0 || (w != nil && w.elem == c.waiters.Front())
+}
+
+// queueLocked puts the request holding *w in line (once). Cache.mu must be
+// held.
+func (c *Cache) queueLocked(w **waiter) {
+	if *w == nil {
+		*w = &waiter{wake: make(chan struct{}, 1)}
+		(*w).elem = c.waiters.PushBack(*w)
+		c.stats.roomWaits.Add(1)
+	}
+}
+
+// leaveLocked takes w out of line (nil: nothing) and wakes the next, who
+// may fit now. Cache.mu must be held.
+func (c *Cache) leaveLocked(w *waiter) {
+	if w == nil || w.elem == nil {
+		return
+	}
+	c.waiters.Remove(w.elem)
+	w.elem = nil
+	c.wakeLocked()
+}
+
+// wakeLocked tells the first waiter that room may have appeared: bytes or
+// descriptors were given back, or an entry became evictable. Cache.mu
+// must be held.
+func (c *Cache) wakeLocked() {
+	if el := c.waiters.Front(); el != nil {
+		select {
+		case el.Value.(*waiter).wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// awaitRoom sleeps until w is woken, ctx is done or the cache closes. It
+// takes w out of line when it gives up: past ctx's deadline the answer is
+// ENOSPC (need bytes never found room), a cancelled ctx its error.
+func (c *Cache) awaitRoom(ctx context.Context, w *waiter, rel string, need int64) error {
+	if c.hooks.waiting != nil {
+		c.hooks.waiting(rel)
+	}
+	select {
+	case <-w.wake:
+		return nil
+	case <-ctx.Done():
+	case <-c.ctx.Done():
+	}
+	c.mu.Lock()
+	c.leaveLocked(w)
+	c.mu.Unlock()
+	switch {
+	case c.ctx.Err() != nil:
+		return fmt.Errorf("stage %s: cache closed", rel)
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		c.stats.noSpace.Add(1)
+		return fmt.Errorf("%s: no room for %d bytes before the deadline: the rest of the cache is leased or loading: %w",
+			rel, need, syscall.ENOSPC)
+	}
+	return fmt.Errorf("stage %s: %w", rel, ctx.Err())
+}

@@ -1,0 +1,143 @@
+package staging
+
+import (
+	"context"
+	"errors"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gdsfs/gdsfs/internal/units"
+)
+
+// roomCache has room for two 16 KiB files, a and b leased, and files c, d
+// (16 KiB) and big (32 KiB) waiting to be asked for.
+func roomCache(t *testing.T) (c *Cache, la, lb *Lease, waiting chan string) {
+	src := t.TempDir()
+	for name, n := range map[string]int{"a": 16 << 10, "b": 16 << 10, "c": 16 << 10, "d": 16 << 10, "big": 32 << 10} {
+		writeFile(t, src, name, randomBytes(n, uint64(n+len(name))))
+	}
+	opts, io := testOptions()
+	opts.Capacity = units.Share{Bytes: 32 << 10}
+	c = newCache(t, src, opts, io)
+	waiting = make(chan string, 16)
+	c.hooks.waiting = func(rel string) { waiting <- rel }
+	var err error
+	if la, err = c.Acquire(context.Background(), Request{Rel: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if lb, err = c.Acquire(context.Background(), Request{Rel: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	return c, la, lb, waiting
+}
+
+type acquired struct {
+	l   *Lease
+	err error
+}
+
+func acquireAsync(c *Cache, ctx context.Context, rel string) chan acquired {
+	ch := make(chan acquired, 1)
+	go func() {
+		l, err := c.Acquire(ctx, Request{Rel: rel})
+		ch <- acquired{l, err}
+	}()
+	return ch
+}
+
+// expectWaiting waits until the request for rel (whose answer comes on
+// res) goes to wait for room, failing if it is answered instead.
+func expectWaiting(t *testing.T, waiting chan string, rel string, res chan acquired) {
+	t.Helper()
+	select {
+	case got := <-waiting:
+		if got != rel {
+			t.Fatalf("%s went to wait for room, want %s", got, rel)
+		}
+	case r := <-res:
+		t.Fatalf("%s did not wait for room: %v", rel, r.err)
+	}
+}
+
+// TestWaitForRoomInOrder (issue 13): with the capacity held by leases, an
+// acquire waits for room instead of failing, and waiters are served first
+// come first served: a small file asked for after a large one does not
+// take the room the large one waits for.
+func TestWaitForRoomInOrder(t *testing.T) {
+	c, la, lb, waiting := roomCache(t)
+	ctx := context.Background()
+	big := acquireAsync(c, ctx, "big")
+	expectWaiting(t, waiting, "big", big)
+	small := acquireAsync(c, ctx, "c")
+	expectWaiting(t, waiting, "c", small)
+
+	la.Release() // room for c, not for big: c must still wait behind big
+	expectWaiting(t, waiting, "big", big)
+	select {
+	case r := <-small:
+		t.Fatalf("c jumped the line: %v", r.err)
+	default:
+	}
+	if s := c.Stats(); s.RoomWaiting != 2 || s.UsedBytes != 32<<10 {
+		t.Fatalf("waiting %d, used %d", s.RoomWaiting, s.UsedBytes)
+	}
+
+	lb.Release() // room for big
+	r := <-big
+	if r.err != nil {
+		t.Fatalf("big: %v", r.err)
+	}
+	expectWaiting(t, waiting, "c", small) // big holds all of it now
+	r.l.Release()
+	if r := <-small; r.err != nil {
+		t.Fatalf("c: %v", r.err)
+	} else {
+		r.l.Release()
+	}
+	if s := c.Stats(); s.RoomWaiting != 0 || s.RoomWaits != 2 || s.NoSpace != 0 || s.LeasesActive != 0 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+// TestWaitForRoomTimesOut: a waiter whose deadline passes gets ENOSPC
+// and leaves the line; one whose context is cancelled gets its error; a
+// prefetch never waits and never takes room from a waiter.
+func TestWaitForRoomTimesOut(t *testing.T) {
+	c, la, lb, waiting := roomCache(t)
+	defer la.Release()
+	defer lb.Release()
+	short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := c.Acquire(short, Request{Rel: "c"}); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("acquire with no room before the deadline: %v, want ENOSPC", err)
+	}
+	select { // the hook ran before Acquire answered
+	case got := <-waiting:
+		if got != "c" {
+			t.Fatalf("%s waited", got)
+		}
+	default:
+		t.Fatal("the acquire did not wait for room before answering ENOSPC")
+	}
+
+	ctx, stop := context.WithCancel(context.Background())
+	r := acquireAsync(c, ctx, "big")
+	expectWaiting(t, waiting, "big", r)
+	done := make(chan string, 1)
+	c.hooks.prefetchDone = func(rel string) { done <- rel }
+	la.Release() // room for d, not for big: big waits on, d may not pass it
+	expectWaiting(t, waiting, "big", r)
+	c.Prefetch("d")
+	<-done
+	if state, _ := c.Attr("d"); state != StateAbsent {
+		t.Fatalf("a prefetch took room from a waiting acquire: d is %s", state)
+	}
+	stop()
+	if got := <-r; !errors.Is(got.err, context.Canceled) {
+		t.Fatalf("cancelled waiter: %v", got.err)
+	}
+	if s := c.Stats(); s.RoomWaiting != 0 || s.NoSpace != 2 {
+		t.Fatalf("waiting %d, no_space %d: want 0 and 2 (the timeout, the prefetch)", s.RoomWaiting, s.NoSpace)
+	}
+}

@@ -3,6 +3,7 @@ module github.com/gdsfs/gdsfs
 go 1.26.8
 
 require (
+	github.com/ebitengine/purego v0.11.3
 	github.com/hanwen/go-fuse/v2 v2.12.1
 	github.com/schollz/progressbar/v3 v3.19.1
 	github.com/spf13/cobra v1.10.2

@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import signal
+import subprocess
 import sys
 import unittest
 
@@ -60,7 +61,7 @@ class HostLeaseTests(unittest.TestCase):
                             mv[0] = 1  # read-only
                     del mv
                 self.assertTrue(lease.released)
-        self.assertEqual(self.m.leases_active(), 0)
+        self.assertEqual(self.m.wait_leases(0), 0)
 
     def test_context_manager_releases(self):
         p = self.m.write("a.bin", blob(3 * CHUNK, 1))
@@ -70,7 +71,7 @@ class HostLeaseTests(unittest.TestCase):
             self.assertFalse(lease.closed)
         self.assertTrue(lease.closed)
         self.assertTrue(lease.released)
-        self.assertEqual(self.m.leases_active(), 0)
+        self.assertEqual(self.m.wait_leases(0), 0)
         lease.close()  # idempotent
         with self.assertRaises(ValueError):
             lease.memoryview()
@@ -94,7 +95,7 @@ class HostLeaseTests(unittest.TestCase):
         del part
         gc.collect()
         self.assertTrue(lease.released)
-        self.assertEqual(self.m.leases_active(), 0)
+        self.assertEqual(self.m.wait_leases(0), 0)
 
     def test_del_releases(self):
         p = self.m.write("c.bin", blob(100, 3))
@@ -102,7 +103,7 @@ class HostLeaseTests(unittest.TestCase):
         self.assertEqual(self.m.leases_active(), 1)
         del lease
         gc.collect()
-        self.assertEqual(self.m.leases_active(), 0)
+        self.assertEqual(self.m.wait_leases(0), 0)
 
     def test_many_leases_one_file(self):
         data = blob(CHUNK + 1, 4)
@@ -112,9 +113,11 @@ class HostLeaseTests(unittest.TestCase):
         self.assertEqual(len({l.id for l in leases}), 5)
         for l in leases:
             self.assertEqual(l.read(), data)
+        self.assertEqual(len({l.ptr for l in leases}), 1, "one mapping shared by the leases of a file")
+        self.assertTrue(all(l.reused for l in leases[1:]))
         for l in leases:
             l.close()
-        self.assertEqual(self.m.leases_active(), 0)
+        self.assertEqual(self.m.wait_leases(0), 0)
 
     def test_stat(self):
         p = self.m.write("e.bin", blob(12345, 5))
@@ -134,7 +137,7 @@ class HostLeaseTests(unittest.TestCase):
             gdsfs.open(p)
         self.assertEqual(cm.exception.errno, errno.ENOENT)
         self.assertEqual(cm.exception.filename, p)
-        self.assertEqual(self.m.leases_active(), 0)
+        self.assertEqual(self.m.wait_leases(0), 0)
 
     def test_outside_mount(self):
         d = _support.tmpdir()
@@ -213,7 +216,7 @@ print(json.dumps(out))
         self.assertIn("may not read", res[0]["msg"])
         self.assertEqual(res[1], {"path": public, "ok": True, "size": 100})
         self.assertGreaterEqual(self.m.stats()["lease_denied"], 1)
-        self.assertEqual(self.m.leases_active(), 0)
+        self.assertEqual(self.m.wait_leases(0), 0)
 
     def test_kill9_releases(self):
         p = self.m.write("held.bin", blob(3 * CHUNK, 11))
@@ -256,6 +259,186 @@ time.sleep(600)
             self.assertNotEqual(lease.ptr, 0)  # host mapping address
 
 
+def _own_gdsfs_descriptors():
+    """This process's memfd descriptors and memfd mappings (what leases
+    leave behind if they leak), and its unix sockets."""
+    fds = socks = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            link = os.readlink("/proc/self/fd/" + fd)
+        except OSError:
+            continue
+        fds += link.startswith("/memfd:")
+        socks += link.startswith("socket:")
+    with open("/proc/self/maps") as f:
+        maps = sum("/memfd:" in line for line in f)
+    return {"memfds": fds, "sockets": socks, "memfd_maps": maps}
+
+
+class FastPathTests(unittest.TestCase):
+    """Repeat leases, batches, the golden transcripts, and what a lease may
+    never do: hand out old bytes, be written through in shared mode, stay
+    held when its descriptors were dropped, leak."""
+
+    def setUp(self):
+        self.m = start_mount(self, chunk_size="64KiB")
+        self.addCleanup(gdsfs.disconnect)
+
+    def test_repeat_lease_reuses_mapping(self):
+        data = blob(3 * CHUNK + 5, 20)
+        p = self.m.write("r.bin", data)
+        with gdsfs.open(p) as first:
+            ptr = first.ptr
+            self.assertFalse(first.reused)
+        with gdsfs.open(p) as again:
+            self.assertTrue(again.reused, "an unchanged file kept mapped is leased without descriptors")
+            self.assertEqual((again.ptr, again.generation), (ptr, first.generation))
+            self.assertEqual(again.read(), data)
+        st = self.m.stats()
+        self.assertEqual(st["lease_held_files"], 1, "the kept mapping's connection still holds the file")
+        gdsfs.disconnect()
+        self.assertEqual(self.m.wait_stat("lease_held_bytes", 0), 0)
+
+    def test_kept_mapping_never_old_bytes(self):
+        p = self.m.write("c.bin", blob(2 * CHUNK, 21))
+        for i in range(4):
+            with gdsfs.open(p):
+                pass
+            want = blob(CHUNK + 100 * i + 1, 30 + i)
+            self.m.write("c.bin", want)
+            src = os.path.join(self.m.src, "c.bin")
+            os.utime(src, ns=(0, 10**18 + i * 10**9))
+            with gdsfs.open(p) as l:
+                self.assertFalse(l.reused)
+                self.assertEqual((l.size, l.read()), (len(want), want), "round %d: old bytes after a change" % i)
+
+    def test_open_many(self):
+        datas = [blob(1000 + 7000 * i, 40 + i) for i in range(12)]
+        paths = [self.m.write("m%02d.bin" % i, d) for i, d in enumerate(datas)]
+        before = self.m.stats()["ipc_connections"]
+        leases = gdsfs.open_many(paths)
+        self.assertEqual(self.m.stats()["ipc_connections"], before + 1, "one connection for the batch")
+        for l, d in zip(leases, datas):
+            self.assertEqual(l.read(), d)
+            l.close()
+        again = gdsfs.open_many(paths)
+        self.assertTrue(all(l.reused for l in again))
+        self.assertEqual(self.m.stats()["ipc_connections"], before + 1)
+        for l in again:
+            l.close()
+        with self.assertRaises(FileNotFoundError):
+            gdsfs.open_many(paths[:2] + [self.m.path("none.bin")])
+        gdsfs.disconnect()
+        self.assertEqual(self.m.wait_stat("lease_held_bytes", 0), 0)
+        self.assertEqual(self.m.wait_leases(0), 0)
+
+    def test_golden_transcripts_against_the_daemon(self):
+        """proto/testdata through this client's framing against the real
+        daemon (each transcript on a mount of its own)."""
+        for name in sorted(os.listdir(_support.golden.DIR)):
+            if name.endswith(".jsonl"):
+                with self.subTest(transcript=name):
+                    _support.golden.replay_server(self, os.path.join(_support.golden.DIR, name))
+
+    def test_shared_write_faults_in_that_process_only(self):
+        data = blob(2 * CHUNK, 50)
+        p = self.m.write("w.bin", data)
+        script = r"""
+import ctypes, sys, gdsfs
+l = gdsfs.open(sys.argv[1])
+assert l.readonly
+mv = l.memoryview()
+try:
+    mv[0] = 1
+except TypeError:
+    print("memoryview refused", flush=True)
+ctypes.memset(l.ptr, 0, 16)   # a raw write through the mapping
+print("written", flush=True)
+"""
+        proc = child(script, [p])
+        out, err = proc.communicate(timeout=60)
+        self.assertEqual(proc.returncode, -signal.SIGSEGV, (out, err))
+        self.assertEqual(out, b"memoryview refused\n")
+        with gdsfs.open(p) as l:
+            self.assertEqual(l.read(), data, "the next lease has the file's bytes")
+
+    def test_truncated_descriptors_end_the_lease(self):
+        p = self.m.write("t.bin", blob(6 * CHUNK, 51))
+        script = r"""
+import errno, os, resource, sys, gdsfs
+os.pipe()
+highest = max(int(x) for x in os.listdir("/proc/self/fd"))
+while True:
+    fd = os.open("/dev/null", os.O_RDONLY)
+    if fd > highest:
+        os.close(fd)
+        break
+gdsfs.locate(sys.argv[1])  # nothing lazy left to open
+resource.setrlimit(resource.RLIMIT_NOFILE, (highest + 4, highest + 4))
+try:
+    gdsfs.open(sys.argv[1])
+    print("leased", flush=True)
+except OSError as e:
+    print(errno.errorcode.get(e.errno), flush=True)
+sys.stdin.read()
+"""
+        proc = child(script, [p], stdin=subprocess.PIPE)
+        try:
+            line = proc.stdout.readline()
+            self.assertEqual(line, b"EMFILE\n", proc.stderr.read1(4096) if not line else line)
+            self.assertEqual(self.m.wait_leases(0), 0, "the lease stayed held while the client lives")
+            self.assertEqual(self.m.wait_stat("lease_held_bytes", 0), 0)
+            self.assertIsNone(proc.poll())
+        finally:
+            proc.stdin.close()
+            proc.wait(30)
+            proc.stdout.close()
+            proc.stderr.close()
+
+    def test_lease_cycles_do_not_leak(self):
+        """10,000 lease cycles (repeat leases, and a file that changes every
+        100) leave this process with the memfds, mappings and sockets it had,
+        and the daemon holding nothing."""
+        paths = [self.m.write("n%d.bin" % i, blob(CHUNK + i * 999, 60 + i)) for i in range(3)]
+        for p in paths:
+            with gdsfs.open(p) as l:
+                l.read(0, 1)
+        gdsfs.disconnect()
+        before = _own_gdsfs_descriptors()
+        reused = 0
+        for i in range(10000):
+            if i % 100 == 99:
+                self.m.write("n2.bin", blob(CHUNK + 2 * 999, 1000 + i))
+                os.utime(os.path.join(self.m.src, "n2.bin"), ns=(0, 10**18 + i * 10**9))
+            with gdsfs.open(paths[i % 3]) as l:
+                reused += l.reused
+                l.read(0, 1)
+        gdsfs.disconnect()
+        self.assertEqual(_own_gdsfs_descriptors(), before)
+        self.assertGreater(reused, 9000, "the fast path served the repeat leases")
+        self.assertEqual(self.m.wait_stat("ipc_open_connections", 0), 0)
+        self.assertEqual(self.m.wait_stat("lease_held_bytes", 0), 0)
+        self.assertEqual(self.m.wait_leases(0), 0)
+
+
+class PrivateLeaseTests(unittest.TestCase):
+    def setUp(self):
+        self.m = start_mount(self, chunk_size="64KiB", sets=["ipc.sharing=private"])
+
+    def test_private_copy_is_writable_and_own(self):
+        data = blob(CHUNK + 3, 70)
+        p = self.m.write("p.bin", data)
+        with gdsfs.open(p) as a, gdsfs.open(p) as b:
+            self.assertFalse(a.readonly)
+            mv = a.memoryview()
+            mv[0:4] = b"\x00\x01\x02\x03"
+            self.assertEqual(bytes(mv[0:4]), b"\x00\x01\x02\x03")
+            self.assertEqual(b.read(0, 4), data[:4], "another lease does not see the write")
+            del mv
+        with gdsfs.open(p) as c:
+            self.assertEqual(c.read(), data)
+
+
 class HostTorchTests(unittest.TestCase):
     """torch on the host backend (torch.frombuffer over the mapping)."""
 
@@ -290,7 +473,7 @@ class HostTorchTests(unittest.TestCase):
         self.assertEqual(bytes(t[:16].tolist()), data[:16])
         del t, f, b, ref
         gc.collect()
-        self.assertEqual(self.m.leases_active(), 0)
+        self.assertEqual(self.m.wait_leases(0), 0)
 
     def test_load_lifetime(self):
         import weakref
@@ -311,12 +494,51 @@ class HostTorchTests(unittest.TestCase):
         self.assertEqual(bytes(v.tolist()), data[5:9])
         del v
         gc.collect()
-        self.assertEqual(self.m.leases_active(), 0)
+        self.assertEqual(self.m.wait_leases(0), 0)
         e = gdsfs.load(self.m.write("empty.bin", b""), torch.float32)
         self.assertEqual(tuple(e.shape), (0,))
-        self.assertEqual(self.m.leases_active(), 0)
+        self.assertEqual(self.m.wait_leases(0), 0)
         i = gdsfs.load(p, torch.int16, (2, 3), offset=4)
         self.assertEqual(tuple(i.shape), (2, 3))
+
+    def test_leased_ahead(self):
+        """gdsfs.torch.leased: tensors of the files in order, leased ahead
+        in batches; stopping early ends the leases not yet yielded."""
+        import torch
+
+        import gdsfs.torch as gt
+
+        datas = [blob(4096 * (i + 1), 80 + i) for i in range(10)]
+        paths = [self.m.write("s%02d.bin" % i, d) for i, d in enumerate(datas)]
+        got = [bytes(t.tolist()) for t in gt.leased(paths, ahead=3)]
+        self.assertEqual(got, datas)
+        it = gt.leased(paths, torch.int32, ahead=4, batch=2)
+        first = next(it)
+        self.assertEqual(first.dtype, torch.int32)
+        it.close()
+        del first
+        gc.collect()
+        self.assertEqual(self.m.wait_leases(0), 0, "leases made ahead end when the iteration stops")
+        with self.assertRaises(FileNotFoundError):
+            list(gt.leased(paths[:2] + [self.m.path("none.bin")], ahead=2))
+        gdsfs.disconnect()
+
+    def test_dataloader_over_shards(self):
+        import torch
+
+        import gdsfs.torch as gt
+
+        datas = [blob(8192, 90 + i) for i in range(8)]
+        paths = [self.m.write("d%02d.bin" % i, d) for i, d in enumerate(datas)]
+        ds = gt.LeasedFiles(paths, shuffle=True, seed=3, ahead=4)
+        loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=0)
+        for epoch in range(2):
+            ds.set_epoch(epoch)
+            seen = sorted(bytes(t.tolist()) for t in loader)
+            self.assertEqual(seen, sorted(datas))
+        gc.collect()
+        self.assertEqual(self.m.wait_leases(0), 0)
+        gdsfs.disconnect()
 
 
 if __name__ == "__main__":

@@ -194,12 +194,16 @@ func (cn *conn) hold(rel string, l *staging.Lease) (*held, error) {
 		return nil, proto.Errorf(proto.EDQUOT, "%s: uid %d holds %s over open connections; %s more passes ipc.max_held_per_uid (%s); close leases (their connections) first",
 			rel, cn.cred.UID, units.HumanBytes(u.bytes), units.HumanBytes(h.bytes), units.HumanBytes(s.heldLimit))
 	}
-	s.useLocked(cn.cred.UID, func(u *use) { u.bytes += h.bytes; u.files++ })
+	first := 0
+	if len(cn.held) == 0 {
+		first = 1
+	}
+	s.useLocked(cn.cred.UID, func(u *use) { u.bytes += h.bytes; u.files++; u.hold += first })
 	s.mu.Unlock()
 	exp, err := s.export(l.Region())
 	if err != nil {
 		s.mu.Lock()
-		s.useLocked(cn.cred.UID, func(u *use) { u.bytes -= h.bytes; u.files-- })
+		s.useLocked(cn.cred.UID, func(u *use) { u.bytes -= h.bytes; u.files--; u.hold -= first })
 		s.mu.Unlock()
 		return nil, fmt.Errorf("export %s: %w", rel, err)
 	}
@@ -290,8 +294,8 @@ func (s *Server) acquireErr(rel string, err error, waited time.Duration) error {
 	switch {
 	case code == proto.ENOSPC:
 		st := s.Stats()
-		return proto.Errorf(proto.ENOSPC, "%v (waited %s of ipc.acquire_timeout %s; %s held by %d open lease connections)",
-			err, waited.Round(time.Millisecond), s.cfg.Options.AcquireTimeout, units.HumanBytes(st.HeldBytes), st.OpenConnections)
+		return proto.Errorf(proto.ENOSPC, "%v (waited %s of ipc.acquire_timeout %s; %s of the capacity is held by %d lease connections, which hold it until they close)",
+			err, waited.Round(time.Millisecond), s.cfg.Options.AcquireTimeout, units.HumanBytes(st.HeldBytes), st.HoldingConnections)
 	case errors.Is(err, context.DeadlineExceeded):
 		return proto.Errorf(proto.ETIMEDOUT, "%s: not staged within ipc.acquire_timeout (%s): %v", rel, s.cfg.Options.AcquireTimeout, err)
 	case errors.Is(err, context.Canceled):

@@ -135,11 +135,16 @@ func (cn *conn) close() {
 		s.unexport(h.exp)
 	}
 	s.mu.Lock()
+	holding := 0
+	if len(cn.held) > 0 {
+		holding = 1
+	}
 	s.useLocked(cn.cred.UID, func(u *use) {
 		u.conns--
 		u.leases -= len(cn.leases)
 		u.bytes -= bytes
 		u.files -= len(cn.held)
+		u.hold -= holding
 	})
 	delete(s.active, cn)
 	s.mu.Unlock()

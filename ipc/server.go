@@ -91,6 +91,7 @@ type use struct {
 	leases int   // lease ids granted and not released
 	bytes  int64 // device bytes handed out over open connections
 	files  int   // files held by open connections
+	hold   int   // connections holding at least one file
 }
 
 // Listen binds the socket (ipc.socket, or DefaultSocket) and returns a

@@ -21,8 +21,9 @@ type Stats struct {
 	LeasesActive    int    `json:"leases_active"`
 	// Bytes and files handed out over connections still open: they count
 	// against the capacity until those connections close.
-	HeldBytes int64 `json:"lease_held_bytes"`
-	HeldFiles int   `json:"lease_held_files"`
+	HeldBytes          int64 `json:"lease_held_bytes"`
+	HeldFiles          int   `json:"lease_held_files"`
+	HoldingConnections int   `json:"lease_holding_connections"`
 	// Loads a client served some other way (the autoloader's fallbacks),
 	// in total and per reason.
 	AutoloadFallbacks       uint64            `json:"autoload_fallbacks"`
@@ -42,6 +43,7 @@ func (s *Server) Stats() Stats {
 	st.LeasesActive = s.total.leases
 	st.HeldBytes = s.total.bytes
 	st.HeldFiles = s.total.files
+	st.HoldingConnections = s.total.hold
 	s.mu.Unlock()
 	return st
 }

@@ -11,6 +11,8 @@
 //	-change F   with -cycles: rewrite SOURCE file F every 100 cycles
 //	-nofile N   lower RLIMIT_NOFILE to N descriptors beyond those open, so
 //	            an answer's descriptors are truncated (MSG_CTRUNC)
+//	-bench N    per PATH: the first lease's time, then the median and 90th
+//	            percentile of N repeat leases (Open to a pointer, Close), ms
 //
 // A failed lease prints "ERRNO path: message" on stderr and exits 3
 // (with -hold it waits for stdin first).
@@ -26,8 +28,10 @@ import (
 	"io"
 	"os"
 	"runtime/debug"
+	"sort"
 	"strings"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -52,7 +56,12 @@ func main() {
 	cycles := flag.Int("cycles", 0, "lease and close the PATHs this many times; print descriptor and mapping counts")
 	change := flag.String("change", "", "with -cycles: a SOURCE file to rewrite every 100 cycles")
 	nofile := flag.Int("nofile", -1, "leave only this many free descriptors (RLIMIT_NOFILE)")
+	bench := flag.Int("bench", 0, "time this many repeat leases of each PATH")
 	flag.Parse()
+	if *bench > 0 {
+		runBench(flag.Args(), *bench)
+		return
+	}
 	if *cycles > 0 {
 		runCycles(flag.Args(), *cycles, *change)
 		return
@@ -250,4 +259,39 @@ func runCycles(paths []string, n int, change string) {
 	client.DropCache()
 	after := count()
 	json.NewEncoder(os.Stdout).Encode(map[string]counts{"before": before, "after": after})
+}
+
+// runBench times leases: the first of each file in this process, then n
+// repeat leases (the kept mapping, one round trip).
+func runBench(paths []string, n int) {
+	for _, p := range paths {
+		start := time.Now()
+		l, err := client.Open(p)
+		if err != nil || l.Ptr() == 0 {
+			fmt.Fprintf(os.Stderr, "%s: %v\n", p, err)
+			os.Exit(3)
+		}
+		first := time.Since(start)
+		l.Close()
+		times := make([]float64, 0, n)
+		reused := 0
+		for range n {
+			start := time.Now()
+			l, err := client.Open(p)
+			if err != nil || l.Ptr() == 0 {
+				fmt.Fprintf(os.Stderr, "%s: %v\n", p, err)
+				os.Exit(3)
+			}
+			times = append(times, float64(time.Since(start).Nanoseconds())/1e6)
+			if l.Reused() {
+				reused++
+			}
+			l.Close()
+		}
+		sort.Float64s(times)
+		json.NewEncoder(os.Stdout).Encode(map[string]any{
+			"path": p, "first_ms": float64(first.Nanoseconds()) / 1e6, "repeat_median_ms": times[n/2],
+			"repeat_p90_ms": times[n*9/10], "reused": reused, "runs": n,
+		})
+	}
 }

@@ -470,14 +470,14 @@ class golden:
                 op, args = words[0], [os.path.join(root, p) for p in words[1:]]
                 try:
                     if op == "open":
-                        leases[words[1]] = gdsfs.open(args[0], socket=sock)
+                        leases[words[1]] = gdsfs.open(args[0], socket=sock, timeout=20)
                     elif op == "open_many":
-                        for w, l in zip(words[1:], gdsfs.open_many(args, socket=sock)):
+                        for w, l in zip(words[1:], gdsfs.open_many(args, socket=sock, timeout=20)):
                             leases[w] = l
                     elif op == "close":
                         leases.pop(words[1]).close()
                     elif op == "stat":
-                        st_ = gdsfs.stat(args[0], socket=sock)
+                        st_ = gdsfs.stat(args[0], socket=sock, timeout=20)
                         with lock:
                             tc.assertEqual(st_["size"], len(files[words[1]]))
                     else:

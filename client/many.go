@@ -2,6 +2,7 @@ package client
 
 import (
 	"fmt"
+	"os"
 
 	"github.com/gdsfs/gdsfs/proto"
 )
@@ -13,6 +14,36 @@ type item struct {
 	f   *mapped
 }
 
+// batch is one OpenMany in progress.
+type batch struct {
+	paths []string
+	out   []*Lease
+	taken []*mapped // kept mappings taken for a repeat lease, not yet settled
+}
+
+// settle marks a taken mapping as dealt with (leased or discarded).
+func (b *batch) settle(f *mapped) {
+	for k, t := range b.taken {
+		if t == f {
+			b.taken = append(b.taken[:k], b.taken[k+1:]...)
+			return
+		}
+	}
+}
+
+// fail undoes what the batch made and returns err.
+func (b *batch) fail(err error) ([]*Lease, error) {
+	for _, f := range b.taken {
+		reg.discard(f)
+	}
+	for _, l := range b.out {
+		if l != nil {
+			l.Close()
+		}
+	}
+	return nil, err
+}
+
 // OpenMany leases many files in as few round trips as it can: the files
 // this process keeps mapped are leased again together on the connections
 // holding them (one acquire_many each, no descriptors when unchanged), the
@@ -21,95 +52,27 @@ type item struct {
 // any file fails, the leases already made are closed and the error names
 // the file.
 func OpenMany(paths []string) ([]*Lease, error) {
-	out := make([]*Lease, len(paths))
-	var taken []*mapped // taken for a repeat lease and not yet settled
-	settle := func(f *mapped) {
-		for k, t := range taken {
-			if t == f {
-				taken = append(taken[:k], taken[k+1:]...)
-				return
-			}
-		}
-	}
-	fail := func(err error) ([]*Lease, error) {
-		for _, f := range taken {
-			reg.discard(f)
-		}
-		for _, l := range out {
-			if l != nil {
-				l.Close()
-			}
-		}
-		return nil, err
-	}
+	b := &batch{paths: paths, out: make([]*Lease, len(paths))}
 	var fresh []item
 	groups := map[*holder][]item{}
 	for i, p := range paths {
 		loc, err := locateCached(p)
 		if err != nil {
-			return fail(err)
+			return b.fail(err)
 		}
 		if f := reg.take(loc.key()); f != nil {
-			taken = append(taken, f)
+			b.taken = append(b.taken, f)
 			groups[f.conn] = append(groups[f.conn], item{i, loc, f})
 		} else {
 			fresh = append(fresh, item{i: i, loc: loc})
 		}
 	}
 	for h, items := range groups {
-		req := proto.Request{Op: proto.OpAcquireMany}
-		for _, it := range items {
-			req.Paths = append(req.Paths, it.loc.rel)
-			req.Generations = append(req.Generations, it.f.g.Generation)
-		}
-		resp, files, err := h.c.roundTrip(req)
-		if err == nil && len(resp.Files) != len(items) {
-			closeAll(files)
-			err = &Error{Code: proto.EPROTO, Msg: fmt.Sprintf("gdsfs acquire_many: %d answers for %d files", len(resp.Files), len(items))}
-		}
+		again, err := b.repeat(h, items)
 		if err != nil {
-			for _, it := range items {
-				settle(it.f)
-				reg.discard(it.f)
-			}
-			if !retry(err) {
-				return fail(err)
-			}
-			fresh = append(fresh, items...)
-			continue
+			return b.fail(err)
 		}
-		for k, it := range items {
-			a := &resp.Files[k]
-			n := a.FDs()
-			got := files[:min(n, len(files))]
-			files = files[len(got):]
-			settle(it.f)
-			switch {
-			case a.OK && a.Reuse && a.Generation != it.f.g.Generation:
-				h.c.release(a.Lease, resp.Epoch)
-				reg.discard(it.f)
-				closeAll(files)
-				return fail(&Error{Code: proto.EPROTO, Msg: fmt.Sprintf("gdsfs acquire %s: reuse of generation %d answered for %d", paths[it.i], a.Generation, it.f.g.Generation)})
-			case a.OK && a.Reuse:
-				out[it.i] = &Lease{f: it.f, conn: h.c, id: a.Lease, epoch: resp.Epoch, grant: a.Grant}
-			case a.OK:
-				nf, err := reg.adopt(h, it.loc, &a.Grant, got)
-				reg.discard(it.f)
-				if err != nil {
-					h.c.release(a.Lease, resp.Epoch)
-					closeAll(files)
-					return fail(fmt.Errorf("gdsfs acquire %s: map: %w", paths[it.i], err))
-				}
-				out[it.i] = &Lease{f: nf, conn: h.c, id: a.Lease, epoch: resp.Epoch, grant: a.Grant}
-			default:
-				reg.discard(it.f)
-				if !retry(a.Err()) {
-					closeAll(files)
-					return fail(a.Err())
-				}
-				fresh = append(fresh, it)
-			}
-		}
+		fresh = append(fresh, again...)
 	}
 	bySocket := map[string][]item{}
 	var order []string
@@ -123,13 +86,80 @@ func OpenMany(paths []string) ([]*Lease, error) {
 		items := bySocket[socket]
 		for len(items) > 0 {
 			n := min(len(items), proto.MaxBatch)
-			if err := openBatch(paths, items[:n], out); err != nil {
-				return fail(err)
+			if err := openBatch(paths, items[:n], b.out); err != nil {
+				return b.fail(err)
 			}
 			items = items[n:]
 		}
 	}
-	return out, nil
+	return b.out, nil
+}
+
+// repeat leases items again on the connection holding their mappings. It
+// returns the items to lease afresh: changed files, or all of them when
+// the connection failed.
+func (b *batch) repeat(h *holder, items []item) ([]item, error) {
+	req := proto.Request{Op: proto.OpAcquireMany}
+	for _, it := range items {
+		req.Paths = append(req.Paths, it.loc.rel)
+		req.Generations = append(req.Generations, it.f.g.Generation)
+	}
+	resp, files, err := h.c.roundTrip(req)
+	if err == nil && len(resp.Files) != len(items) {
+		closeAll(files)
+		err = &Error{Code: proto.EPROTO, Msg: fmt.Sprintf("gdsfs acquire_many: %d answers for %d files", len(resp.Files), len(items))}
+	}
+	if err != nil {
+		for _, it := range items {
+			b.settle(it.f)
+			reg.discard(it.f)
+		}
+		if !retry(err) {
+			return nil, err
+		}
+		return items, nil
+	}
+	defer func() { closeAll(files) }()
+	var again []item
+	for k, it := range items {
+		a := &resp.Files[k]
+		got := files[:min(a.FDs(), len(files))]
+		files = files[len(got):]
+		b.settle(it.f)
+		lease, err := b.repeatOne(h, it, a, resp.Epoch, got)
+		switch {
+		case lease != nil:
+			b.out[it.i] = lease
+		case err != nil && !retry(err):
+			return nil, err
+		default:
+			again = append(again, it)
+		}
+	}
+	return again, nil
+}
+
+// repeatOne turns one item of a repeat acquire_many into a lease, or an
+// error (a retry-worthy one: lease it afresh).
+func (b *batch) repeatOne(h *holder, it item, a *proto.Item, epoch uint64, files []*os.File) (*Lease, error) {
+	switch {
+	case a.OK && a.Reuse && a.Generation == it.f.g.Generation:
+		return &Lease{f: it.f, conn: h.c, id: a.Lease, epoch: epoch, grant: a.Grant}, nil
+	case a.OK && a.Reuse:
+		h.c.release(a.Lease, epoch)
+		reg.discard(it.f)
+		return nil, &Error{Code: proto.EPROTO, Msg: fmt.Sprintf("gdsfs acquire %s: reuse of generation %d answered for %d", b.paths[it.i], a.Generation, it.f.g.Generation)}
+	case a.OK:
+		nf, err := reg.adopt(h, it.loc, &a.Grant, files)
+		reg.discard(it.f)
+		if err != nil {
+			h.c.release(a.Lease, epoch)
+			return nil, fmt.Errorf("gdsfs acquire %s: map: %w", b.paths[it.i], err)
+		}
+		return &Lease{f: nf, conn: h.c, id: a.Lease, epoch: epoch, grant: a.Grant}, nil
+	}
+	reg.discard(it.f)
+	return nil, a.Err()
 }
 
 // openBatch leases items on one new connection, filling out.

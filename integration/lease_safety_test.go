@@ -76,8 +76,8 @@ func TestTruncatedDescriptorsEndTheLease(t *testing.T) {
 	cmd := exec.Command(bins.leasecheck, "-hold", "-nofile", "2", m.path("data/fg.bin")) // nine chunks, room for one
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
+	stderr := &syncBuffer{} // written by the process's copier goroutine
+	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

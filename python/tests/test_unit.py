@@ -13,7 +13,7 @@ import time
 import unittest
 
 import _support  # noqa: F401 (puts python/ on sys.path)
-from _support import golden
+from _golden import golden
 
 import gdsfs
 from gdsfs import _lease, _mount

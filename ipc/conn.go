@@ -31,6 +31,7 @@ type conn struct {
 	leases map[uint64]*held
 
 	buf       []byte    // received bytes not yet consumed
+	rbuf      []byte    // read buffer
 	lineStart time.Time // when the first byte of the pending line arrived
 }
 
@@ -160,7 +161,9 @@ func (cn *conn) close() {
 func (cn *conn) readLine() ([]byte, error) {
 	o := &cn.s.cfg.Options
 	max := int(o.MaxRequest)
-	rbuf := make([]byte, 4096)
+	if cn.rbuf == nil {
+		cn.rbuf = make([]byte, 4096)
+	}
 	for {
 		if i := bytes.IndexByte(cn.buf, '\n'); i >= 0 {
 			line := cn.buf[:i+1]
@@ -184,12 +187,12 @@ func (cn *conn) readLine() ([]byte, error) {
 			deadline = time.Now().Add(o.IdleTimeout)
 		}
 		cn.c.SetReadDeadline(deadline)
-		n, err := cn.c.Read(rbuf)
+		n, err := cn.c.Read(cn.rbuf)
 		if n > 0 {
 			if len(cn.buf) == 0 {
 				cn.lineStart = time.Now()
 			}
-			cn.buf = append(cn.buf, rbuf[:n]...)
+			cn.buf = append(cn.buf, cn.rbuf[:n]...)
 		}
 		if err != nil {
 			return nil, err

@@ -90,11 +90,11 @@ func TestTruncatedDescriptorsEndTheLease(t *testing.T) {
 	}
 	waitStat(t, m, "leases_active", 0)
 	waitStat(t, m, "lease_held_bytes", 0)
+	stdin.Close()
+	cmd.Wait() // and its stderr copied
 	if !strings.Contains(stderr.String(), "MSG_CTRUNC") {
 		t.Errorf("the error does not say why: %s", stderr.String())
 	}
-	stdin.Close()
-	cmd.Wait()
 }
 
 // TestLeaseCyclesDoNotLeak: 10,000 lease cycles (repeat leases, and a

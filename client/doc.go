@@ -1,6 +1,17 @@
 // Package client is the Go consumer side of gdsfs leases: Open(path) finds
-// the mount holding path, asks its daemon for the staged file over the lease
-// socket, and maps the chunks it receives into one contiguous range: a CUDA
-// device pointer (VMM import) on a GPU, a read-only host mapping on the host
-// backend. The lease pins the file until Close or until the process exits.
+// the gdsfs mount holding path (the nearest mount point above it, bind
+// mounts included, as the Python client does), asks its daemon for the
+// staged file over the lease socket, and maps the chunks it receives into
+// one contiguous range: a CUDA device pointer (VMM import through
+// libcuda.so.1, loaded at run time without cgo) on a GPU, a host mapping
+// on the host backend. Shared-mode leases are mapped read-only.
+//
+// Each file is held over its own connection (OpenMany: one per batch):
+// the daemon counts the bytes against its capacity until that connection
+// closes. Closing a lease never waits for the daemon. Where the daemon
+// allows it, a closed lease's mapping and connection are kept, so the
+// next Open of an unchanged file is one round trip with no descriptors.
+//
+// The package builds with CGO_ENABLED=0 and links neither the daemon
+// (staging, gpu) nor a logging library: only package proto and x/sys.
 package client

@@ -4,192 +4,207 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sync"
-	"syscall"
 
-	"github.com/gdsfs/gdsfs/ipc"
+	"github.com/gdsfs/gdsfs/proto"
 )
 
-// mapping is a consumer's view of the chunks: CUDA or host.
-type mapping interface {
-	Ptr() uint64
-	ReadAt(p []byte, off int64) (int, error)
-	Close() error
-}
-
-// Lease is a staged file mapped into this process. It pins the file in the
-// daemon's cache until Close.
+// Lease is a staged file mapped into this process. The daemon keeps the
+// file (counted against its capacity, never evicted) at least until Close.
 type Lease struct {
-	conn  *Conn
+	f     *mapped
+	conn  *Conn // the connection the lease id lives on
 	id    uint64
 	epoch uint64
-	resp  ipc.Response
-	m     mapping
-	once  sync.Once
-	err   error
+	grant proto.Grant
+
+	mu     sync.RWMutex // shared by ReadAt, exclusive in Close
+	closed bool
 }
 
-// Open leases and maps the staged bytes of path, a file under a gdsfs
-// mount, staging it first if needed. Leases share one connection per daemon
-// in this process (it ends them all if the process dies); where a file's
-// mount and socket were found is remembered per directory.
-func Open(path string) (*Lease, error) {
-	fresh := false
-	for {
-		socket, rel, remembered, err := locateCached(path)
-		if err != nil {
-			return nil, err
-		}
-		c, reused, err := sharedConn(socket, fresh)
-		dialFailed := err != nil
-		var l *Lease
-		if err == nil {
-			l, err = c.Acquire(rel)
-		}
-		if err == nil {
-			return l, nil
-		}
-		// Only a failure to reach the daemon is worth a second look: a
-		// remembered socket that is gone, or a shared connection that broke
-		// (the daemon restarted, the mount moved). Any other error leaves
-		// the connection, and the other leases on it, alone.
-		stale := (dialFailed && remembered) || (!dialFailed && reused && c.broken())
-		if !fresh && stale {
-			forget(socket)
-			fresh = true
-			continue
-		}
-		return nil, err
+// ErrClosed is returned by a closed lease's ReadAt.
+var ErrClosed = errors.New("gdsfs: lease closed")
+
+// Ptr is the CUDA device pointer of the first byte (GPU), or the address
+// of the host mapping (host backend); 0 once closed.
+func (l *Lease) Ptr() uint64 {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.closed {
+		return 0
 	}
+	return l.f.m.Ptr()
 }
 
-// shared holds this process's connections and where files were found.
-var shared struct {
-	sync.Mutex
-	conns   map[string]*Conn     // by socket path
-	located map[string][2]string // directory -> socket, directory relative to the mount
+// Size is the file size in bytes.
+func (l *Lease) Size() int64 { return l.grant.Size }
+
+// Device is "GPU-<uuid>" or "host".
+func (l *Lease) Device() string { return l.grant.Device }
+
+// Generation changes when the daemon re-stages the file.
+func (l *Lease) Generation() uint64 { return l.grant.Generation }
+
+// Sharing is "shared" (a read-only view of the daemon's copy) or
+// "private" (this lease's own copy, writable).
+func (l *Lease) Sharing() string { return l.grant.Sharing }
+
+// ReadOnly says whether the mapping refuses writes: true for shared
+// leases (on a GPU, unless the driver refused read-only access).
+func (l *Lease) ReadOnly() bool { return l.f.m.ReadOnly() }
+
+// Reused says whether this lease reused a mapping kept from an earlier
+// lease of the same generation (the fast path: no descriptors were sent).
+func (l *Lease) Reused() bool { return l.grant.Reuse }
+
+// ReadAt copies staged bytes into p (device to host on a GPU). After
+// Close it fails with ErrClosed.
+func (l *Lease) ReadAt(p []byte, off int64) (int, error) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.closed {
+		return 0, ErrClosed
+	}
+	return l.f.m.ReadAt(p, off)
 }
 
-func sharedConn(socket string, fresh bool) (*Conn, bool, error) {
-	shared.Lock()
-	defer shared.Unlock()
-	if c := shared.conns[socket]; c != nil && !fresh && !c.broken() {
-		return c, true, nil
+// Close ends the lease without waiting for the daemon. The mapping is
+// undone, and its connection closed, unless the daemon allowed keeping it
+// for a repeat lease (Open) or another lease still uses them. Calling it
+// again does nothing. A failed unmapping is the error.
+func (l *Lease) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil
 	}
-	c, err := Dial(socket)
-	if err != nil {
-		return nil, false, err
-	}
-	if shared.conns == nil {
-		shared.conns = map[string]*Conn{}
-	}
-	shared.conns[socket] = c
-	return c, false, nil
-}
-
-// forget drops what is remembered about socket: the places found through
-// it, and its connection if it broke (a working one keeps its leases).
-func forget(socket string) {
-	shared.Lock()
-	defer shared.Unlock()
-	if c := shared.conns[socket]; c != nil && c.broken() {
-		c.Close()
-		delete(shared.conns, socket)
-	}
-	shared.located = nil
-}
-
-func locateCached(path string) (socket, rel string, remembered bool, err error) {
-	if os.Getenv("GDSFS_SOCKET") != "" {
-		socket, rel, err = Locate(path)
-		return socket, rel, false, err
-	}
-	abs, err := filepath.Abs(path)
-	if err != nil {
-		return "", "", false, err
-	}
-	dir, base := filepath.Split(abs)
-	shared.Lock()
-	hit, ok := shared.located[dir]
-	shared.Unlock()
-	if ok {
-		return hit[0], filepath.Join(hit[1], base), true, nil
-	}
-	socket, rel, err = Locate(path)
-	if err != nil {
-		return "", "", false, err
-	}
-	shared.Lock()
-	if shared.located == nil || len(shared.located) > 4096 {
-		shared.located = map[string][2]string{}
-	}
-	shared.located[dir] = [2]string{socket, filepath.Dir(rel)}
-	shared.Unlock()
-	return socket, rel, false, nil
+	l.closed = true
+	return reg.finish(l)
 }
 
 // Acquire leases path (relative to the mount, or absolute under it) on c
-// and maps it.
+// and maps it. The daemon holds the file until c is closed; the lease's
+// Close unmaps it and ends the lease id.
 func (c *Conn) Acquire(path string) (*Lease, error) {
-	resp, files, err := c.roundTrip(ipc.Request{Op: ipc.OpAcquire, Path: path})
+	resp, files, err := c.roundTrip(proto.Request{Op: proto.OpAcquire, Path: path})
 	if err != nil {
 		return nil, err
 	}
 	defer closeAll(files)
-	l := &Lease{conn: c, id: resp.Lease, epoch: resp.Epoch, resp: resp}
-	if len(files) != len(resp.Chunks) {
-		l.release()
-		return nil, fmt.Errorf("gdsfs acquire %s: %d descriptors for %d chunks", path, len(files), len(resp.Chunks))
-	}
-	lens := make([]int64, len(resp.Chunks))
-	for i, ch := range resp.Chunks {
-		lens[i] = ch.Len
-	}
-	l.m, err = mapChunks(resp.Device, files, lens, resp.Size)
+	m, err := mapGrant(&resp.Grant, files)
 	if err != nil {
-		l.release()
+		c.release(resp.Lease, resp.Epoch)
 		return nil, fmt.Errorf("gdsfs acquire %s: map: %w", path, err)
 	}
-	return l, nil
+	f := &mapped{conn: &holder{c: c, owned: false}, g: resp.Grant, m: m, users: 1}
+	f.conn.refs = 1
+	return &Lease{f: f, conn: c, id: resp.Lease, epoch: resp.Epoch, grant: resp.Grant}, nil
 }
 
-// Ptr is the CUDA device pointer of the first byte (GPU), or the address of
-// the read-only host mapping (host backend).
-func (l *Lease) Ptr() uint64 { return l.m.Ptr() }
-
-// Size is the file size in bytes.
-func (l *Lease) Size() int64 { return l.resp.Size }
-
-// Device is "GPU-<uuid>" or "host".
-func (l *Lease) Device() string { return l.resp.Device }
-
-// Generation changes when the daemon re-stages the file.
-func (l *Lease) Generation() uint64 { return l.resp.Generation }
-
-// ReadAt copies staged bytes into p (device to host on a GPU).
-func (l *Lease) ReadAt(p []byte, off int64) (int, error) { return l.m.ReadAt(p, off) }
-
-// Close unmaps and releases the lease. If the daemon that granted it is
-// gone, the mapping is still undone and the error says the lease ended
-// with that daemon (ESTALE).
-func (l *Lease) Close() error {
-	l.once.Do(func() {
-		if l.m != nil {
-			l.err = l.m.Close()
-		}
-		if err := l.release(); err != nil && l.err == nil {
-			l.err = err
-		}
-	})
-	return l.err
-}
-
-func (l *Lease) release() error {
-	_, _, err := l.conn.roundTrip(ipc.Request{Op: ipc.OpRelease, Lease: l.id, Epoch: l.epoch})
-	var ce *Error
-	if err != nil && !errors.As(err, &ce) {
-		return &Error{Errno: syscall.ESTALE, Msg: fmt.Sprintf("lease %d ended with its daemon (epoch %d): %v", l.id, l.epoch, err)}
+// Open leases and maps the staged bytes of path, a file under a gdsfs
+// mount, staging it first if needed. A file this process has leased before
+// and still keeps mapped (see Close) is leased again in one round trip,
+// with no descriptors, if it has not changed; a changed one is mapped
+// anew.
+func Open(path string) (*Lease, error) {
+	loc, err := locateCached(path)
+	if err != nil {
+		return nil, err
 	}
-	return err
+	if f := reg.take(loc.key()); f != nil {
+		l, err := repeat(f, loc)
+		if err == nil {
+			return l, nil
+		}
+		reg.discard(f)
+		if !retry(err) {
+			return nil, err
+		}
+	}
+	return openFresh(path, loc)
+}
+
+// repeat leases an unchanged file on the connection that holds its
+// mapping.
+func repeat(f *mapped, loc location) (*Lease, error) {
+	resp, files, err := f.conn.c.roundTrip(proto.Request{Op: proto.OpAcquire, Path: loc.rel, Generation: f.g.Generation})
+	if err != nil {
+		return nil, err
+	}
+	if resp.Reuse {
+		if resp.Generation != f.g.Generation {
+			f.conn.c.release(resp.Lease, resp.Epoch)
+			return nil, &Error{Code: proto.EPROTO, Msg: fmt.Sprintf("gdsfs acquire %s: reuse of generation %d answered for %d", loc.rel, resp.Generation, f.g.Generation)}
+		}
+		return &Lease{f: f, conn: f.conn.c, id: resp.Lease, epoch: resp.Epoch, grant: resp.Grant}, nil
+	}
+	// New bytes on this connection: map them.
+	nf, err := reg.adopt(f.conn, loc, &resp.Grant, files)
+	if err != nil {
+		f.conn.c.release(resp.Lease, resp.Epoch)
+		return nil, err
+	}
+	reg.discard(f)
+	return &Lease{f: nf, conn: f.conn.c, id: resp.Lease, epoch: resp.Epoch, grant: resp.Grant}, nil
+}
+
+// retry says whether a failed repeat lease is worth a fresh connection:
+// the file changed (ESTALE) or the connection broke.
+func retry(err error) bool {
+	var pe *proto.Error
+	if errors.As(err, &pe) {
+		return pe.Code == proto.ESTALE || pe.Code == proto.EPROTO
+	}
+	return true // not an answer: the connection failed
+}
+
+// openFresh leases path on a new connection.
+func openFresh(path string, loc location) (*Lease, error) {
+	c, err := Dial(loc.socket)
+	if err != nil && loc.remembered {
+		// The daemon restarted or the mount moved: look again, once.
+		forget()
+		if loc, err = locateCached(path); err == nil {
+			c, err = Dial(loc.socket)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	resp, files, err := c.roundTrip(proto.Request{Op: proto.OpAcquire, Path: loc.rel})
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	h := &holder{c: c, owned: true}
+	f, err := reg.adopt(h, loc, &resp.Grant, files)
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("gdsfs acquire %s: map: %w", path, err)
+	}
+	if !resp.Cache {
+		reg.flushIdle(loc.socket) // the daemon is short of room
+	}
+	return &Lease{f: f, conn: c, id: resp.Lease, epoch: resp.Epoch, grant: resp.Grant}, nil
+}
+
+// Stat asks the daemon holding path for its state without staging it
+// (on a connection of its own, closed after).
+func Stat(path string) (proto.Response, error) {
+	s, rel, err := Locate(path)
+	if err != nil {
+		return proto.Response{}, err
+	}
+	c, err := Dial(s)
+	if err != nil {
+		return proto.Response{}, err
+	}
+	defer c.Close()
+	return c.Stat(rel)
+}
+
+// mapFiles maps a grant's descriptors and closes them.
+func mapFiles(g *proto.Grant, files []*os.File) (mapping, error) {
+	defer closeAll(files)
+	return mapGrant(g, files)
 }

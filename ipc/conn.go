@@ -1,281 +1,282 @@
 package ipc
 
 import (
-	"bufio"
 	"bytes"
-	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"io/fs"
 	"net"
 	"os"
-	"path"
-	"strings"
 	"syscall"
+	"time"
 
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
-	"github.com/gdsfs/gdsfs/internal/perm"
-	"github.com/gdsfs/gdsfs/staging"
+	"github.com/gdsfs/gdsfs/gpu"
+	"github.com/gdsfs/gdsfs/internal/access"
+	"github.com/gdsfs/gdsfs/proto"
 )
 
-// maxFDs is the kernel's limit of descriptors in one SCM_RIGHTS message.
-const maxFDs = 253
-
-// conn is one client connection; it is served by one goroutine.
+// conn is one client connection, served by one goroutine: its fields are
+// that goroutine's alone.
 type conn struct {
-	s      *Server
-	c      *net.UnixConn
-	cred   perm.Cred
-	credOK error // why the peer's credentials are unknown, if they are
-	leases map[uint64]*staging.Lease
+	s       *Server
+	c       *net.UnixConn
+	cred    access.Cred
+	credErr error // why the peer's credentials are unknown, if they are
+	// held: the files handed out on this connection, by region. They stay
+	// leased (counted, never evicted) until the connection closes.
+	held map[gpu.Region]*held
+	// leases: lease ids granted and not released.
+	leases map[uint64]*held
+
+	buf       []byte    // received bytes not yet consumed
+	rbuf      []byte    // read buffer
+	lineStart time.Time // when the first byte of the pending line arrived
 }
 
-var errTooLong = errors.New("request too long")
+var (
+	errTooLong = errors.New("request too long")
+)
 
 func (s *Server) serveConn(c *net.UnixConn) {
 	defer s.wg.Done()
-	cn := &conn{s: s, c: c, leases: map[uint64]*staging.Lease{}}
-	defer cn.close()
-	s.mu.Lock()
-	tooMany := len(s.active) > s.cfg.Options.MaxConnections
-	s.mu.Unlock()
-	if tooMany {
-		cn.send(cn.fail(syscall.EMFILE, fmt.Errorf("more than ipc.max_connections (%d) clients", s.cfg.Options.MaxConnections)), nil)
+	cn := &conn{s: s, c: c, held: map[gpu.Region]*held{}, leases: map[uint64]*held{}}
+	cn.cred, cn.credErr = peerCred(c)
+	if err := s.admit(cn); err != nil {
+		s.refused.Add(1)
+		cn.send(cn.fail(err), nil)
+		c.Close()
 		return
 	}
-	cn.cred, cn.credOK = peerCred(c)
-	r := bufio.NewReaderSize(c, 4096)
+	defer cn.close()
 	for {
-		line, err := readLine(r, int(s.cfg.Options.MaxRequest))
-		if errors.Is(err, errTooLong) {
+		line, err := cn.readLine()
+		switch {
+		case errors.Is(err, errTooLong):
 			s.bad.Add(1)
-			cn.send(cn.fail(syscall.E2BIG, fmt.Errorf("request longer than ipc.max_request (%s)", s.cfg.Options.MaxRequest)), nil)
+			cn.answer("invalid", time.Now(), cn.fail(proto.Errorf(proto.E2BIG,
+				"request longer than ipc.max_request (%s); closing the connection", s.cfg.Options.MaxRequest)), nil)
 			return // the stream cannot be resynchronised
-		}
-		if err != nil {
-			return // EOF, a half request, or Close
+		case errors.Is(err, os.ErrDeadlineExceeded) && len(cn.buf) > 0:
+			s.timeouts.Add(1)
+			cn.send(cn.fail(proto.Errorf(proto.ETIMEDOUT,
+				"request line not finished within ipc.request_timeout (%s); closing the connection", s.cfg.Options.RequestTimeout)), nil)
+			return
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			s.timeouts.Add(1) // idle, holding nothing: ipc.idle_timeout
+			return
+		case err != nil:
+			return // EOF, a reset, or Close
 		}
 		if len(bytes.TrimSpace(line)) == 0 {
 			continue
 		}
+		start := time.Now()
 		s.requests.Add(1)
-		resp, files := cn.handle(line)
-		err = cn.send(resp, files)
-		for _, f := range files {
-			f.Close()
-		}
-		if err != nil {
+		op, resp, fds := cn.handle(line)
+		if err := cn.answer(op, start, resp, fds); err != nil {
 			return
 		}
 	}
 }
 
-func (cn *conn) close() {
-	for id, l := range cn.leases {
-		l.Release()
-		delete(cn.leases, id)
+// answer sends resp with fds and reports it to Config.Observe.
+func (cn *conn) answer(op string, start time.Time, resp proto.Response, fds []int) error {
+	err := cn.send(resp, fds)
+	if obs := cn.s.cfg.Observe; obs != nil {
+		obs(op, time.Since(start), resp.Err())
 	}
-	cn.c.Close()
-	cn.s.mu.Lock()
-	delete(cn.s.active, cn.c)
-	cn.s.mu.Unlock()
+	return err
 }
 
-// readLine reads one '\n'-terminated line of at most max bytes.
-func readLine(r *bufio.Reader, max int) ([]byte, error) {
-	var line []byte
+// admit counts cn against ipc.max_connections and its uid's
+// ipc.max_connections_per_uid, or says which bound it would pass.
+func (s *Server) admit(cn *conn) error {
+	o := &s.cfg.Options
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return proto.Errorf(proto.EMFILE, "the daemon is stopping")
+	}
+	u := s.uids[cn.cred.UID]
+	switch {
+	case s.total.conns >= o.MaxConnections:
+		return proto.Errorf(proto.EMFILE, "more than ipc.max_connections (%d) clients", o.MaxConnections)
+	case u != nil && u.conns >= o.MaxConnectionsPerUID:
+		return proto.Errorf(proto.EMFILE, "uid %d has ipc.max_connections_per_uid (%d) connections open", cn.cred.UID, o.MaxConnectionsPerUID)
+	}
+	s.useLocked(cn.cred.UID, func(u *use) { u.conns++ })
+	s.active[cn] = true
+	return nil
+}
+
+// useLocked applies fn to uid's use and to the total. s.mu must be held.
+func (s *Server) useLocked(uid uint32, fn func(*use)) {
+	u := s.uids[uid]
+	if u == nil {
+		u = &use{}
+		s.uids[uid] = u
+	}
+	fn(u)
+	fn(&s.total)
+	if *u == (use{}) {
+		delete(s.uids, uid)
+	}
+}
+
+// close ends everything the connection held.
+func (cn *conn) close() {
+	s := cn.s
+	cn.c.Close()
+	var bytes int64
+	for _, h := range cn.held {
+		bytes += h.bytes
+		h.lease.Release()
+		s.unexport(h.exp)
+	}
+	s.mu.Lock()
+	holding := 0
+	if len(cn.held) > 0 {
+		holding = 1
+	}
+	s.useLocked(cn.cred.UID, func(u *use) {
+		u.conns--
+		u.leases -= len(cn.leases)
+		u.bytes -= bytes
+		u.files -= len(cn.held)
+		u.hold -= holding
+	})
+	delete(s.active, cn)
+	s.mu.Unlock()
+	cn.held, cn.leases = nil, nil
+	if s.onClosed != nil {
+		s.onClosed()
+	}
+}
+
+// readLine returns the next request line. While the connection holds
+// nothing, waiting for a line is bounded by ipc.idle_timeout; once a line
+// has started, its end must come within ipc.request_timeout.
+func (cn *conn) readLine() ([]byte, error) {
+	o := &cn.s.cfg.Options
+	max := int(o.MaxRequest)
+	if cn.rbuf == nil {
+		cn.rbuf = make([]byte, 4096)
+	}
 	for {
-		part, err := r.ReadSlice('\n')
-		line = append(line, part...)
-		if len(line) > max {
+		if i := bytes.IndexByte(cn.buf, '\n'); i >= 0 {
+			line := cn.buf[:i+1]
+			cn.buf = cn.buf[i+1:]
+			if len(cn.buf) > 0 {
+				cn.lineStart = time.Now()
+			}
+			if len(line) > max {
+				return nil, errTooLong
+			}
+			return line, nil
+		}
+		if len(cn.buf) > max {
 			return nil, errTooLong
 		}
+		var deadline time.Time
 		switch {
-		case err == nil:
-			return line, nil
-		case errors.Is(err, bufio.ErrBufferFull):
-			continue
-		case errors.Is(err, io.EOF) && len(line) > 0:
-			return nil, io.ErrUnexpectedEOF
-		default:
+		case len(cn.buf) > 0:
+			deadline = cn.lineStart.Add(o.RequestTimeout)
+		case len(cn.held) == 0:
+			deadline = time.Now().Add(o.IdleTimeout)
+		}
+		cn.c.SetReadDeadline(deadline)
+		n, err := cn.c.Read(cn.rbuf)
+		if n > 0 {
+			if len(cn.buf) == 0 {
+				cn.lineStart = time.Now()
+			}
+			cn.buf = append(cn.buf, cn.rbuf[:n]...)
+		}
+		if err != nil {
 			return nil, err
 		}
 	}
 }
 
-func peerCred(c *net.UnixConn) (perm.Cred, error) {
+func peerCred(c *net.UnixConn) (access.Cred, error) {
 	raw, err := c.SyscallConn()
 	if err != nil {
-		return perm.Cred{}, err
+		return access.Cred{}, err
 	}
 	var uc *unix.Ucred
 	var uerr error
 	if err := raw.Control(func(fd uintptr) {
 		uc, uerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
 	}); err != nil {
-		return perm.Cred{}, err
+		return access.Cred{}, err
 	}
 	if uerr != nil {
-		return perm.Cred{}, fmt.Errorf("SO_PEERCRED: %w", uerr)
+		return access.Cred{UID: ^uint32(0), GID: ^uint32(0)}, fmt.Errorf("SO_PEERCRED: %w", uerr)
 	}
-	return perm.ForPID(uc.Pid, uc.Uid, uc.Gid)
+	// Without its groups (the process is gone, or in a PID namespace the
+	// daemon cannot see) the peer keeps its uid and gid: it can only get
+	// fewer rights than it has, never more.
+	c2, _ := access.FromPID(uc.Pid, uc.Uid, uc.Gid)
+	return c2, nil
 }
 
-func (cn *conn) handle(line []byte) (Response, []*os.File) {
-	var req Request
-	dec := json.NewDecoder(bytes.NewReader(line))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
+// handle answers one request line.
+func (cn *conn) handle(line []byte) (string, proto.Response, []int) {
+	req, err := proto.DecodeRequest(line)
+	if err != nil {
 		cn.s.bad.Add(1)
-		return cn.fail(syscall.EINVAL, fmt.Errorf("malformed request: %v", err)), nil
+		op := req.Op
+		if !knownOp(op) {
+			op = "invalid"
+		}
+		return op, cn.fail(err), nil
 	}
 	switch req.Op {
-	case OpAcquire:
-		return cn.acquire(req)
-	case OpRelease:
-		return cn.release(req), nil
-	case OpStat:
-		return cn.stat(req), nil
-	default:
-		cn.s.bad.Add(1)
-		return cn.fail(syscall.EINVAL, fmt.Errorf("unknown op %q (want acquire, release or stat)", req.Op)), nil
+	case proto.OpAcquire:
+		resp, fds := cn.acquire(req)
+		return req.Op, resp, fds
+	case proto.OpAcquireMany:
+		resp, fds := cn.acquireMany(req)
+		return req.Op, resp, fds
+	case proto.OpRelease:
+		return req.Op, cn.release(req), nil
+	case proto.OpStat:
+		return req.Op, cn.stat(req), nil
+	case proto.OpReport:
+		cn.s.reports.add(req.Reason)
+		return req.Op, cn.ok(), nil
+	default: // hello
+		r := cn.ok()
+		r.Version, r.Ops, r.MaxFDs = proto.Version, proto.Ops, proto.MaxFDs
+		return req.Op, r, nil
 	}
 }
 
-func (cn *conn) acquire(req Request) (Response, []*os.File) {
-	s := cn.s
-	rel, st, err := cn.checkAccess(req.Path)
-	if err != nil {
-		return cn.failErr(err), nil
-	}
-	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.Options.AcquireTimeout)
-	defer cancel()
-	l, err := s.cfg.Cache.Acquire(ctx, staging.Request{Rel: rel, Private: s.cfg.Options.Sharing == SharingPrivate})
-	if err != nil {
-		return cn.failErr(err), nil
-	}
-	if dev, ino := l.Inode(); dev != st.Dev || ino != st.Ino {
-		// Renamed or replaced between the check and the load: what was
-		// staged is not what the peer was allowed to read.
-		l.Release()
-		return cn.fail(syscall.EAGAIN, fmt.Errorf("%s changed while it was being leased; try again", rel)), nil
-	}
-	chunks := l.Chunks()
-	if len(chunks) > maxFDs {
-		l.Release()
-		return cn.fail(syscall.EFBIG, fmt.Errorf("%s: %d chunks, more than %d descriptors fit in one message; raise staging.chunk_size", rel, len(chunks), maxFDs)), nil
-	}
-	files, err := l.Export()
-	if err != nil {
-		l.Release()
-		return cn.failErr(fmt.Errorf("export %s: %w", rel, err)), nil
-	}
-	id := s.nextLease.Add(1)
-	cn.leases[id] = l
-	resp := Response{
-		OK: true, Epoch: s.epoch, Lease: id, Size: l.Size(), Generation: l.Generation(),
-		Device: l.Device(), Sharing: s.cfg.Options.Sharing,
-	}
-	for _, n := range chunks {
-		resp.Chunks = append(resp.Chunks, Chunk{Len: n})
-	}
-	s.log.Debug("lease", zap.String("path", rel), zap.Uint64("lease", id), zap.Uint32("uid", cn.cred.UID))
-	return resp, files
-}
-
-func (cn *conn) release(req Request) Response {
-	if req.Epoch != 0 && req.Epoch != cn.s.epoch {
-		return cn.fail(syscall.ESTALE, fmt.Errorf("lease %d is from another daemon instance (epoch %d); it ended with it", req.Lease, req.Epoch))
-	}
-	l, ok := cn.leases[req.Lease]
-	if !ok {
-		return cn.fail(syscall.EINVAL, fmt.Errorf("no lease %d on this connection", req.Lease))
-	}
-	delete(cn.leases, req.Lease)
-	l.Release()
-	return Response{OK: true, Epoch: cn.s.epoch}
-}
-
-func (cn *conn) stat(req Request) Response {
-	rel, st, err := cn.checkAccess(req.Path)
-	if err != nil {
-		return cn.failErr(err)
-	}
-	state, loadPath := cn.s.cfg.Cache.Attr(rel)
-	return Response{OK: true, Epoch: cn.s.epoch, State: state, LoadPath: loadPath, Size: st.Size}
-}
-
-// checkAccess turns a request path into a SOURCE-relative one with no
-// symbolic links left and checks that the peer could read it: search
-// permission on every directory the walk passes through (links included)
-// and read permission on the file. It returns the file's attributes, so
-// the caller can check that the file leased is the file checked.
-func (cn *conn) checkAccess(p string) (string, *syscall.Stat_t, error) {
-	s := cn.s
-	if rest, ok := strings.CutPrefix(p, s.cfg.Mountpoint+"/"); ok {
-		p = rest
-	}
-	rel := path.Clean("/" + p)[1:]
-	if rel == "" || p == "" {
-		return "", nil, fmt.Errorf("path %q: does not name a file under the mount: %w", p, syscall.EINVAL)
-	}
-	if cn.credOK != nil {
-		s.denied.Add(1)
-		return "", nil, fmt.Errorf("%s: peer credentials unknown (%v): %w", rel, cn.credOK, syscall.EACCES)
-	}
-	resolved, st, err := perm.Resolve(s.cfg.Source, rel, cn.cred)
-	if err != nil {
-		if errors.Is(err, syscall.EACCES) {
-			s.denied.Add(1)
+func knownOp(op string) bool {
+	for _, o := range proto.Ops {
+		if o == op {
+			return true
 		}
-		return "", nil, err
 	}
-	if !perm.CanRead(st, cn.cred) {
-		s.denied.Add(1)
-		return "", nil, fmt.Errorf("%s: uid %d may not read it: %w", rel, cn.cred.UID, syscall.EACCES)
-	}
-	return resolved, st, nil
+	return false
 }
 
-func (cn *conn) fail(errno syscall.Errno, err error) Response {
-	return Response{Epoch: cn.s.epoch, Errno: unix.ErrnoName(errno), Error: err.Error()}
+func (cn *conn) ok() proto.Response { return proto.Response{OK: true, Epoch: cn.s.epoch} }
+
+// fail is the answer for err: its errno (see errnoOf) and message.
+func (cn *conn) fail(err error) proto.Response {
+	code, msg := errnoOf(err)
+	return proto.Response{Epoch: cn.s.epoch, Errno: proto.ErrnoName(code), Error: msg}
 }
 
-// failErr answers err with the errno it carries (ETIMEDOUT for a deadline,
-// EIO when it carries none).
-func (cn *conn) failErr(err error) Response {
-	var errno syscall.Errno
-	switch {
-	case errors.As(err, &errno):
-	case errors.Is(err, context.DeadlineExceeded):
-		errno = syscall.ETIMEDOUT
-	case errors.Is(err, fs.ErrNotExist):
-		errno = syscall.ENOENT
-	default:
-		errno = syscall.EIO
+// send writes one answer line, with fds as SCM_RIGHTS.
+func (cn *conn) send(resp proto.Response, fds []int) error {
+	cn.c.SetWriteDeadline(time.Now().Add(cn.s.cfg.Options.RequestTimeout))
+	err := proto.Send(cn.c, resp.Line(), fds)
+	if err != nil && !errors.Is(err, syscall.EPIPE) && !errors.Is(err, syscall.ECONNRESET) {
+		cn.s.log.Debug("answer not sent", zap.Uint32("uid", cn.cred.UID), zap.Error(err))
 	}
-	return cn.fail(errno, err)
-}
-
-// send writes one answer line, with files as SCM_RIGHTS.
-func (cn *conn) send(resp Response, files []*os.File) error {
-	b, err := json.Marshal(resp)
-	if err != nil {
-		return err
-	}
-	b = append(b, '\n')
-	var oob []byte
-	if len(files) > 0 {
-		fds := make([]int, len(files))
-		for i, f := range files {
-			fds[i] = int(f.Fd())
-		}
-		oob = unix.UnixRights(fds...)
-	}
-	_, _, err = cn.c.WriteMsgUnix(b, oob, nil)
 	return err
 }

@@ -1,10 +1,14 @@
 // Package ipc is the lease server: consumers on the node ask for a staged
-// file over a Unix socket (JSON lines) and receive its chunks as file
-// descriptors (SCM_RIGHTS) to map: CUDA VMM handles on a GPU, memfds on the
-// host backend.
+// file over a Unix socket and receive its chunks as file descriptors
+// (SCM_RIGHTS) to map: CUDA VMM handles on a GPU, memfds on the host
+// backend. The protocol itself (messages, descriptor rules, errno names)
+// is package proto; proto/PROTOCOL.md describes it.
 //
-// It never hands a descriptor to a peer that could not read the backing
-// file itself (uid and groups from SO_PEERCRED and /proc), never lets one
-// connection's bad input stop another, and ends every lease of a
-// connection when it closes.
+// It never hands a descriptor to a peer that could not read the file
+// itself: the file is opened as the peer (uid and gid from SO_PEERCRED,
+// groups from /proc), so the kernel decides, ACLs included. Bytes handed
+// to a connection stay counted against the capacity until the connection
+// closes, with per-uid bounds on connections, leases and held bytes. One
+// connection's bad or slow input never stops another, and closing a
+// connection ends everything it held.
 package ipc

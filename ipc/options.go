@@ -5,12 +5,13 @@ import (
 	"time"
 
 	"github.com/gdsfs/gdsfs/internal/units"
+	"github.com/gdsfs/gdsfs/proto"
 )
 
 // Sharing modes (ipc.sharing).
 const (
-	SharingShared  = "shared"
-	SharingPrivate = "private"
+	SharingShared  = proto.SharingShared
+	SharingPrivate = proto.SharingPrivate
 )
 
 // Options is the ipc section of config.yaml; errors name its keys.
@@ -20,6 +21,21 @@ type Options struct {
 	AcquireTimeout time.Duration `yaml:"acquire_timeout"`
 	MaxRequest     units.Size    `yaml:"max_request"`
 	MaxConnections int           `yaml:"max_connections"`
+	// Per-uid bounds: connections open, leases not released, and bytes
+	// handed out over open connections (a size or a share of the
+	// capacity).
+	MaxConnectionsPerUID int         `yaml:"max_connections_per_uid"`
+	MaxLeasesPerUID      int         `yaml:"max_leases_per_uid"`
+	MaxHeldPerUID        units.Share `yaml:"max_held_per_uid"`
+	// IdleTimeout closes a connection that holds nothing and sends
+	// nothing; RequestTimeout closes one that started a request line and
+	// did not finish it.
+	IdleTimeout    time.Duration `yaml:"idle_timeout"`
+	RequestTimeout time.Duration `yaml:"request_timeout"`
+	// CacheHeadroom: acquire answers let clients keep a released file
+	// mapped (the repeat-lease fast path) only while at least this much of
+	// the capacity is free.
+	CacheHeadroom units.Share `yaml:"cache_headroom"`
 }
 
 // Validate checks the options, naming the key at fault.
@@ -29,14 +45,30 @@ func (o *Options) Validate() error {
 	default:
 		return fmt.Errorf("ipc.sharing: %q is not one of shared, private", o.Sharing)
 	}
-	if o.AcquireTimeout <= 0 {
-		return fmt.Errorf("ipc.acquire_timeout: %s must be positive", o.AcquireTimeout)
+	for _, d := range []struct {
+		key string
+		v   time.Duration
+	}{{"acquire_timeout", o.AcquireTimeout}, {"idle_timeout", o.IdleTimeout}, {"request_timeout", o.RequestTimeout}} {
+		if d.v <= 0 {
+			return fmt.Errorf("ipc.%s: %s must be positive", d.key, d.v)
+		}
 	}
 	if o.MaxRequest < 256 || o.MaxRequest > 16<<20 {
 		return fmt.Errorf("ipc.max_request: %s is outside 256..16MiB", o.MaxRequest)
 	}
-	if o.MaxConnections < 1 {
-		return fmt.Errorf("ipc.max_connections: %d is below 1", o.MaxConnections)
+	for _, n := range []struct {
+		key string
+		v   int
+	}{{"max_connections", o.MaxConnections}, {"max_connections_per_uid", o.MaxConnectionsPerUID}, {"max_leases_per_uid", o.MaxLeasesPerUID}} {
+		if n.v < 1 {
+			return fmt.Errorf("ipc.%s: %d is below 1", n.key, n.v)
+		}
+	}
+	if o.MaxHeldPerUID.Percent == 0 && o.MaxHeldPerUID.Bytes <= 0 {
+		return fmt.Errorf("ipc.max_held_per_uid: must be a positive size or percentage of the capacity")
+	}
+	if o.CacheHeadroom.Percent == 0 && o.CacheHeadroom.Bytes < 0 {
+		return fmt.Errorf("ipc.cache_headroom: negative")
 	}
 	return nil
 }

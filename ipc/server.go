@@ -11,9 +11,12 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/gdsfs/gdsfs/gpu"
+	"github.com/gdsfs/gdsfs/internal/access"
 	"github.com/gdsfs/gdsfs/staging"
 )
 
@@ -21,44 +24,74 @@ import (
 type Cache interface {
 	Acquire(ctx context.Context, req staging.Request) (*staging.Lease, error)
 	Attr(rel string) (state, path string)
+	Stats() staging.Stats
 }
 
 // Config is what Listen needs.
 type Config struct {
-	Source     string // SOURCE, for permission checks
+	Source     string // SOURCE: files are opened beneath it, as the peer
 	Mountpoint string // accepted as a prefix of request paths
 	Options    Options
 	Cache      Cache
 	Log        *zap.Logger
+	// Observe, when set, is called once per request answered: the op
+	// ("acquire", ...; "invalid" for a line that is not a request), how
+	// long the answer took, and the error answered (nil for success; it
+	// has an Errno() string method).
+	Observe func(op string, d time.Duration, err error)
 }
 
-// Stats are the server's counters.
-type Stats struct {
-	Connections uint64 `json:"ipc_connections"`
-	Requests    uint64 `json:"ipc_requests"`
-	BadRequests uint64 `json:"ipc_bad_requests"`
-	LeaseDenied uint64 `json:"lease_denied"`
+// listener is what Serve accepts from (a *net.UnixListener; tests inject
+// failures).
+type listener interface {
+	AcceptUnix() (*net.UnixConn, error)
+	Close() error
 }
 
 // Server answers lease requests on a Unix socket.
+//
+// Lock order: mu, then nothing; expMu, then nothing (never both).
 type Server struct {
 	cfg   Config
+	root  *access.Root
 	path  string
 	epoch uint64
-	ln    *net.UnixListener
+	ln    listener
 	log   *zap.Logger
 	// ctx bounds every acquire; Close cancels it so no handler outlives
 	// the server waiting for a load.
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	nextLease                    atomic.Uint64
-	conns, requests, bad, denied atomic.Uint64
+	heldLimit int64 // ipc.max_held_per_uid in bytes
+	headroom  int64 // ipc.cache_headroom in bytes
+	room      roomCache
+	reports   reports
+
+	nextLease                     atomic.Uint64
+	conns, requests, bad, denied  atomic.Uint64
+	acceptErrs, timeouts, refused atomic.Uint64
 
 	mu     sync.Mutex
-	active map[*net.UnixConn]bool // guarded by mu
-	closed bool                   // guarded by mu
+	active map[*conn]bool  // guarded by mu
+	uids   map[uint32]*use // guarded by mu; entries with nothing in use are removed
+	total  use             // guarded by mu; INVARIANT: the sum of uids
+	closed bool            // guarded by mu
 	wg     sync.WaitGroup
+
+	expMu   sync.Mutex
+	exports map[gpu.Region]*export // guarded by expMu
+
+	onClosed func() // tests: called after a connection's end is accounted
+}
+
+// use is what one uid (or everyone) has open.
+type use struct {
+	conns  int
+	leases int   // lease ids granted and not released
+	bytes  int64 // device bytes handed out over open connections
+	files  int   // files held by open connections
+	hold   int   // connections holding at least one file
 }
 
 // Listen binds the socket (ipc.socket, or DefaultSocket) and returns a
@@ -70,24 +103,36 @@ func Listen(cfg Config) (*Server, error) {
 	if cfg.Log == nil {
 		cfg.Log = zap.NewNop()
 	}
+	root, err := access.OpenRoot(cfg.Source)
+	if err != nil {
+		return nil, fmt.Errorf("ipc: SOURCE: %w", err)
+	}
 	path := cfg.Options.Socket
 	if path == "" {
 		path = DefaultSocket(cfg.Mountpoint)
 	}
 	ln, err := listen(path)
 	if err != nil {
+		root.Close()
 		return nil, fmt.Errorf("ipc.socket %s: %w", path, err)
 	}
 	var b [8]byte
 	rand.Read(b[:])
+	capacity := cfg.Cache.Stats().CapacityBytes
 	s := &Server{
-		cfg: cfg, path: path, epoch: binary.LittleEndian.Uint64(b[:]) | 1, ln: ln,
-		log: cfg.Log.Named("ipc"), active: map[*net.UnixConn]bool{},
+		cfg: cfg, root: root, path: path, epoch: binary.LittleEndian.Uint64(b[:]) | 1, ln: ln,
+		log: cfg.Log.Named("ipc"), active: map[*conn]bool{}, uids: map[uint32]*use{},
+		exports:   map[gpu.Region]*export{},
+		heldLimit: cfg.Options.MaxHeldPerUID.Resolve(capacity),
+		headroom:  cfg.Options.CacheHeadroom.Resolve(capacity),
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	return s, nil
 }
 
+// listen binds path, mode 0666: anyone on the node may connect; what a
+// peer may lease is decided per request by opening the file as the peer.
+// The directory holding it is made 0755 if missing.
 func listen(path string) (*net.UnixListener, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, err
@@ -104,8 +149,6 @@ func listen(path string) (*net.UnixListener, error) {
 		return nil, err
 	}
 	ln.SetUnlinkOnClose(true)
-	// Anyone may connect; each request is checked against the file's
-	// permissions with the peer's credentials.
 	if err := os.Chmod(path, 0o666); err != nil {
 		ln.Close()
 		return nil, err
@@ -153,26 +196,34 @@ func (s *Server) Path() string { return s.path }
 // Epoch identifies this daemon instance in every answer.
 func (s *Server) Epoch() uint64 { return s.epoch }
 
-// Serve accepts connections until Close.
+// Serve accepts connections until Close. An Accept error (EMFILE,
+// ECONNABORTED, ...) is logged and retried after a back-off that doubles
+// from 5ms to 1s, so leasing resumes once the cause is gone.
 func (s *Server) Serve() {
+	var delay time.Duration
 	for {
 		c, err := s.ln.AcceptUnix()
 		if err != nil {
-			s.mu.Lock()
-			closed := s.closed
-			s.mu.Unlock()
-			if !closed {
-				s.log.Error("accept", zap.Error(err))
+			if s.isClosed() {
+				return
 			}
-			return
+			s.acceptErrs.Add(1)
+			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+			s.log.Warn("accept failed; retrying", zap.Error(err), zap.Duration("after", delay))
+			select {
+			case <-time.After(delay):
+			case <-s.ctx.Done():
+				return
+			}
+			continue
 		}
+		delay = 0
 		s.mu.Lock()
 		if s.closed {
 			s.mu.Unlock()
 			c.Close()
 			return
 		}
-		s.active[c] = true
 		s.wg.Add(1)
 		s.mu.Unlock()
 		s.conns.Add(1)
@@ -180,7 +231,13 @@ func (s *Server) Serve() {
 	}
 }
 
-// Close stops accepting, closes every connection (ending its leases),
+func (s *Server) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+// Close stops accepting, closes every connection (ending what it held),
 // waits for the handlers and removes the socket.
 func (s *Server) Close() error {
 	s.mu.Lock()
@@ -191,18 +248,11 @@ func (s *Server) Close() error {
 	s.closed = true
 	s.cancel()
 	err := s.ln.Close()
-	for c := range s.active {
-		c.Close()
+	for cn := range s.active {
+		cn.c.Close()
 	}
 	s.mu.Unlock()
 	s.wg.Wait()
+	s.root.Close()
 	return err
-}
-
-// Stats returns the counters.
-func (s *Server) Stats() Stats {
-	return Stats{
-		Connections: s.conns.Load(), Requests: s.requests.Load(),
-		BadRequests: s.bad.Load(), LeaseDenied: s.denied.Load(),
-	}
 }

@@ -39,6 +39,8 @@ if [ "${GDSFS_PYTHON_TESTS:-1}" = 1 ]; then
 	step "python client on the GPU" env GDSFS_BIN="$here/gdsfs" PYTHONPATH="$repo/python" \
 		python3 -m unittest discover -s "$repo/python/tests" -p 'test_gpu*.py' -v
 	step "torch consumers: 1 GiB and 4 GiB zero-copy tensors, four processes" sh "$here/torch-gpu.sh"
+	step "leases: Go client without cgo, shared writes fault, private copies, repeat-lease latency" \
+		sh "$here/lease-gpu.sh"
 fi
 if [ "${GDSFS_CUFILE_SETUP:-0}" = 1 ]; then
 	echo "=== test-machine setup: cuFile compat mode for $GDSFS_TEST_DIR"

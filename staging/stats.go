@@ -63,7 +63,7 @@ type Stats struct {
 	ResidentBytes   int64  `json:"resident_bytes"`
 	UsedBytes       int64  `json:"used_bytes"`
 	CapacityBytes   int64  `json:"capacity_bytes"`
-	LeasesActive    int64  `json:"leases_active"`
+	LeasesActive    int64  `json:"leases_pinned"` // staging leases: files pinned by open connections
 	LeasesTotal     uint64 `json:"leases_total"`
 	// ChangeDetection is how changes to SOURCE's own filesystem are seen:
 	// "fanotify" or "timestamps: WHY".

@@ -49,9 +49,15 @@ var sections = []struct {
 	{"fuse", []string{"opens", "reads_served", "bytes_served", "passthrough", "passthrough_reason"}},
 	{"staging", []string{"device", "staged_files", "loading_files", "failed_files", "resident_bytes", "used_bytes",
 		"capacity_bytes", "prefetches", "prefetch_dropped", "hits", "misses", "shared_loads", "evictions",
-		"invalidations", "load_errors", "too_large", "no_space"}},
-	{"io", []string{"bytes_cufile", "bytes_posix", "bytes_host", "cufile_mode", "cufile_fallbacks", "cufile_last_error"}},
-	{"leases", []string{"leases_active", "leases_total", "lease_denied", "ipc_connections", "ipc_requests", "ipc_bad_requests"}},
+		"invalidations", "load_errors", "too_large", "no_space", "free_errors", "change_detection", "change_events",
+		"racy_waits", "load_retries", "room_waits", "room_waiting", "deferred_opens", "readers_open",
+		"descriptors_used", "descriptor_budget", "descriptor_reserve"}},
+	{"io", []string{"bytes_cufile", "bytes_posix", "bytes_host", "cufile_mode", "cufile_fallbacks", "cufile_last_error",
+		"io_threads", "io_bounce_bytes"}},
+	{"leases", []string{"leases_active", "leases_total", "leases_pinned", "lease_denied", "lease_held_bytes",
+		"lease_held_files", "lease_holding_connections", "ipc_connections", "ipc_open_connections", "ipc_requests",
+		"ipc_bad_requests", "ipc_accept_errors", "ipc_timeouts", "ipc_refused", "autoload_fallbacks",
+		"autoload_fallback_reasons"}},
 }
 
 // stats merges the counters of every part into one flat object.
@@ -89,6 +95,9 @@ func formatStats(m map[string]any) []byte {
 		}
 		if s, ok := v.(string); ok && s == "" {
 			v = "-"
+		}
+		if mv, ok := v.(map[string]any); ok {
+			v = formatMap(mv)
 		}
 		fmt.Fprintf(&b, "%s %v\n", k, v)
 		seen[k] = true
@@ -157,4 +166,22 @@ func (d *daemon) versionText() string {
 	}
 	fmt.Fprintf(&b, "cufile-mode %s\n", cufileMode(d.devs))
 	return b.String()
+}
+
+// formatMap prints a map of counts as "a=1,b=2" in key order ("-" when
+// empty).
+func formatMap(m map[string]any) string {
+	if len(m) == 0 {
+		return "-"
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s=%v", k, m[k])
+	}
+	return strings.Join(parts, ",")
 }

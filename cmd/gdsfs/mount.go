@@ -161,7 +161,8 @@ func (d *daemon) start(source, mnt string) error {
 				Bytes: e.Bytes, Duration: e.Duration, Err: e.Err})
 		})
 	}
-	d.ipc, err = ipc.Listen(ipc.Config{Source: source, Mountpoint: absMnt, Options: cfg.IPC, Cache: d.cache, Log: d.log})
+	d.ipc, err = ipc.Listen(ipc.Config{Source: source, Mountpoint: absMnt, Options: cfg.IPC, Cache: d.cache, Log: d.log,
+		Observe: d.observeRequest})
 	if err != nil {
 		return err
 	}

@@ -9,10 +9,13 @@ import (
 	"sync"
 )
 
-// Mapping is a consumer's view of exported chunks: each chunk fd imported
+// Mapping is an importer's view of exported chunks: each chunk fd imported
 // (cuMemImportFromShareableHandle) and mapped back to back in one reserved
-// range, readable and writable by the device. It lives in the consumer's
-// process, under the primary context of the device that owns the memory.
+// range, readable and writable by the device, under the primary context of
+// the device that owns the memory. The daemon's own tests use it to check
+// that exports import (in this process and in a child). Consumers do not:
+// the Go client (client/cuda.go, no cgo) and the Python client map leases
+// themselves, read-only for shared grants (proto/PROTOCOL.md, "Mapping").
 type Mapping struct {
 	ctx    *cuContext
 	reader *hostReader

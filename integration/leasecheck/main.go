@@ -1,7 +1,21 @@
-// Command leasecheck is the integration tests' Go lease consumer: it leases
-// each PATH through client.Open, prints one JSON line per file with the
-// SHA-256 of the bytes it reads through the mapping, and with --hold keeps
-// the leases until killed or stdin closes.
+// Command leasecheck is the integration tests' Go lease consumer (and the
+// GPU tier's: it builds with CGO_ENABLED=0). It leases each PATH through
+// client.Open (or client.OpenMany with -many), prints one JSON line per
+// file with the SHA-256 of the bytes it reads through the mapping, and
+// with -hold keeps the leases until stdin closes.
+//
+//	-write      write one byte through the first lease's mapping: a shared
+//	            lease faults (exit 7, "faulted"); a private one does not
+//	-cycles N   lease and close the PATHs N times in turn; print this
+//	            process's descriptors and mappings of gdsfs before and after
+//	-change F   with -cycles: rewrite SOURCE file F every 100 cycles
+//	-nofile N   lower RLIMIT_NOFILE to N descriptors beyond those open, so
+//	            an answer's descriptors are truncated (MSG_CTRUNC)
+//	-bench N    per PATH: the first lease's time, then the median and 90th
+//	            percentile of N repeat leases (Open to a pointer, Close), ms
+//
+// A failed lease prints "ERRNO path: message" on stderr and exits 3
+// (with -hold it waits for stdin first).
 package main
 
 import (
@@ -13,7 +27,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
+	"sort"
+	"strings"
 	"syscall"
+	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -26,35 +45,50 @@ type result struct {
 	SHA256     string `json:"sha256"`
 	Device     string `json:"device"`
 	Generation uint64 `json:"generation"`
+	ReadOnly   bool   `json:"readonly"`
+	Reused     bool   `json:"reused"`
 }
 
 func main() {
 	hold := flag.Bool("hold", false, "keep the leases until stdin closes")
+	many := flag.Bool("many", false, "lease every PATH in one client.OpenMany")
+	write := flag.Bool("write", false, "write a byte through the first lease's mapping")
+	cycles := flag.Int("cycles", 0, "lease and close the PATHs this many times; print descriptor and mapping counts")
+	change := flag.String("change", "", "with -cycles: a SOURCE file to rewrite every 100 cycles")
+	nofile := flag.Int("nofile", -1, "leave only this many free descriptors (RLIMIT_NOFILE)")
+	bench := flag.Int("bench", 0, "time this many repeat leases of each PATH")
 	flag.Parse()
-	var leases []*client.Lease
-	for _, p := range flag.Args() {
-		l, err := client.Open(p)
-		if err != nil {
-			var errno syscall.Errno
-			name := "EIO"
-			if errors.As(err, &errno) {
-				name = unix.ErrnoName(errno)
-			}
-			fmt.Fprintf(os.Stderr, "%s %s: %v\n", name, p, err)
-			os.Exit(3)
+	if *bench > 0 {
+		runBench(flag.Args(), *bench)
+		return
+	}
+	if *cycles > 0 {
+		runCycles(flag.Args(), *cycles, *change)
+		return
+	}
+	if *nofile >= 0 {
+		limitFDs(*nofile)
+	}
+	leases, err := open(flag.Args(), *many)
+	if err != nil {
+		var errno syscall.Errno
+		name := "EIO"
+		if errors.As(err, &errno) {
+			name = unix.ErrnoName(errno)
 		}
-		leases = append(leases, l)
-		h := sha256.New()
-		buf := make([]byte, 8<<20)
-		for off := int64(0); off < l.Size(); off += int64(len(buf)) {
-			n := min(int64(len(buf)), l.Size()-off)
-			if _, err := l.ReadAt(buf[:n], off); err != nil {
-				fmt.Fprintf(os.Stderr, "read %s at %d: %v\n", p, off, err)
-				os.Exit(4)
-			}
-			h.Write(buf[:n])
+		fmt.Fprintf(os.Stderr, "%s %v\n", name, err)
+		if *hold {
+			fmt.Println("failed", name)
+			io.Copy(io.Discard, os.Stdin)
 		}
-		json.NewEncoder(os.Stdout).Encode(result{p, l.Size(), hex.EncodeToString(h.Sum(nil)), l.Device(), l.Generation()})
+		os.Exit(3)
+	}
+	for i, l := range leases {
+		r := result{flag.Arg(i), l.Size(), sum(l), l.Device(), l.Generation(), l.ReadOnly(), l.Reused()}
+		json.NewEncoder(os.Stdout).Encode(r)
+	}
+	if *write && len(leases) > 0 {
+		writeThrough(leases[0])
 	}
 	if *hold {
 		fmt.Println("held")
@@ -65,5 +99,199 @@ func main() {
 			fmt.Fprintf(os.Stderr, "close: %v\n", err)
 			os.Exit(5)
 		}
+	}
+}
+
+func open(paths []string, many bool) ([]*client.Lease, error) {
+	if many {
+		return client.OpenMany(paths)
+	}
+	var out []*client.Lease
+	for _, p := range paths {
+		l, err := client.Open(p)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, l)
+	}
+	return out, nil
+}
+
+func sum(l *client.Lease) string {
+	h := sha256.New()
+	buf := make([]byte, 8<<20)
+	for off := int64(0); off < l.Size(); off += int64(len(buf)) {
+		n := min(int64(len(buf)), l.Size()-off)
+		if _, err := l.ReadAt(buf[:n], off); err != nil {
+			fmt.Fprintf(os.Stderr, "read at %d: %v\n", off, err)
+			os.Exit(4)
+		}
+		h.Write(buf[:n])
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// writeThrough flips the first byte of a host lease through its mapping.
+func writeThrough(l *client.Lease) {
+	if l.Device() != "host" {
+		fmt.Fprintln(os.Stderr, "-write needs a host lease (GPU leases: see scripts/lease-gpu.sh)")
+		os.Exit(2)
+	}
+	debug.SetPanicOnFault(true)
+	defer func() {
+		if r := recover(); r != nil {
+			fmt.Println("faulted")
+			fmt.Fprintln(os.Stderr, r)
+			os.Exit(7)
+		}
+	}()
+	p := (*byte)(unsafe.Add(unsafe.Pointer(nil), l.Ptr()))
+	*p = ^*p
+	fmt.Println("written")
+}
+
+// limitFDs fills the free descriptor numbers below the highest open one
+// (the kernel hands out the lowest free number) and sets RLIMIT_NOFILE so
+// exactly free more can be opened.
+func limitFDs(free int) {
+	if _, _, err := os.Pipe(); err != nil { // start the poller (epoll, eventfd) now
+		fmt.Fprintln(os.Stderr, "pipe:", err)
+		os.Exit(2)
+	}
+	ents, _ := os.ReadDir("/proc/self/fd")
+	highest := 0
+	for _, e := range ents {
+		var n int
+		fmt.Sscan(e.Name(), &n)
+		highest = max(highest, n)
+	}
+	for {
+		fd, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "open /dev/null:", err)
+			os.Exit(2)
+		}
+		if fd > highest {
+			unix.Close(fd)
+			break
+		}
+	}
+	lim := &unix.Rlimit{Cur: uint64(highest + 1 + free), Max: uint64(highest + 1 + free)}
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, lim); err != nil {
+		fmt.Fprintln(os.Stderr, "setrlimit:", err)
+		os.Exit(2)
+	}
+}
+
+// counts are this process's descriptors and mappings.
+type counts struct {
+	FDs       int `json:"fds"`
+	MemFDs    int `json:"memfds"`
+	Sockets   int `json:"sockets"`
+	MemfdMaps int `json:"memfd_maps"`
+	MapsTotal int `json:"maps"`
+}
+
+func count() counts {
+	var c counts
+	ents, _ := os.ReadDir("/proc/self/fd")
+	for _, e := range ents {
+		link, err := os.Readlink("/proc/self/fd/" + e.Name())
+		if err != nil {
+			continue // the directory's own descriptor, closed meanwhile
+		}
+		c.FDs++
+		switch {
+		case strings.HasPrefix(link, "/memfd:"):
+			c.MemFDs++
+		case strings.HasPrefix(link, "socket:"):
+			c.Sockets++
+		}
+	}
+	maps, _ := os.ReadFile("/proc/self/maps")
+	for _, l := range strings.Split(string(maps), "\n") {
+		if l == "" {
+			continue
+		}
+		c.MapsTotal++
+		if strings.Contains(l, "/memfd:") {
+			c.MemfdMaps++
+		}
+	}
+	return c
+}
+
+func runCycles(paths []string, n int, change string) {
+	cycle := func(i int) {
+		if change != "" && i%100 == 99 {
+			b, _ := os.ReadFile(change)
+			if len(b) > 0 {
+				b[i%len(b)]++
+			}
+			os.WriteFile(change, b, 0o644)
+			st, _ := os.Stat(change)
+			t := st.ModTime().Add(1e9)
+			os.Chtimes(change, t, t)
+		}
+		l, err := client.Open(paths[i%len(paths)])
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "cycle %d: %v\n", i, err)
+			os.Exit(3)
+		}
+		b := make([]byte, 1)
+		if _, err := l.ReadAt(b, 0); err != nil && err != io.EOF {
+			fmt.Fprintf(os.Stderr, "cycle %d: read: %v\n", i, err)
+			os.Exit(4)
+		}
+		if err := l.Close(); err != nil {
+			fmt.Fprintf(os.Stderr, "cycle %d: close: %v\n", i, err)
+			os.Exit(5)
+		}
+	}
+	for i := range len(paths) {
+		cycle(i) // the first lease of each file, outside the count
+	}
+	client.DropCache()
+	before := count()
+	for i := 0; i < n; i++ {
+		cycle(i)
+	}
+	client.DropCache()
+	after := count()
+	json.NewEncoder(os.Stdout).Encode(map[string]counts{"before": before, "after": after})
+}
+
+// runBench times leases: the first of each file in this process, then n
+// repeat leases (the kept mapping, one round trip).
+func runBench(paths []string, n int) {
+	for _, p := range paths {
+		start := time.Now()
+		l, err := client.Open(p)
+		if err != nil || l.Ptr() == 0 {
+			fmt.Fprintf(os.Stderr, "%s: %v\n", p, err)
+			os.Exit(3)
+		}
+		first := time.Since(start)
+		l.Close()
+		times := make([]float64, 0, n)
+		reused := 0
+		for range n {
+			start := time.Now()
+			l, err := client.Open(p)
+			if err != nil || l.Ptr() == 0 {
+				fmt.Fprintf(os.Stderr, "%s: %v\n", p, err)
+				os.Exit(3)
+			}
+			times = append(times, float64(time.Since(start).Nanoseconds())/1e6)
+			if l.Reused() {
+				reused++
+			}
+			l.Close()
+		}
+		sort.Float64s(times)
+		json.NewEncoder(os.Stdout).Encode(map[string]any{
+			"path": p, "first_ms": float64(first.Nanoseconds()) / 1e6, "repeat_median_ms": times[n/2],
+			"repeat_p90_ms": times[n*9/10], "reused": reused, "runs": n,
+		})
 	}
 }

@@ -17,6 +17,11 @@ var (
 		"staged_files": true, "loading_files": true, "failed_files": true,
 		"resident_bytes": true, "used_bytes": true, "capacity_bytes": true,
 		"leases_active": true, "passthrough": true,
+		"prefetch_queued": true, "leases_pinned": true, "room_waiting": true,
+		"readers_open": true, "io_threads": true, "io_bounce_bytes": true,
+		"descriptors_used": true, "descriptor_budget": true, "descriptor_reserve": true,
+		"ipc_open_connections": true, "lease_held_bytes": true, "lease_held_files": true,
+		"lease_holding_connections": true,
 	}
 	counters = map[string]bool{
 		"opens": true, "reads_served": true, "bytes_served": true,
@@ -26,7 +31,9 @@ var (
 		"bytes_cufile": true, "bytes_posix": true, "bytes_host": true,
 		"cufile_fallbacks": true, "leases_total": true, "lease_denied": true,
 		"ipc_connections": true, "ipc_requests": true, "ipc_bad_requests": true,
-		"autoload_fallbacks": true,
+		"autoload_fallbacks": true, "change_events": true, "racy_waits": true,
+		"load_retries": true, "free_errors": true, "room_waits": true, "deferred_opens": true,
+		"ipc_accept_errors": true, "ipc_timeouts": true, "ipc_refused": true,
 	}
 )
 

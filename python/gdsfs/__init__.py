@@ -5,14 +5,19 @@ staged bytes in place (GPU memory via CUDA VMM import, or host memfds).
     with gdsfs.open("/mnt/gdsfs/model.bin") as lease:
         t = lease.tensor(torch.float16, (1024, 1024))   # zero-copy
     t = gdsfs.load("/mnt/gdsfs/shard-0001.bin")          # lease lives with t
+    leases = gdsfs.open_many(paths)                      # one round trip
 
-Pure Python over ctypes; importing gdsfs imports neither torch nor cupy.
-See python/README.md.
+    import gdsfs.torch                                   # leases ahead of a loop
+    for t in gdsfs.torch.leased(paths, torch.float16): ...
+
+Pure Python over ctypes; importing gdsfs imports neither torch nor cupy
+(gdsfs.torch does import torch). See python/README.md and the protocol,
+proto/PROTOCOL.md.
 """
 
-from ._lease import Lease, disconnect, load, open, stat
+from ._lease import Lease, disconnect, load, open, open_many, stat
 from ._mount import locate
 from ._proto import NotMountedError
 
-__all__ = ["Lease", "NotMountedError", "disconnect", "load", "locate", "open", "stat"]
-__version__ = "0.1.0"
+__all__ = ["Lease", "NotMountedError", "disconnect", "load", "locate", "open", "open_many", "stat"]
+__version__ = "0.2.0"

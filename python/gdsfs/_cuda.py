@@ -1,10 +1,11 @@
 """CUDA backend over ctypes on libcuda.so.1 (the driver API; no toolkit).
 
-The import sequence is the one of gpu/cuda/mapping.go + shim.c: import each
-chunk descriptor (cuMemImportFromShareableHandle, POSIX fd handles), reserve
-one address range, map the chunks back to back, grant the device read/write
-access, release the handles (the mappings hold the memory). It runs in the
-device's primary context, which is the one torch and cupy use.
+The import sequence is the one of proto/PROTOCOL.md (and the Go client's
+client/cuda.go): import each chunk descriptor (cuMemImportFromShareableHandle,
+POSIX fd handles), reserve one address range, map the chunks back to back,
+grant the device access (read-only for a shared grant, read-write for a
+private one), release the handles (the mappings hold the memory). It runs
+in the device's primary context, which is the one torch and cupy use.
 """
 
 import contextlib
@@ -16,7 +17,10 @@ from ._proto import check_chunks
 
 CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR = 1
 CU_MEM_LOCATION_TYPE_DEVICE = 1
+CU_MEM_ACCESS_FLAGS_PROT_READ = 1
 CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 3
+CUDA_ERROR_INVALID_VALUE = 1
+CUDA_ERROR_NOT_SUPPORTED = 801
 
 _CUdeviceptr = ctypes.c_ulonglong
 _CUhandle = ctypes.c_ulonglong
@@ -173,8 +177,11 @@ def driver():
 class CudaMapping:
     """The chunks imported on their GPU and mapped at one device pointer."""
 
-    def __init__(self, device, fds, lens, size):
+    def __init__(self, device, fds, lens, size, writable=False):
         total = check_chunks(fds, lens, size)
+        # Read-only unless private; a driver that refuses read-only access
+        # on device memory gets read-write, and `readonly` says so.
+        self.readonly = not writable
         d = driver()
         self._d = d
         self.device = device
@@ -211,13 +218,20 @@ class CudaMapping:
             base = ptr.value
             mapped = 0
             try:
-                desc = _AccessDesc(_Location(CU_MEM_LOCATION_TYPE_DEVICE, self.dev), CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+                flags = CU_MEM_ACCESS_FLAGS_PROT_READ if self.readonly else CU_MEM_ACCESS_FLAGS_PROT_READWRITE
                 off = base
                 for i, (h, n) in enumerate(zip(handles, self.lens)):
                     try:
                         d.check(d.MemMap, off, n, 0, h, 0)
                         mapped += 1
-                        d.check(d.MemSetAccess, off, n, ctypes.byref(desc), 1)
+                        desc = _AccessDesc(_Location(CU_MEM_LOCATION_TYPE_DEVICE, self.dev), flags)
+                        r = d.MemSetAccess(off, n, ctypes.byref(desc), 1)
+                        if r in (CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_SUPPORTED) and i == 0 and self.readonly:
+                            flags, self.readonly = CU_MEM_ACCESS_FLAGS_PROT_READWRITE, False
+                            desc = _AccessDesc(_Location(CU_MEM_LOCATION_TYPE_DEVICE, self.dev), flags)
+                            r = d.MemSetAccess(off, n, ctypes.byref(desc), 1)
+                        if r != 0:
+                            raise RuntimeError("gdsfs: cuMemSetAccess failed: %s (%d)" % (d.error_name(r), r))
                     except RuntimeError as e:
                         raise RuntimeError("%s (chunk %d)" % (e, i)) from None
                     off += n

@@ -1,4 +1,7 @@
-"""Host backend: the chunk memfds mapped read-only and back to back."""
+"""Host backend: the chunk memfds mapped back to back: read-only and shared
+for a shared grant (the daemon sealed them against writes, so no process
+can map them writable), writable copy-on-write (this process only) for a
+private one."""
 
 import ctypes
 import errno as _errno
@@ -9,6 +12,7 @@ from ._proto import check_chunks
 # Linux values (x86_64 and aarch64 alike).
 PROT_NONE = 0x0
 PROT_READ = 0x1
+PROT_WRITE = 0x2
 MAP_SHARED = 0x01
 MAP_PRIVATE = 0x02
 MAP_FIXED = 0x10
@@ -39,11 +43,12 @@ def _errno_error(what):
 
 
 class HostMapping:
-    """Read-only contiguous mapping of memfds (one per chunk). It does not
-    close the descriptors; the mapping keeps the memory alive on its own."""
+    """Contiguous mapping of memfds (one per chunk). It does not close the
+    descriptors; the mapping keeps the memory alive on its own."""
 
-    def __init__(self, fds, lens, size):
+    def __init__(self, fds, lens, size, writable=False):
         total = check_chunks(fds, lens, size)
+        self.readonly = not writable
         self.size = size
         self.total = total
         self.lens = tuple(lens)
@@ -54,13 +59,16 @@ class HostMapping:
         base = lib.mmap(None, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
         if base is None or base == _MAP_FAILED:
             raise _errno_error("gdsfs: reserving %d bytes of address space" % total)
+        prot, flags = PROT_READ, MAP_SHARED
+        if writable:
+            prot, flags = PROT_READ | PROT_WRITE, MAP_PRIVATE
         try:
             off = 0
             for i, (fd, n) in enumerate(zip(fds, lens)):
                 st = os.fstat(fd)
                 if st.st_size < n:
                     raise OSError(_errno.EINVAL, "gdsfs: chunk %d: descriptor holds %d bytes, want %d" % (i, st.st_size, n))
-                r = lib.mmap(base + off, n, PROT_READ, MAP_SHARED | MAP_FIXED, fd, 0)
+                r = lib.mmap(base + off, n, prot, flags | MAP_FIXED, fd, 0)
                 if r is None or r == _MAP_FAILED:
                     raise _errno_error("gdsfs: mapping chunk %d (%d bytes)" % (i, n))
                 if r != base + off:

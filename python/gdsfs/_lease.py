@@ -1,4 +1,5 @@
-"""Lease: a staged file mapped into this process."""
+"""Lease: a staged file mapped into this process; gdsfs.open, open_many,
+stat, load."""
 
 import ctypes
 import errno as _errno
@@ -9,19 +10,13 @@ import threading
 import warnings
 import weakref
 
-from ._proto import Conn, daemon_error, _close_fds
+from ._proto import Conn, daemon_error
 from ._mount import locate
+from ._registry import Holder, registry, _is_gpu
 
 log = logging.getLogger("gdsfs")
 
-__all__ = ["Lease", "open", "stat", "load", "disconnect"]
-
-# Errors of a daemon that went away: the lease ended with it.
-_GONE = (_errno.EPIPE, _errno.ECONNRESET, _errno.ENOTCONN, _errno.ECONNREFUSED, _errno.ESTALE)
-
-
-def _is_gpu(device):
-    return isinstance(device, str) and device.startswith("GPU-")
+__all__ = ["Lease", "open", "open_many", "stat", "load", "disconnect"]
 
 
 def _layout(size, itemsize, shape, offset):
@@ -82,7 +77,13 @@ def _torch_dtype(torch, dtype):
 
 class _CudaView:
     """What torch.as_tensor and cupy hold on to: it keeps the lease (and so
-    the mapping) alive for as long as any tensor or array made from it."""
+    the mapping) alive for as long as any tensor or array made from it.
+
+    The interface says writable even for a read-only (shared) mapping:
+    torch refuses __cuda_array_interface__ marked read-only ("the read only
+    flag is not supported"). The memory itself is mapped read-only: a write
+    from a kernel faults (an illegal address error in this process, whose
+    CUDA context is then lost), and never changes what other leases see."""
 
     __slots__ = ("lease", "ptr", "nbytes", "__weakref__")
 
@@ -105,63 +106,44 @@ class _CudaView:
 
 
 class Lease:
-    """A staged file mapped into this process; it pins the file in the
-    daemon's cache until closed.
+    """A staged file mapped into this process; the daemon keeps the file
+    (never evicted) at least until the lease is closed.
 
     Attributes: path, size, device ("GPU-<uuid>" or "host"), generation,
     sharing ("shared" or "private"), id, epoch, chunks (lengths), ordinal
     (CUDA ordinal in this process, None on host), ptr (CUDA device pointer on
-    a GPU, address of the read-only mapping on host).
+    a GPU, address of the mapping on host), readonly (True for shared
+    leases: the mapping refuses writes), reused (True when this lease reused
+    a mapping this process kept: one round trip, no descriptors).
 
-    close() unmaps and releases. Views made from the lease (memoryview(),
-    tensor(), cupy()) keep it alive: if any still exists when close() is
-    called (or the with-block ends), the unmapping and release wait until
-    the last one is garbage-collected, so a view can never point at unmapped
-    memory. `closed` turns True at once (no new views); `released` when the
-    mapping is gone.
+    close() ends the lease without waiting for the daemon. Views made from
+    the lease (memoryview(), numpy(), tensor(), cupy()) keep it alive: if any
+    still exists when close() is called (or the with-block ends), the end
+    waits until the last one is garbage-collected, so a view can never point
+    at unmapped memory. `closed` turns True at once (no new views);
+    `released` when the lease has ended. The mapping itself may be kept
+    after that, for the next gdsfs.open of the same unchanged file, while
+    the daemon allows it (gdsfs.disconnect() undoes kept mappings).
     """
 
-    def __init__(self, conn, resp, fds, path, shared=False):
-        # Built by open(); takes ownership of conn unless shared (and closes
-        # the fds).
+    def __init__(self, mapped, conn, resp, path):
+        # Built by open() and open_many() around a registry mapping.
         self._lock = threading.RLock()
+        self._m = mapped
         self._conn = conn
-        self._shared = shared
-        self._pid = os.getpid()
-        self._mapping = None
         self._nviews = 0
         self._closing = False
         self._torn = False
         self.path = os.fspath(path)
         self.id = resp.get("lease", 0)
         self.epoch = resp.get("epoch", 0)
-        self.size = int(resp.get("size", 0))
-        self.generation = resp.get("generation", 0)
-        self.device = resp.get("device", "")
-        self.sharing = resp.get("sharing", "")
-        self.chunks = tuple(int(c.get("len", 0)) for c in (resp.get("chunks") or []))
-        try:
-            if len(fds) != len(self.chunks):
-                raise OSError(
-                    _errno.EPROTO,
-                    "gdsfs acquire %s: %d descriptors for %d chunks" % (self.path, len(fds), len(self.chunks)),
-                )
-            if _is_gpu(self.device):
-                from ._cuda import CudaMapping
-
-                self._mapping = CudaMapping(self.device, fds, self.chunks, self.size)
-            elif self.device == "host":
-                from ._host import HostMapping
-
-                self._mapping = HostMapping(fds, self.chunks, self.size)
-            else:
-                raise OSError(_errno.EPROTO, "gdsfs acquire %s: unknown device %r" % (self.path, self.device))
-        except BaseException:
-            _close_fds(fds)
-            self._torn = self._closing = True
-            self._release_quietly()
-            raise
-        _close_fds(fds)  # the mapping holds the memory now
+        self.reused = bool(resp.get("reuse"))
+        self.size = mapped.size
+        self.generation = mapped.generation
+        self.device = mapped.device
+        self.sharing = mapped.sharing
+        self.chunks = mapped.chunks
+        self.readonly = mapped.mapping.readonly
 
     # --- state ---------------------------------------------------------
 
@@ -171,14 +153,17 @@ class Lease:
 
     @property
     def ordinal(self):
-        return getattr(self._mapping, "ordinal", None)
+        return getattr(self._m.mapping, "ordinal", None)
 
     @property
     def ptr(self):
-        m = self._mapping
-        if m is None or self._torn:
+        if self._torn or self._m.mapping is None:
             raise ValueError("gdsfs: lease of %s is released" % self.path)
-        return m.ptr
+        return self._m.mapping.ptr
+
+    @property
+    def _mapping(self):
+        return self._m.mapping
 
     @property
     def closed(self):
@@ -202,11 +187,10 @@ class Lease:
     # --- closing -------------------------------------------------------
 
     def close(self):
-        """Unmap, then release the lease and close its connection; calling it
-        again does nothing. With views still alive, this happens when the
-        last one is garbage-collected. A daemon that has gone away is not an
-        error (its leases ended with it); an unmapping failure or an error
-        answer to the release raises OSError/RuntimeError."""
+        """End the lease; calling it again does nothing. It never waits for
+        the daemon. With views still alive, this happens when the last one
+        is garbage-collected. An unmapping failure raises RuntimeError or
+        OSError."""
         with self._lock:
             if self._closing:
                 return
@@ -235,21 +219,7 @@ class Lease:
             if self._torn:
                 return
             self._torn = True
-        errs = []
-        forked = os.getpid() != self._pid
-        m, self._mapping = self._mapping, None
-        if m is not None and not (forked and self.is_gpu):
-            try:
-                m.close()
-            except Exception as e:
-                errs.append(e)
-        if not forked:
-            try:
-                self._release()
-            except Exception as e:
-                errs.append(e)
-        if self._conn is not None and (forked or not self._shared):
-            self._conn.close()  # in a forked child only this copy of the socket
+        errs = registry.finish(self._m, self._conn, self.id, self.epoch)
         if errs:
             if quiet:
                 for e in errs:
@@ -257,35 +227,13 @@ class Lease:
             else:
                 raise errs[0]
 
-    def _release(self):
-        try:
-            resp, _ = self._conn.roundtrip({"op": "release", "lease": self.id, "epoch": self.epoch})
-        except OSError as e:
-            if e.errno in _GONE or isinstance(e, ConnectionError):
-                log.debug("gdsfs: lease %s of %s ended with its daemon: %s", self.id, self.path, e)
-                return
-            raise
-        if not resp.get("ok"):
-            if resp.get("errno") == "ESTALE":
-                return
-            raise daemon_error(resp, self.path)
-
-    def _release_quietly(self):
-        try:
-            if self._conn is not None and self.id:
-                self._release()
-        except Exception:
-            pass
-        if self._conn is not None and not self._shared:
-            self._conn.close()
-
     def __del__(self):
         try:
             if getattr(self, "_torn", True):
                 return
             if sys.is_finalizing():
                 # Late in interpreter shutdown: leave unmapping to the exit;
-                # closing the socket (at exit) ends the lease.
+                # the connection closes with the process, ending the lease.
                 return
             self._closing = True
             self._teardown(quiet=True)
@@ -306,11 +254,12 @@ class Lease:
         n = self.size - offset if size is None else min(size, self.size - offset)
         if n < 0:
             raise ValueError("gdsfs: negative size %d" % size)
-        return self._mapping.read(offset, n)
+        return self._m.mapping.read(offset, n)
 
     def memoryview(self):
-        """A read-only memoryview of exactly `size` bytes over the host
-        mapping (no copy). It keeps the lease alive while it exists."""
+        """A memoryview of exactly `size` bytes over the host mapping (no
+        copy): read-only for a shared lease, writable for a private one (its
+        own copy). It keeps the lease alive while it exists."""
         self._check_open()
         if self.is_gpu:
             raise TypeError(
@@ -319,17 +268,35 @@ class Lease:
             )
         if self.size == 0:
             return memoryview(b"")
-        arr = (ctypes.c_ubyte * self.size).from_address(self._mapping.ptr)
+        arr = (ctypes.c_ubyte * self.size).from_address(self._m.mapping.ptr)
         arr._gdsfs_lease = self  # noqa: the buffer's exporter keeps the lease
         self._add_view(arr)
-        return memoryview(arr).cast("B").toreadonly()
+        mv = memoryview(arr).cast("B")
+        return mv.toreadonly() if self.readonly else mv
+
+    def numpy(self, dtype="uint8", shape=None, offset=0):
+        """A zero-copy numpy array over the host mapping (writeable=False
+        for a shared lease). It keeps the lease alive."""
+        import numpy
+
+        dt = numpy.dtype(dtype)
+        shape, nbytes = _layout(self.size, dt.itemsize, shape, offset)
+        mv = self.memoryview()
+        return numpy.frombuffer(mv, dtype=dt, count=nbytes // dt.itemsize if dt.itemsize else 0,
+                                offset=offset).reshape(shape)
 
     def tensor(self, dtype=None, shape=None, offset=0):
         """A zero-copy torch tensor over the staged bytes from offset: on
-        cuda:<ordinal> for a GPU lease, on the CPU (read-only memory: do not
-        write to it) on the host backend. dtype: a torch.dtype or its name
-        (default uint8); shape: default 1-D of (size - offset) // itemsize.
-        The tensor (and every view of it) keeps the lease alive."""
+        cuda:<ordinal> for a GPU lease, on the CPU on the host backend.
+        dtype: a torch.dtype or its name (default uint8); shape: default 1-D
+        of (size - offset) // itemsize. The tensor (and every view of it)
+        keeps the lease alive.
+
+        torch has no read-only tensors: a tensor of a shared lease looks
+        writable, but its memory is mapped read-only, so an in-place op
+        faults (SIGSEGV on the host backend; an illegal address CUDA error
+        on a GPU, which ends this process's CUDA context) and never changes
+        what other leases see. Copy (t.clone()) before writing."""
         torch = _import_torch()
         self._check_open()
         dt = _torch_dtype(torch, dtype)
@@ -339,7 +306,7 @@ class Lease:
             dev = "cuda:%d" % self.ordinal if self.is_gpu else "cpu"
             return torch.empty(shape, dtype=dt, device=dev)
         if self.is_gpu:
-            holder = _CudaView(self, self._mapping.ptr + offset, nbytes)
+            holder = _CudaView(self, self._m.mapping.ptr + offset, nbytes)
             self._add_view(holder)
             t = torch.as_tensor(holder, device="cuda:%d" % self.ordinal)
         else:
@@ -353,11 +320,12 @@ class Lease:
 
     def cupy(self, dtype="uint8", shape=None, offset=0):
         """A zero-copy cupy.ndarray over the staged bytes (GPU leases only).
-        The array keeps the lease alive."""
+        The array keeps the lease alive. cupy has no read-only arrays: a
+        write to a shared lease's array faults (see tensor())."""
         self._check_open()
         if not self.is_gpu:
             raise TypeError("gdsfs: %s is staged in host memory; cupy() needs a GPU lease. "
-                            "Use memoryview() or tensor()" % self.path)
+                            "Use memoryview(), numpy() or tensor()" % self.path)
         try:
             import cupy
             import numpy
@@ -368,7 +336,7 @@ class Lease:
         if nbytes == 0:
             with cupy.cuda.Device(self.ordinal):
                 return cupy.empty(shape, dtype=dt)
-        holder = _CudaView(self, self._mapping.ptr + offset, nbytes)
+        holder = _CudaView(self, self._m.mapping.ptr + offset, nbytes)
         self._add_view(holder)
         mem = cupy.cuda.UnownedMemory(holder.ptr, nbytes, holder, self.ordinal)
         return cupy.ndarray(shape, dtype=dt, memptr=cupy.cuda.MemoryPointer(mem, 0))
@@ -376,89 +344,110 @@ class Lease:
 
 # --- module functions -----------------------------------------------------
 
-
-
-# One connection per (socket, timeout) per process carries every lease
-# taken through it: no connect per lease, and no cap on leases from the
-# daemon's ipc.max_connections. The daemon still ends all of them when the
-# process dies (the connection closes). A forked child makes its own.
-_shared = {}
-_shared_lock = threading.Lock()
-
 # Where the files of a directory are leased from: directory -> (socket,
-# directory relative to the mount, mount). Reading /proc/self/mountinfo and
-# .gdsfs/socket costs more than the rest of an acquire; a failed connection
-# drops the entry.
+# directory relative to the mount). Reading /proc/self/mountinfo and
+# .gdsfs/socket costs more than a repeat lease; a failed connection drops
+# the memory.
 _located = {}
-
-
-def disconnect():
-    """Close this process's connections to gdsfs daemons. Leases still open
-    on them end (the daemon releases them); later opens connect again."""
-    with _shared_lock:
-        conns = list(_shared.values())
-        _shared.clear()
-    _located.clear()
-    for c in conns:
-        c.close()
-
-
-def _shared_conn(sock, timeout, fresh=False):
-    """(connection, whether it served earlier requests)."""
-    key = (sock, timeout)
-    with _shared_lock:
-        c = _shared.get(key)
-        if fresh or c is None or c.closed or c.pid != os.getpid():
-            c = Conn(sock, timeout)
-            _shared[key] = c
-            return c, False
-        return c, True
-
-
-def _locate(path, socket):
-    """locate(), remembered per directory; the last value says whether it
-    was remembered."""
-    if socket or os.environ.get("GDSFS_SOCKET"):
-        return locate(path, socket) + (False,)
-    p = os.path.abspath(os.fspath(path))
-    d, base = os.path.split(p)
-    hit = _located.get(d)
-    if hit is not None:
-        sock, reldir, mnt = hit
-        return sock, os.path.join(reldir, base) if reldir not in ("", ".") else base, mnt, True
-    sock, rel, mnt = locate(path, socket)
-    if len(_located) > 4096:
-        _located.clear()
-    _located[d] = (sock, os.path.dirname(rel), mnt)
-    return sock, rel, mnt, False
-
 
 # Errors that mean no daemon answered on a remembered socket or connection.
 _STALE = (_errno.ENOENT, _errno.ECONNREFUSED, _errno.ECONNRESET, _errno.EPIPE, _errno.ENOTCONN)
 
 
+def disconnect():
+    """Undo the mappings this process keeps for repeat leases and close
+    their connections, so the daemon holds none of it any more. Leases
+    still open are not touched."""
+    registry.flush()
+    _located.clear()
+
+
+def _locate(path, socket):
+    """(socket, path to send, whether it was remembered)."""
+    if socket or os.environ.get("GDSFS_SOCKET"):
+        sock, rel, _ = locate(path, socket)
+        return sock, rel, False
+    p = os.path.abspath(os.fspath(path))
+    d, base = os.path.split(p)
+    hit = _located.get(d)
+    if hit is not None:
+        sock, reldir = hit
+        return sock, os.path.join(reldir, base) if reldir not in ("", ".") else base, True
+    sock, rel, _ = locate(path, socket)
+    if len(_located) > 4096:
+        _located.clear()
+    _located[d] = (sock, os.path.dirname(rel))
+    return sock, rel, False
+
+
+def _retry(e):
+    """Whether a failed repeat lease is worth a new connection: the file
+    changed (ESTALE), an answer broke the protocol, or the connection
+    failed."""
+    if getattr(e, "gdsfs_answer", False):
+        return e.errno == _errno.ESTALE
+    return True
+
+
+def _repeat(m, sock, rel, path):
+    """Lease an unchanged file again on the connection holding its mapping."""
+    conn = m.holder.conn
+    resp, fds = conn.request({"op": "acquire", "path": rel, "generation": m.generation}, path=path)
+    if resp.get("reuse"):
+        if resp.get("generation") != m.generation:
+            conn.release(resp.get("lease", 0), resp.get("epoch"))
+            raise OSError(_errno.EPROTO, "gdsfs acquire %s: reuse of generation %s answered for %s"
+                          % (path, resp.get("generation"), m.generation))
+        return Lease(m, conn, resp, path)
+    try:
+        nm = registry.adopt(m.holder, (sock, rel), resp, fds, path)
+    except BaseException:
+        conn.release(resp.get("lease", 0), resp.get("epoch"))
+        raise
+    registry.discard(m)
+    return Lease(nm, conn, resp, path)
+
+
+def _fresh(path, socket, timeout):
+    """Lease path on a new connection."""
+    sock, rel, remembered = _locate(path, socket)
+    try:
+        conn = Conn(sock, timeout)
+    except OSError as e:
+        if not remembered or e.errno not in _STALE:
+            raise
+        _located.clear()  # the daemon restarted or the mount moved: look again, once
+        sock, rel, _ = _locate(path, socket)
+        conn = Conn(sock, timeout)
+    try:
+        resp, fds = conn.request({"op": "acquire", "path": rel}, path=path)
+        m = registry.adopt(Holder(conn), (sock, rel), resp, fds, path)
+    except BaseException:
+        conn.close()
+        raise
+    if not resp.get("cache"):
+        registry.flush(sock)  # the daemon is short of room
+    return Lease(m, conn, resp, path)
+
+
 def open(path, *, socket=None, timeout=None):  # noqa: A001 (gdsfs.open)
     """Lease the staged bytes of path, a file under a gdsfs mount (staging
-    it first if needed), and map them. socket: the lease socket (default: env
-    GDSFS_SOCKET, else the mount's .gdsfs/socket). timeout: seconds for
+    it first if needed), and map them. A file this process keeps mapped
+    from an earlier lease is leased again in one round trip, with no
+    descriptors, if it has not changed. socket: the lease socket (default:
+    env GDSFS_SOCKET, else the mount's .gdsfs/socket). timeout: seconds for
     socket operations (default: wait as long as the daemon does, bounded by
     its ipc.acquire_timeout)."""
-    fresh = False
-    while True:
-        sock, req_path, _, remembered = _locate(path, socket)
-        reused = False
+    sock, rel, _ = _locate(path, socket)
+    m = registry.take((sock, rel))
+    if m is not None:
         try:
-            conn, reused = _shared_conn(sock, timeout, fresh)
-            resp, fds = conn.request({"op": "acquire", "path": req_path}, path=path)
+            return _repeat(m, sock, rel, path)
         except OSError as e:
-            if not fresh and (remembered or reused) and e.errno in _STALE and not getattr(e, "gdsfs_answer", False):
-                # The daemon restarted or the mount moved since: look again,
-                # on a new connection, once.
-                _located.clear()
-                fresh = True
-                continue
-            raise
-        return Lease(conn, resp, fds, path, shared=True)
+            registry.discard(m)
+            if not _retry(e):
+                raise
+    return _fresh(path, socket, timeout)
 
 
 def stat(path, *, socket=None, timeout=None):
@@ -490,3 +479,6 @@ def load(path, dtype=None, shape=None, offset=0, *, socket=None, timeout=None):
         raise
     lease.close()  # takes effect when the tensor is gone
     return t
+
+
+from ._many import open_many  # noqa: E402 (uses the functions above)

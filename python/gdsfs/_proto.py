@@ -1,8 +1,6 @@
-"""The lease socket protocol: JSON lines; chunk descriptors as SCM_RIGHTS.
-
-One request line, one answer line; the descriptors of an acquire answer
-ride on the answer's first bytes (they may arrive with the first of several
-recvmsg calls).
+"""The lease socket protocol (proto/PROTOCOL.md): JSON lines; chunk
+descriptors as SCM_RIGHTS on the answer's bytes (in groups of at most 253,
+possibly over several recvmsg calls).
 """
 
 import array
@@ -26,8 +24,8 @@ class NotMountedError(OSError):
 
 
 def check_chunks(fds, lens, size):
-    """Validate an acquire answer's chunks against its descriptors and the
-    file size; return the chunks' total length."""
+    """Validate a grant's chunks against its descriptors and the file size;
+    return the chunks' total length."""
     if not fds or len(fds) != len(lens):
         raise ValueError("gdsfs: %d descriptors for %d chunks" % (len(fds), len(lens)))
     for i, n in enumerate(lens):
@@ -39,10 +37,24 @@ def check_chunks(fds, lens, size):
     return total
 
 
+def grant_fds(g):
+    """How many descriptors ride with a grant (an answer or an item)."""
+    if not g.get("ok", True) or g.get("reuse"):
+        return 0
+    return len(g.get("chunks") or [])
+
+
+def answer_fds(resp):
+    """How many descriptors ride with an answer."""
+    if not resp.get("ok"):
+        return 0
+    return grant_fds(resp) + sum(grant_fds(it) for it in (resp.get("files") or []))
+
+
 def daemon_error(resp, path):
-    """The OSError for an {"ok":false} answer: OSError picks the subclass
-    from the errno (PermissionError for EACCES, FileNotFoundError for ENOENT,
-    TimeoutError for ETIMEDOUT, ...)."""
+    """The OSError for an {"ok":false} answer (or item): OSError picks the
+    subclass from the errno (PermissionError for EACCES, FileNotFoundError
+    for ENOENT, TimeoutError for ETIMEDOUT, ...)."""
     name = resp.get("errno") or "EIO"
     num = getattr(_errno, name, None)
     if not isinstance(num, int):
@@ -74,14 +86,17 @@ def _close_fds(fds):
 
 
 class Conn:
-    """One connection to a daemon's lease socket. The daemon ends every
-    lease of a connection when it closes. Requests are answered in turn."""
+    """One connection to a daemon's lease socket. The daemon holds every
+    file granted on it until it closes. Requests are answered in turn;
+    releases are sent without waiting (their answers are read before the
+    next request)."""
 
     def __init__(self, path, timeout=None):
         self.path = path
         self.pid = os.getpid()
         self.epoch = None
         self._buf = b""
+        self._pending = 0  # release answers not yet read
         self._lock = threading.Lock()
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # close-on-exec
         try:
@@ -103,8 +118,10 @@ class Conn:
 
     def roundtrip(self, req):
         """Send req and return (answer dict, descriptors). Error answers are
-        returned, not raised; a broken connection raises ConnectionError
-        (or the socket's own OSError)."""
+        returned, not raised; a broken connection raises ConnectionError (or
+        the socket's own OSError). Descriptors the kernel dropped
+        (MSG_CTRUNC), or a count other than the answer announces, close the
+        connection (ending what it granted) and raise."""
         line = (json.dumps(req, separators=(",", ":")) + "\n").encode()
         op = req.get("op", "?")
         with self._lock:
@@ -112,59 +129,121 @@ class Conn:
             if s is None:
                 raise ConnectionError(_errno.ENOTCONN, "gdsfs %s: connection closed" % op)
             try:
+                self._drain(op)
+            except BaseException:
+                self.close()
+                raise
+            try:
                 s.sendall(line)
             except OSError as e:
                 # The daemon may have answered and hung up before reading
                 # (too many connections): its answer says more than EPIPE.
                 resp = self._answer_left()
+                self.close()
                 if resp is not None:
                     return resp, []
                 raise _wrap(e, "gdsfs %s: sending to %s" % (op, self.path)) from None
-            fds = []
             try:
-                while b"\n" not in self._buf:
-                    try:
-                        data, anc, flags, _ = s.recvmsg(65536, _CMSG_SPACE, _RECV_FLAGS)
-                    except OSError as e:
-                        raise _wrap(e, "gdsfs %s: reading from %s" % (op, self.path)) from None
-                    for level, kind, cdata in anc:
-                        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                            a = array.array("i")
-                            a.frombytes(cdata[: len(cdata) - len(cdata) % _INT])
-                            for fd in a:
-                                if not _RECV_FLAGS:
-                                    os.set_inheritable(fd, False)
-                                fds.append(fd)
-                    if flags & socket.MSG_CTRUNC:
-                        raise OSError(
-                            _errno.EMFILE,
-                            "gdsfs %s: the kernel dropped descriptors sent with the answer "
-                            "(MSG_CTRUNC; is RLIMIT_NOFILE exhausted?)" % op,
-                        )
-                    if not data:
-                        raise ConnectionResetError(
-                            _errno.ECONNRESET,
-                            "gdsfs %s: the daemon at %s closed the connection" % (op, self.path),
-                        )
-                    self._buf += data
-                    if len(self._buf) > _MAX_LINE:
-                        raise OSError(_errno.EPROTO, "gdsfs %s: answer line too long" % op)
-                raw, _, self._buf = self._buf.partition(b"\n")
-                try:
-                    resp = json.loads(raw.decode())
-                    if not isinstance(resp, dict):
-                        raise ValueError("not an object")
-                except ValueError as e:
-                    raise OSError(_errno.EPROTO, "gdsfs %s: bad answer %r: %s" % (op, raw[:200], e)) from None
+                raw, fds, truncated = self._read_line(op)
             except BaseException:
-                _close_fds(fds)
+                self.close()
                 raise
+            try:
+                resp = json.loads(raw.decode())
+                if not isinstance(resp, dict):
+                    raise ValueError("not an object")
+            except ValueError as e:
+                _close_fds(fds)
+                self.close()
+                raise OSError(_errno.EPROTO, "gdsfs %s: bad answer %r: %s" % (op, raw[:200], e)) from None
+            if truncated:
+                _close_fds(fds)
+                self.close()
+                raise OSError(
+                    _errno.EMFILE,
+                    "gdsfs %s: the kernel dropped descriptors sent with the answer (MSG_CTRUNC; is "
+                    "RLIMIT_NOFILE exhausted?); the connection was closed, which ends the lease" % op,
+                )
+            want = answer_fds(resp)
+            if len(fds) != want:
+                _close_fds(fds)
+                self.close()
+                raise OSError(_errno.EPROTO, "gdsfs %s: %d descriptors for %d chunks" % (op, len(fds), want))
         if resp.get("epoch") is not None:
             self.epoch = resp.get("epoch")
-        if not resp.get("ok"):
-            _close_fds(fds)
-            fds = []
         return resp, fds
+
+    def _read_line(self, op):
+        """The next answer line, its descriptors, and whether MSG_CTRUNC was
+        seen. Descriptors are received close-on-exec."""
+        s = self._sock
+        fds = []
+        truncated = False
+        try:
+            while b"\n" not in self._buf:
+                try:
+                    data, anc, flags, _ = s.recvmsg(65536, _CMSG_SPACE, _RECV_FLAGS)
+                except OSError as e:
+                    raise _wrap(e, "gdsfs %s: reading from %s" % (op, self.path)) from None
+                for level, kind, cdata in anc:
+                    if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                        a = array.array("i")
+                        a.frombytes(cdata[: len(cdata) - len(cdata) % _INT])
+                        for fd in a:
+                            if not _RECV_FLAGS:
+                                os.set_inheritable(fd, False)
+                            fds.append(fd)
+                if flags & socket.MSG_CTRUNC:
+                    truncated = True  # read on to the line's end: the stream stays in step
+                if not data:
+                    raise ConnectionResetError(
+                        _errno.ECONNRESET, "gdsfs %s: the daemon at %s closed the connection" % (op, self.path)
+                    )
+                self._buf += data
+                if len(self._buf) > _MAX_LINE:
+                    raise OSError(_errno.EPROTO, "gdsfs %s: answer line too long" % op)
+        except BaseException:
+            _close_fds(fds)
+            raise
+        raw, _, self._buf = self._buf.partition(b"\n")
+        return raw, fds, truncated
+
+    def _drain(self, op):
+        """Read the answers of releases sent earlier."""
+        while self._pending:
+            raw, fds, _ = self._read_line(op)
+            _close_fds(fds)
+            self._pending -= 1
+
+    def release(self, lease, epoch):
+        """End a lease id without waiting for the daemon (never blocks the
+        caller: with the connection busy, a thread sends it)."""
+        if self._lock.acquire(blocking=False):
+            try:
+                self._release_locked(lease, epoch)
+            finally:
+                self._lock.release()
+            return
+        t = threading.Thread(target=self._release_later, args=(lease, epoch), daemon=True)
+        t.start()
+
+    def _release_later(self, lease, epoch):
+        with self._lock:
+            self._release_locked(lease, epoch)
+
+    def _release_locked(self, lease, epoch):
+        s = self._sock
+        if s is None:
+            return  # closing ended it
+        line = (json.dumps({"op": "release", "lease": lease, "epoch": epoch}, separators=(",", ":")) + "\n").encode()
+        try:
+            n = s.send(line, socket.MSG_DONTWAIT)
+            if n != len(line):
+                raise BlockingIOError(_errno.EAGAIN, "short write")
+        except OSError:
+            self.close()  # closing ends the lease as well
+            return
+        self._pending += 1
 
     def _answer_left(self):
         """An error answer already waiting on a socket the peer closed."""

@@ -175,10 +175,15 @@ class Mount:
         return self.stats()["leases_active"]
 
     def wait_leases(self, n, timeout=15):
+        return self.wait_stat("leases_active", n, timeout)
+
+    def wait_stat(self, key, want, timeout=15):
+        """Poll stats.json until key is want (the daemon answers releases
+        and closes asynchronously); return the last value."""
         deadline = time.monotonic() + timeout
         while True:
-            got = self.leases_active()
-            if got == n or time.monotonic() > deadline:
+            got = self.stats()[key]
+            if got == want or time.monotonic() > deadline:
                 return got
             time.sleep(0.05)
 

@@ -128,7 +128,7 @@ class GPULeaseTests(GPUBase):
                 self.assertEqual(lease.read(n // 3, 1000), data[n // 3 : n // 3 + 1000])
                 with self.assertRaises(TypeError):
                     lease.memoryview()
-        self.assertEqual(self.m.leases_active(), 0)
+        self.assertEqual(self.m.wait_leases(0), 0)
 
     def test_torch_sha256(self):
         torch = self.torch()
@@ -143,7 +143,7 @@ class GPULeaseTests(GPUBase):
                 self.assertEqual(t.data_ptr(), lease.ptr, "zero-copy: the tensor is the mapping")
                 self.assertEqual(sha(torch_bytes(t)), sha(data))
                 del t
-        self.assertEqual(self.m.leases_active(), 0)
+        self.assertEqual(self.m.wait_leases(0), 0)
 
     def test_torch_dtypes_shapes(self):
         torch = self.torch()
@@ -169,7 +169,7 @@ class GPULeaseTests(GPUBase):
         self.assertTrue(torch.equal(f[0].cpu().view(torch.int32), ref[0].view(torch.int32)))
         del f, b, s
         gc.collect()
-        self.assertEqual(self.m.leases_active(), 0)
+        self.assertEqual(self.m.wait_leases(0), 0)
 
     def test_load_lifetime(self):
         torch = self.torch()
@@ -187,12 +187,12 @@ class GPULeaseTests(GPUBase):
         self.assertEqual(torch_bytes(view), data[100:200])
         del view
         gc.collect()
-        self.assertEqual(self.m.leases_active(), 0)
+        self.assertEqual(self.m.wait_leases(0), 0)
         h = gdsfs.load(p, torch.float16, (16, 16), offset=512)
         self.assertEqual(h.dtype, torch.float16)
         del h
         gc.collect()
-        self.assertEqual(self.m.leases_active(), 0)
+        self.assertEqual(self.m.wait_leases(0), 0)
 
     def test_cupy(self):
         cupy = self.cupy()
@@ -208,7 +208,7 @@ class GPULeaseTests(GPUBase):
         self.assertEqual(self.m.leases_active(), 1)  # a and w hold it
         del a, w
         gc.collect()
-        self.assertEqual(self.m.leases_active(), 0)
+        self.assertEqual(self.m.wait_leases(0), 0)
 
     def test_torch_and_cupy_agree(self):
         torch = self.torch()
@@ -264,18 +264,64 @@ class GPULeaseTests(GPUBase):
 class GPUSharedTests(GPUBase):
     sharing = "shared"
 
-    def test_zero_copy_shared(self):
+    def test_zero_copy_shared_read_only(self):
+        """Shared leases are one read-only mapping: a consumer writing into
+        one faults in that process only, and the next lease of the file
+        still has the file's bytes."""
         torch = self.torch()
         data = data_of(MiB + 99, 10)
         p = self.m.write("s.bin", data)
         with gdsfs.open(p) as l1, gdsfs.open(p) as l2:
             self.assertEqual(l1.sharing, "shared")
-            t1, t2 = l1.tensor(), l2.tensor()
-            t1[:16] = 7
-            torch.cuda.synchronize()
-            self.assertEqual(t2[:16].cpu().tolist(), [7] * 16, "shared mode: one staged copy")
-            del t1, t2
-        self.assertEqual(self.m.leases_active(), 0)
+            self.assertTrue(l1.readonly, "the driver refused read-only access (CU_MEM_ACCESS_FLAGS_PROT_READ)")
+            self.assertEqual(l1.ptr, l2.ptr, "one mapping per file in a process")
+            self.assertTrue(l2.reused)
+        script = (
+            "import sys, torch, gdsfs\n"
+            "l = gdsfs.open(sys.argv[1])\n"
+            "t = l.tensor()\n"
+            "print('readonly', l.readonly, flush=True)\n"
+            "try:\n"
+            "    t[:16] = 7\n"
+            "    torch.cuda.synchronize()\n"
+            "    print('written', flush=True)\n"
+            "except Exception as e:\n"
+            "    print('faulted', type(e).__name__, str(e).splitlines()[0], flush=True)\n"
+        )
+        proc = child(script, [p])
+        out, err = proc.communicate(timeout=300)
+        self.assertIn(b"readonly True", out, err)
+        self.assertNotIn(b"written", out, "a write through a shared lease went through")
+        self.assertTrue(b"faulted" in out or proc.returncode != 0, (out, err))
+        with gdsfs.open(p) as l3:
+            self.assertEqual(sha(l3.read()), sha(data), "the next lease has the file's bytes")
+            t = l3.tensor()
+            self.assertEqual(sha(torch_bytes(t)), sha(data))
+            del t
+        gdsfs.disconnect()
+        self.assertEqual(self.m.wait_leases(0), 0)
+
+    def test_repeat_lease_fast_path(self):
+        data = data_of(32 * MiB, 12)
+        p = self.m.write("r.bin", data)
+        with gdsfs.open(p) as first:
+            ptr = first.ptr
+        for _ in range(50):
+            with gdsfs.open(p) as again:
+                self.assertTrue(again.reused)
+                self.assertEqual(again.ptr, ptr)
+        with gdsfs.open(p) as l:
+            self.assertEqual(sha(l.read()), sha(data))
+        paths = [self.m.write("b%d.bin" % i, data_of(MiB, 20 + i)) for i in range(8)]
+        leases = gdsfs.open_many(paths)
+        for i, l in enumerate(leases):
+            self.assertEqual(sha(l.read()), sha(data_of(MiB, 20 + i)))
+            l.close()
+        again = gdsfs.open_many(paths)
+        self.assertTrue(all(l.reused for l in again))
+        for l in again:
+            l.close()
+        gdsfs.disconnect()
 
 
 class GPUPrivateTests(GPUBase):
@@ -295,7 +341,8 @@ class GPUPrivateTests(GPUBase):
             del t1, t2
         with gdsfs.open(p) as l3:
             self.assertEqual(sha(l3.read()), sha(data))
-        self.assertEqual(self.m.leases_active(), 0)
+            self.assertFalse(l3.readonly)
+        self.assertEqual(self.m.wait_leases(0), 0)
 
 
 if __name__ == "__main__":

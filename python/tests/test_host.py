@@ -60,7 +60,7 @@ class HostLeaseTests(unittest.TestCase):
                             mv[0] = 1  # read-only
                     del mv
                 self.assertTrue(lease.released)
-        self.assertEqual(self.m.leases_active(), 0)
+        self.assertEqual(self.m.wait_leases(0), 0)
 
     def test_context_manager_releases(self):
         p = self.m.write("a.bin", blob(3 * CHUNK, 1))
@@ -70,7 +70,7 @@ class HostLeaseTests(unittest.TestCase):
             self.assertFalse(lease.closed)
         self.assertTrue(lease.closed)
         self.assertTrue(lease.released)
-        self.assertEqual(self.m.leases_active(), 0)
+        self.assertEqual(self.m.wait_leases(0), 0)
         lease.close()  # idempotent
         with self.assertRaises(ValueError):
             lease.memoryview()
@@ -94,7 +94,7 @@ class HostLeaseTests(unittest.TestCase):
         del part
         gc.collect()
         self.assertTrue(lease.released)
-        self.assertEqual(self.m.leases_active(), 0)
+        self.assertEqual(self.m.wait_leases(0), 0)
 
     def test_del_releases(self):
         p = self.m.write("c.bin", blob(100, 3))
@@ -102,7 +102,7 @@ class HostLeaseTests(unittest.TestCase):
         self.assertEqual(self.m.leases_active(), 1)
         del lease
         gc.collect()
-        self.assertEqual(self.m.leases_active(), 0)
+        self.assertEqual(self.m.wait_leases(0), 0)
 
     def test_many_leases_one_file(self):
         data = blob(CHUNK + 1, 4)
@@ -112,9 +112,11 @@ class HostLeaseTests(unittest.TestCase):
         self.assertEqual(len({l.id for l in leases}), 5)
         for l in leases:
             self.assertEqual(l.read(), data)
+        self.assertEqual(len({l.ptr for l in leases}), 1, "one mapping shared by the leases of a file")
+        self.assertTrue(all(l.reused for l in leases[1:]))
         for l in leases:
             l.close()
-        self.assertEqual(self.m.leases_active(), 0)
+        self.assertEqual(self.m.wait_leases(0), 0)
 
     def test_stat(self):
         p = self.m.write("e.bin", blob(12345, 5))
@@ -134,7 +136,7 @@ class HostLeaseTests(unittest.TestCase):
             gdsfs.open(p)
         self.assertEqual(cm.exception.errno, errno.ENOENT)
         self.assertEqual(cm.exception.filename, p)
-        self.assertEqual(self.m.leases_active(), 0)
+        self.assertEqual(self.m.wait_leases(0), 0)
 
     def test_outside_mount(self):
         d = _support.tmpdir()
@@ -213,7 +215,7 @@ print(json.dumps(out))
         self.assertIn("may not read", res[0]["msg"])
         self.assertEqual(res[1], {"path": public, "ok": True, "size": 100})
         self.assertGreaterEqual(self.m.stats()["lease_denied"], 1)
-        self.assertEqual(self.m.leases_active(), 0)
+        self.assertEqual(self.m.wait_leases(0), 0)
 
     def test_kill9_releases(self):
         p = self.m.write("held.bin", blob(3 * CHUNK, 11))
@@ -290,7 +292,7 @@ class HostTorchTests(unittest.TestCase):
         self.assertEqual(bytes(t[:16].tolist()), data[:16])
         del t, f, b, ref
         gc.collect()
-        self.assertEqual(self.m.leases_active(), 0)
+        self.assertEqual(self.m.wait_leases(0), 0)
 
     def test_load_lifetime(self):
         import weakref
@@ -311,12 +313,51 @@ class HostTorchTests(unittest.TestCase):
         self.assertEqual(bytes(v.tolist()), data[5:9])
         del v
         gc.collect()
-        self.assertEqual(self.m.leases_active(), 0)
+        self.assertEqual(self.m.wait_leases(0), 0)
         e = gdsfs.load(self.m.write("empty.bin", b""), torch.float32)
         self.assertEqual(tuple(e.shape), (0,))
-        self.assertEqual(self.m.leases_active(), 0)
+        self.assertEqual(self.m.wait_leases(0), 0)
         i = gdsfs.load(p, torch.int16, (2, 3), offset=4)
         self.assertEqual(tuple(i.shape), (2, 3))
+
+    def test_leased_ahead(self):
+        """gdsfs.torch.leased: tensors of the files in order, leased ahead
+        in batches; stopping early ends the leases not yet yielded."""
+        import torch
+
+        import gdsfs.torch as gt
+
+        datas = [blob(4096 * (i + 1), 80 + i) for i in range(10)]
+        paths = [self.m.write("s%02d.bin" % i, d) for i, d in enumerate(datas)]
+        got = [bytes(t.tolist()) for t in gt.leased(paths, ahead=3)]
+        self.assertEqual(got, datas)
+        it = gt.leased(paths, torch.int32, ahead=4, batch=2)
+        first = next(it)
+        self.assertEqual(first.dtype, torch.int32)
+        it.close()
+        del first
+        gc.collect()
+        self.assertEqual(self.m.wait_leases(0), 0, "leases made ahead end when the iteration stops")
+        with self.assertRaises(FileNotFoundError):
+            list(gt.leased(paths[:2] + [self.m.path("none.bin")], ahead=2))
+        gdsfs.disconnect()
+
+    def test_dataloader_over_shards(self):
+        import torch
+
+        import gdsfs.torch as gt
+
+        datas = [blob(8192, 90 + i) for i in range(8)]
+        paths = [self.m.write("d%02d.bin" % i, d) for i, d in enumerate(datas)]
+        ds = gt.LeasedFiles(paths, shuffle=True, seed=3, ahead=4)
+        loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=0)
+        for epoch in range(2):
+            ds.set_epoch(epoch)
+            seen = sorted(bytes(t.tolist()) for t in loader)
+            self.assertEqual(seen, sorted(datas))
+        gc.collect()
+        self.assertEqual(self.m.wait_leases(0), 0)
+        gdsfs.disconnect()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,209 @@
+package client
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/gdsfs/gdsfs/proto"
+)
+
+// Error is a failure the daemon answered (or a client-side protocol
+// failure); errors.Is(err, syscall.EACCES) works on it.
+type Error = proto.Error
+
+// Conn is one connection to a daemon's lease socket. Its methods are safe
+// for concurrent use; requests on one Conn are answered in turn. Every
+// file leased on a Conn stays held by the daemon (counted against its
+// capacity) until the Conn is closed.
+type Conn struct {
+	socket string
+
+	mu      sync.Mutex // serialises request/answer pairs; guards the fields below
+	c       *net.UnixConn
+	r       *proto.Reader
+	pending int         // release answers not yet read
+	epoch   uint64      // of the last answer
+	dead    error       // why the connection is unusable
+	failed  atomic.Bool // dead != nil, readable without mu
+}
+
+// Dial connects to a lease socket.
+func Dial(socket string) (*Conn, error) {
+	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: socket, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("gdsfs socket %s: %w", socket, err)
+	}
+	return &Conn{socket: socket, c: c, r: proto.NewReader(c, proto.MaxAnswer)}, nil
+}
+
+// Close closes the connection; the daemon ends everything it held.
+func (c *Conn) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.dead == nil {
+		c.dead = errors.New("closed")
+	}
+	c.failed.Store(true)
+	return c.c.Close()
+}
+
+// broken reports whether the connection failed or was closed.
+func (c *Conn) broken() bool { return c.failed.Load() }
+
+// failLocked marks the connection unusable and closes it, so the daemon
+// ends whatever it held. c.mu must be held.
+func (c *Conn) failLocked(err error) {
+	if c.dead == nil {
+		c.dead = err
+	}
+	c.failed.Store(true)
+	c.c.Close()
+}
+
+// roundTrip sends one request and reads its answer and descriptors. An
+// answer whose descriptors the kernel truncated (MSG_CTRUNC) or that
+// carries the wrong number of them closes the connection (ending the
+// lease it granted) and is an error.
+func (c *Conn) roundTrip(req proto.Request) (proto.Response, []*os.File, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.dead != nil {
+		return proto.Response{}, nil, &Error{Code: syscall.ENOTCONN, Msg: fmt.Sprintf("gdsfs %s: connection unusable: %v", req.Op, c.dead)}
+	}
+	if err := c.drainLocked(); err != nil {
+		c.failLocked(err)
+		return proto.Response{}, nil, fmt.Errorf("gdsfs %s: %w", req.Op, err)
+	}
+	if _, err := c.c.Write(req.Line()); err != nil {
+		// The daemon may have answered and hung up before reading (too
+		// many connections): its answer says more than EPIPE.
+		if resp, ok := c.answerLeftLocked(); ok {
+			c.failLocked(err)
+			return resp, nil, resp.Err()
+		}
+		c.failLocked(err)
+		return proto.Response{}, nil, fmt.Errorf("gdsfs %s: %w", req.Op, err)
+	}
+	line, fds, err := c.r.Next()
+	if err != nil {
+		proto.CloseFDs(fds)
+		c.failLocked(err)
+		if errors.Is(err, proto.ErrTruncated) {
+			return proto.Response{}, nil, &Error{Code: syscall.EMFILE, Msg: fmt.Sprintf(
+				"gdsfs %s: %v; the connection was closed, which ends the lease", req.Op, err)}
+		}
+		return proto.Response{}, nil, fmt.Errorf("gdsfs %s: connection closed by the daemon: %w", req.Op, err)
+	}
+	resp, err := proto.DecodeResponse(line)
+	if err == nil && len(fds) != resp.FDs() {
+		err = &Error{Code: syscall.EPROTO, Msg: fmt.Sprintf("%d descriptors for %d chunks", len(fds), resp.FDs())}
+	}
+	if err != nil {
+		proto.CloseFDs(fds)
+		c.failLocked(err)
+		return proto.Response{}, nil, fmt.Errorf("gdsfs %s: %w", req.Op, err)
+	}
+	c.epoch = resp.Epoch
+	if !resp.OK {
+		return resp, nil, resp.Err()
+	}
+	files := make([]*os.File, len(fds))
+	for i, fd := range fds {
+		files[i] = os.NewFile(uintptr(fd), "gdsfs-chunk")
+	}
+	return resp, files, nil
+}
+
+// answerLeftLocked reads an error answer already waiting on a connection
+// the daemon closed. c.mu must be held.
+func (c *Conn) answerLeftLocked() (proto.Response, bool) {
+	c.c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	defer c.c.SetReadDeadline(time.Time{})
+	line, fds, err := c.r.Next()
+	proto.CloseFDs(fds)
+	if err != nil {
+		return proto.Response{}, false
+	}
+	resp, err := proto.DecodeResponse(line)
+	return resp, err == nil && !resp.OK
+}
+
+// drainLocked reads the answers of releases sent earlier. c.mu must be
+// held.
+func (c *Conn) drainLocked() error {
+	for ; c.pending > 0; c.pending-- {
+		line, fds, err := c.r.Next()
+		proto.CloseFDs(fds)
+		if err != nil {
+			return fmt.Errorf("reading a release answer: %w", err)
+		}
+		if resp, err := proto.DecodeResponse(line); err != nil {
+			return err
+		} else if resp.Err() != nil && resp.Errno != "ESTALE" && resp.Errno != "EINVAL" {
+			return fmt.Errorf("release answered: %w", resp.Err())
+		}
+	}
+	return nil
+}
+
+// release ends lease id without waiting for the answer (read before the
+// next request). It never blocks the caller: when the connection is busy
+// the release is sent from another goroutine.
+func (c *Conn) release(id, epoch uint64) {
+	if c.mu.TryLock() {
+		c.releaseLocked(id, epoch)
+		c.mu.Unlock()
+		return
+	}
+	go func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.releaseLocked(id, epoch)
+	}()
+}
+
+func (c *Conn) releaseLocked(id, epoch uint64) {
+	if c.dead != nil {
+		return // closing ended it
+	}
+	req := proto.Request{Op: proto.OpRelease, Lease: id, Epoch: epoch}
+	c.c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	_, err := c.c.Write(req.Line())
+	c.c.SetWriteDeadline(time.Time{})
+	if err != nil {
+		c.failLocked(err) // closing ends the lease as well
+		return
+	}
+	c.pending++
+}
+
+// Stat asks the state of a file without staging it.
+func (c *Conn) Stat(path string) (proto.Response, error) {
+	resp, _, err := c.roundTrip(proto.Request{Op: proto.OpStat, Path: path})
+	return resp, err
+}
+
+// Report counts an event the daemon cannot see (proto.EventFallback with
+// a reason) in its stats.
+func (c *Conn) Report(event, reason string) error {
+	_, _, err := c.roundTrip(proto.Request{Op: proto.OpReport, Event: event, Reason: reason})
+	return err
+}
+
+// Hello asks the daemon's protocol version and operations.
+func (c *Conn) Hello() (proto.Response, error) {
+	resp, _, err := c.roundTrip(proto.Request{Op: proto.OpHello, Version: proto.Version})
+	return resp, err
+}
+
+func closeAll(files []*os.File) {
+	for _, f := range files {
+		f.Close()
+	}
+}

@@ -1,0 +1,168 @@
+package client
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// fstype is the mountinfo type of a gdsfs mount.
+const fstype = "fuse.gdsfs"
+
+// NotMountedError says a path is not on a gdsfs mount; errors.Is(err,
+// syscall.ENODEV) works on it.
+type NotMountedError struct {
+	Path   string
+	Reason string
+}
+
+func (e *NotMountedError) Error() string { return e.Path + ": not under a gdsfs mount: " + e.Reason }
+
+// Unwrap gives the errno (ENODEV), as the Python client's NotMountedError.
+func (e *NotMountedError) Unwrap() error { return syscall.ENODEV }
+
+// mountEntry is one line of /proc/self/mountinfo.
+type mountEntry struct {
+	majmin, root, mountpoint, fstype string
+}
+
+// parseMountinfo reads mountinfo text: "id parent maj:min root mountpoint
+// options... - fstype source superopts", with octal escapes in paths.
+func parseMountinfo(data []byte) []mountEntry {
+	var out []mountEntry
+	s := bufio.NewScanner(bytes.NewReader(data))
+	s.Buffer(make([]byte, 64<<10), 1<<20)
+	for s.Scan() {
+		f := strings.Split(s.Text(), " ")
+		if len(f) < 7 {
+			continue
+		}
+		sep := -1
+		for i := 6; i < len(f); i++ {
+			if f[i] == "-" {
+				sep = i
+				break
+			}
+		}
+		if sep < 0 || sep+1 >= len(f) {
+			continue
+		}
+		out = append(out, mountEntry{majmin: f[2], root: unescape(f[3]), mountpoint: unescape(f[4]), fstype: unescape(f[sep+1])})
+	}
+	return out
+}
+
+// unescape undoes mountinfo's \NNN octal escapes (space, tab, newline,
+// backslash).
+func unescape(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 16); err == nil {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// resolve makes path absolute with its directory's symbolic links
+// resolved (not the file's own).
+func resolve(path string) (string, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", err
+	}
+	dir, base := filepath.Split(abs)
+	if real, err := filepath.EvalSymlinks(dir); err == nil {
+		dir = real
+	}
+	return filepath.Join(dir, base), nil
+}
+
+// Locate finds the lease socket for path and the path to send: with
+// GDSFS_SOCKET set, that socket and the absolute path; otherwise the
+// nearest mount point above the file must be a gdsfs mount (a file on any
+// other mount, even one inside a gdsfs mount, is refused), its
+// .gdsfs/socket names the socket and the path relative to it is sent. A
+// bind mount of a directory inside a gdsfs mount sends the path from the
+// mount's root, whose .gdsfs/socket is read.
+func Locate(path string) (socket, rel string, err error) {
+	p, err := resolve(path)
+	if err != nil {
+		return "", "", err
+	}
+	if s := os.Getenv("GDSFS_SOCKET"); s != "" {
+		return s, p, nil
+	}
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return "", "", fmt.Errorf("%s: %w", path, err)
+	}
+	socket, rel, _, err = locateIn(path, p, parseMountinfo(data))
+	return socket, rel, err
+}
+
+// locateIn is Locate for the resolved path p over a mount table; it also
+// returns the mount point the path is under.
+func locateIn(path, p string, entries []mountEntry) (socket, rel, mnt string, err error) {
+	table := map[string]mountEntry{}
+	for _, e := range entries {
+		table[e.mountpoint] = e // the last mount on a path is the visible one
+	}
+	d := filepath.Dir(p)
+	var e mountEntry
+	for {
+		var ok bool
+		if e, ok = table[d]; ok {
+			break
+		}
+		parent := filepath.Dir(d)
+		if parent == d {
+			return "", "", "", &NotMountedError{Path: path, Reason: "no mount point found"}
+		}
+		d = parent
+	}
+	if e.fstype != fstype {
+		return "", "", "", &NotMountedError{Path: path, Reason: fmt.Sprintf("it is on %s (%s)", e.mountpoint, e.fstype)}
+	}
+	rel, _ = filepath.Rel(d, p)
+	ctl := d
+	if e.root != "/" && e.root != "" {
+		// A bind mount of a directory inside a gdsfs mount: the daemon
+		// wants the path from its SOURCE root, and .gdsfs lives only at
+		// the root.
+		rel = filepath.Clean(filepath.Join(strings.TrimLeft(e.root, "/"), rel))
+		ctl = ""
+		for _, x := range entries {
+			if x.majmin == e.majmin && x.root == "/" && x.fstype == fstype {
+				ctl = x.mountpoint
+			}
+		}
+		if ctl == "" {
+			return "", "", "", &NotMountedError{Path: path, Reason: fmt.Sprintf(
+				"on %s, a bind mount of %s inside a gdsfs mount whose root is not mounted here; set GDSFS_SOCKET to its lease socket", d, e.root)}
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(ctl, ".gdsfs", "socket"))
+	if err != nil {
+		return "", "", "", fmt.Errorf("%s: gdsfs mount %s has no readable .gdsfs/socket (%w); set GDSFS_SOCKET", path, ctl, err)
+	}
+	socket, _, _ = strings.Cut(string(b), "\n")
+	socket = strings.TrimSpace(socket)
+	if socket == "" {
+		return "", "", "", fmt.Errorf("%s: gdsfs mount %s: .gdsfs/socket is empty", path, ctl)
+	}
+	return socket, rel, d, nil
+}

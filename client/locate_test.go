@@ -1,0 +1,84 @@
+package client
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// mountCases is proto/testdata/mounts.json, which the Python client's
+// tests read too.
+type mountCases struct {
+	Mountinfo []string          `json:"mountinfo"`
+	Names     map[string]string `json:"names"`
+	Sockets   map[string]string `json:"sockets"`
+	Cases     []struct {
+		Path, Socket, Rel, Error string
+	} `json:"cases"`
+}
+
+func escapeMount(p string) string {
+	return strings.NewReplacer(`\`, `\134`, " ", `\040`, "\t", `\011`, "\n", `\012`).Replace(p)
+}
+
+func TestLocateSharedCases(t *testing.T) {
+	b, err := os.ReadFile("../proto/testdata/mounts.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mc mountCases
+	if err := json.Unmarshal(b, &mc); err != nil {
+		t.Fatal(err)
+	}
+	root, _ := filepath.EvalSymlinks(t.TempDir())
+	dirs := map[string]string{"root": root}
+	for k, name := range mc.Names {
+		dirs[k] = filepath.Join(root, name)
+		os.MkdirAll(dirs[k], 0o755)
+	}
+	for k, s := range mc.Sockets {
+		os.MkdirAll(filepath.Join(dirs[k], ".gdsfs"), 0o755)
+		os.WriteFile(filepath.Join(dirs[k], ".gdsfs", "socket"), []byte(s+"\n"), 0o644)
+	}
+	fill := func(s string, esc bool) string {
+		for k, d := range dirs {
+			if esc {
+				d = escapeMount(d)
+			}
+			s = strings.ReplaceAll(s, "{"+k+"}", d)
+		}
+		return s
+	}
+	var info []string
+	for _, l := range mc.Mountinfo {
+		info = append(info, fill(l, true))
+	}
+	entries := parseMountinfo([]byte(strings.Join(info, "\n")))
+	if len(entries) != len(mc.Mountinfo) || entries[5].mountpoint != dirs["sp"] || entries[4].root != "/data" {
+		t.Fatalf("parsed %d entries: %+v", len(entries), entries)
+	}
+	for _, c := range mc.Cases {
+		p := fill(c.Path, false)
+		sock, rel, _, err := locateIn(p, p, entries)
+		if c.Error != "" {
+			var nm *NotMountedError
+			if err == nil || !strings.Contains(err.Error(), c.Error) || !errors.As(err, &nm) || !errors.Is(err, syscall.ENODEV) {
+				t.Errorf("%s: %v, want a NotMountedError (ENODEV) mentioning %q", c.Path, err, c.Error)
+			}
+			continue
+		}
+		if err != nil || sock != c.Socket || rel != c.Rel {
+			t.Errorf("%s: (%q, %q, %v), want (%q, %q)", c.Path, sock, rel, err, c.Socket, c.Rel)
+		}
+	}
+}
+
+func TestUnescape(t *testing.T) {
+	if got := unescape(`a\040b\134c\012\011d`); got != "a b\\c\n\td" {
+		t.Fatalf("%q", got)
+	}
+}

@@ -1,0 +1,209 @@
+package client
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/gdsfs/gdsfs/proto"
+)
+
+// item is one path of an OpenMany.
+type item struct {
+	i   int
+	loc location
+	f   *mapped
+}
+
+// batch is one OpenMany in progress.
+type batch struct {
+	paths []string
+	out   []*Lease
+	taken []*mapped // kept mappings taken for a repeat lease, not yet settled
+}
+
+// settle marks a taken mapping as dealt with (leased or discarded).
+func (b *batch) settle(f *mapped) {
+	for k, t := range b.taken {
+		if t == f {
+			b.taken = append(b.taken[:k], b.taken[k+1:]...)
+			return
+		}
+	}
+}
+
+// fail undoes what the batch made and returns err.
+func (b *batch) fail(err error) ([]*Lease, error) {
+	for _, f := range b.taken {
+		reg.discard(f)
+	}
+	for _, l := range b.out {
+		if l != nil {
+			l.Close()
+		}
+	}
+	return nil, err
+}
+
+// OpenMany leases many files in as few round trips as it can: the files
+// this process keeps mapped are leased again together on the connections
+// holding them (one acquire_many each, no descriptors when unchanged), the
+// rest in one acquire_many per daemon on a new connection, which then
+// holds that batch until its last lease closes. It is all or nothing: if
+// any file fails, the leases already made are closed and the error names
+// the file.
+func OpenMany(paths []string) ([]*Lease, error) {
+	b := &batch{paths: paths, out: make([]*Lease, len(paths))}
+	var fresh []item
+	groups := map[*holder][]item{}
+	for i, p := range paths {
+		loc, err := locateCached(p)
+		if err != nil {
+			return b.fail(err)
+		}
+		if f := reg.take(loc.key()); f != nil {
+			b.taken = append(b.taken, f)
+			groups[f.conn] = append(groups[f.conn], item{i, loc, f})
+		} else {
+			fresh = append(fresh, item{i: i, loc: loc})
+		}
+	}
+	for h, items := range groups {
+		again, err := b.repeat(h, items)
+		if err != nil {
+			return b.fail(err)
+		}
+		fresh = append(fresh, again...)
+	}
+	bySocket := map[string][]item{}
+	var order []string
+	for _, it := range fresh {
+		if bySocket[it.loc.socket] == nil {
+			order = append(order, it.loc.socket)
+		}
+		bySocket[it.loc.socket] = append(bySocket[it.loc.socket], it)
+	}
+	for _, socket := range order {
+		items := bySocket[socket]
+		for len(items) > 0 {
+			n := min(len(items), proto.MaxBatch)
+			if err := openBatch(paths, items[:n], b.out); err != nil {
+				return b.fail(err)
+			}
+			items = items[n:]
+		}
+	}
+	return b.out, nil
+}
+
+// repeat leases items again on the connection holding their mappings. It
+// returns the items to lease afresh: changed files, or all of them when
+// the connection failed.
+func (b *batch) repeat(h *holder, items []item) ([]item, error) {
+	req := proto.Request{Op: proto.OpAcquireMany}
+	for _, it := range items {
+		req.Paths = append(req.Paths, it.loc.rel)
+		req.Generations = append(req.Generations, it.f.g.Generation)
+	}
+	resp, files, err := h.c.roundTrip(req)
+	if err == nil && len(resp.Files) != len(items) {
+		closeAll(files)
+		err = &Error{Code: proto.EPROTO, Msg: fmt.Sprintf("gdsfs acquire_many: %d answers for %d files", len(resp.Files), len(items))}
+	}
+	if err != nil {
+		for _, it := range items {
+			b.settle(it.f)
+			reg.discard(it.f)
+		}
+		if !retry(err) {
+			return nil, err
+		}
+		return items, nil
+	}
+	defer func() { closeAll(files) }()
+	var again []item
+	for k, it := range items {
+		a := &resp.Files[k]
+		got := files[:min(a.FDs(), len(files))]
+		files = files[len(got):]
+		b.settle(it.f)
+		lease, err := b.repeatOne(h, it, a, resp.Epoch, got)
+		switch {
+		case lease != nil:
+			b.out[it.i] = lease
+		case err != nil && !retry(err):
+			return nil, err
+		default:
+			again = append(again, it)
+		}
+	}
+	return again, nil
+}
+
+// repeatOne turns one item of a repeat acquire_many into a lease, or an
+// error (a retry-worthy one: lease it afresh).
+func (b *batch) repeatOne(h *holder, it item, a *proto.Item, epoch uint64, files []*os.File) (*Lease, error) {
+	switch {
+	case a.OK && a.Reuse && a.Generation == it.f.g.Generation:
+		return &Lease{f: it.f, conn: h.c, id: a.Lease, epoch: epoch, grant: a.Grant}, nil
+	case a.OK && a.Reuse:
+		h.c.release(a.Lease, epoch)
+		reg.discard(it.f)
+		return nil, &Error{Code: proto.EPROTO, Msg: fmt.Sprintf("gdsfs acquire %s: reuse of generation %d answered for %d", b.paths[it.i], a.Generation, it.f.g.Generation)}
+	case a.OK:
+		nf, err := reg.adopt(h, it.loc, &a.Grant, files)
+		reg.discard(it.f)
+		if err != nil {
+			h.c.release(a.Lease, epoch)
+			return nil, fmt.Errorf("gdsfs acquire %s: map: %w", b.paths[it.i], err)
+		}
+		return &Lease{f: nf, conn: h.c, id: a.Lease, epoch: epoch, grant: a.Grant}, nil
+	}
+	reg.discard(it.f)
+	return nil, a.Err()
+}
+
+// openBatch leases items on one new connection, filling out.
+func openBatch(paths []string, items []item, out []*Lease) error {
+	c, err := Dial(items[0].loc.socket)
+	if err != nil {
+		return err
+	}
+	req := proto.Request{Op: proto.OpAcquireMany}
+	for _, it := range items {
+		req.Paths = append(req.Paths, it.loc.rel)
+	}
+	resp, files, err := c.roundTrip(req)
+	if err == nil && len(resp.Files) != len(items) {
+		closeAll(files)
+		err = &Error{Code: proto.EPROTO, Msg: fmt.Sprintf("gdsfs acquire_many: %d answers for %d files", len(resp.Files), len(items))}
+	}
+	if err != nil {
+		c.Close()
+		return err
+	}
+	h := &holder{c: c, owned: true}
+	var firstErr error
+	for k, it := range items {
+		a := &resp.Files[k]
+		got := files[:min(a.FDs(), len(files))]
+		files = files[len(got):]
+		if firstErr != nil || !a.OK {
+			closeAll(got)
+			if firstErr == nil {
+				firstErr = fmt.Errorf("%s: %w", paths[it.i], a.Err())
+			}
+			continue
+		}
+		f, err := reg.adopt(h, it.loc, &a.Grant, got)
+		if err != nil {
+			firstErr = fmt.Errorf("gdsfs acquire %s: map: %w", paths[it.i], err)
+			continue
+		}
+		out[it.i] = &Lease{f: f, conn: c, id: a.Lease, epoch: resp.Epoch, grant: a.Grant}
+	}
+	closeAll(files)
+	if h.refs == 0 {
+		c.Close()
+	}
+	return firstErr
+}

@@ -1,0 +1,258 @@
+package client
+
+import (
+	"container/list"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/gdsfs/gdsfs/proto"
+)
+
+// mapped is one file's mapping in this process, shared by the Leases of
+// it and kept (idle) after the last one closes while the daemon allows.
+type mapped struct {
+	key   string // location.key(); "" for a lease taken with Conn.Acquire
+	conn  *holder
+	g     proto.Grant
+	m     mapping
+	users int           // Leases using m; guarded by reg
+	cache bool          // the daemon allowed keeping it after release
+	stale bool          // never handed out again
+	elem  *list.Element // in reg.idle while kept with no user
+}
+
+// holder is a connection and the mappings it holds: the daemon holds
+// their bytes until it closes, which happens when the last goes (for
+// connections the registry opened).
+type holder struct {
+	c     *Conn
+	refs  int  // guarded by reg
+	owned bool // opened by the registry: closed with its last mapping
+}
+
+// maxIdle bounds the mappings kept with no lease using them.
+const maxIdle = 256
+
+// reg is this process's mapped files and where files were found.
+var reg registry
+
+type registry struct {
+	mu      sync.Mutex
+	files   map[string]*mapped // current mapping per location
+	idle    list.List          // of *mapped kept with no user; front = most recent
+	located map[string][2]string
+}
+
+// location is where a path is leased from.
+type location struct {
+	socket, rel string
+	remembered  bool // from the per-directory memory, not looked up now
+}
+
+func (l location) key() string { return l.socket + "\x00" + l.rel }
+
+// locateCached is Locate, remembered per directory (reading mountinfo
+// and .gdsfs/socket costs more than a repeat lease).
+func locateCached(path string) (location, error) {
+	if os.Getenv("GDSFS_SOCKET") != "" {
+		s, rel, err := Locate(path)
+		return location{socket: s, rel: rel}, err
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return location{}, err
+	}
+	dir, base := filepath.Split(abs)
+	reg.mu.Lock()
+	hit, ok := reg.located[dir]
+	reg.mu.Unlock()
+	if ok {
+		return location{socket: hit[0], rel: filepath.Join(hit[1], base), remembered: true}, nil
+	}
+	s, rel, err := Locate(path)
+	if err != nil {
+		return location{}, err
+	}
+	reg.mu.Lock()
+	if reg.located == nil || len(reg.located) > 4096 {
+		reg.located = map[string][2]string{}
+	}
+	reg.located[dir] = [2]string{s, filepath.Dir(rel)}
+	reg.mu.Unlock()
+	return location{socket: s, rel: rel}, nil
+}
+
+// forget drops where files were found.
+func forget() {
+	reg.mu.Lock()
+	reg.located = nil
+	reg.mu.Unlock()
+}
+
+// take returns the current mapping for key, counted as used, if there is
+// one worth a repeat lease.
+func (r *registry) take(key string) *mapped {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f := r.files[key]
+	if f == nil || f.stale || f.conn.c.broken() {
+		return nil
+	}
+	f.users++
+	if f.elem != nil {
+		r.idle.Remove(f.elem)
+		f.elem = nil
+	}
+	return f
+}
+
+// adopt maps a grant's descriptors (closing them) as the current mapping
+// of loc, held by h, with one user.
+func (r *registry) adopt(h *holder, loc location, g *proto.Grant, files []*os.File) (*mapped, error) {
+	m, err := mapFiles(g, files)
+	if err != nil {
+		return nil, err
+	}
+	f := &mapped{key: loc.key(), conn: h, g: *g, m: m, users: 1, cache: g.Cache && g.Sharing == proto.SharingShared}
+	f.g.Chunks = nil
+	r.mu.Lock()
+	h.refs++
+	var drop []*mapped
+	if old := r.files[f.key]; old != nil {
+		old.stale = true
+		if old.users == 0 {
+			drop = append(drop, old)
+			r.removeLocked(old)
+		}
+	}
+	if r.files == nil {
+		r.files = map[string]*mapped{}
+	}
+	r.files[f.key] = f
+	closing := r.unrefLocked(drop)
+	r.mu.Unlock()
+	undo(drop, closing)
+	return f, nil
+}
+
+// discard gives back a mapping taken for a repeat lease that failed: it
+// is not handed out again.
+func (r *registry) discard(f *mapped) {
+	r.mu.Lock()
+	f.users--
+	f.stale = true
+	var drop []*mapped
+	if f.users == 0 {
+		drop = append(drop, f)
+		r.removeLocked(f)
+	}
+	closing := r.unrefLocked(drop)
+	r.mu.Unlock()
+	undo(drop, closing)
+}
+
+// finish ends lease l: the mapping is kept for a repeat lease when the
+// daemon allowed it, else undone (then its connection closed when it was
+// the last mapping it held). The lease id is released unless its
+// connection is closed anyway.
+func (r *registry) finish(l *Lease) error {
+	f := l.f
+	r.mu.Lock()
+	f.users--
+	var drop []*mapped
+	if f.users == 0 {
+		if f.cache && !f.stale && f.key != "" && !f.conn.c.broken() {
+			f.elem = r.idle.PushFront(f)
+			for r.idle.Len() > maxIdle {
+				v := r.idle.Back().Value.(*mapped)
+				r.removeLocked(v)
+				drop = append(drop, v)
+			}
+		} else {
+			r.removeLocked(f)
+			drop = append(drop, f)
+		}
+	}
+	closing := r.unrefLocked(drop)
+	r.mu.Unlock()
+	release := true
+	for _, h := range closing {
+		if h.c == l.conn {
+			release = false
+		}
+	}
+	if release {
+		l.conn.release(l.id, l.epoch)
+	}
+	var err error
+	for _, v := range drop {
+		if e := v.m.Close(); e != nil && v == f {
+			err = e
+		}
+	}
+	for _, h := range closing {
+		h.c.Close()
+	}
+	return err
+}
+
+// removeLocked takes f out of the registry (not its connection count).
+func (r *registry) removeLocked(f *mapped) {
+	if f.elem != nil {
+		r.idle.Remove(f.elem)
+		f.elem = nil
+	}
+	if f.key != "" && r.files[f.key] == f {
+		delete(r.files, f.key)
+	}
+	f.stale = true
+}
+
+// unrefLocked drops the connection references of the mappings being
+// undone and returns the registry-opened connections left with none.
+func (r *registry) unrefLocked(drop []*mapped) []*holder {
+	var closing []*holder
+	for _, f := range drop {
+		f.conn.refs--
+		if f.conn.refs == 0 && f.conn.owned {
+			closing = append(closing, f.conn)
+		}
+	}
+	return closing
+}
+
+// undo unmaps, then closes the connections (the daemon then ends what
+// they held).
+func undo(drop []*mapped, closing []*holder) {
+	for _, f := range drop {
+		f.m.Close()
+	}
+	for _, h := range closing {
+		h.c.Close()
+	}
+}
+
+// flushIdle undoes the kept mappings of socket's daemon (all when socket
+// is "").
+func (r *registry) flushIdle(socket string) {
+	r.mu.Lock()
+	var drop []*mapped
+	for e := r.idle.Front(); e != nil; {
+		next := e.Next()
+		f := e.Value.(*mapped)
+		if socket == "" || f.conn.c.socket == socket {
+			r.removeLocked(f)
+			drop = append(drop, f)
+		}
+		e = next
+	}
+	closing := r.unrefLocked(drop)
+	r.mu.Unlock()
+	undo(drop, closing)
+}
+
+// DropCache undoes every mapping kept for repeat leases (leases still
+// open are not touched) and closes the connections left holding nothing,
+// so the daemon counts none of it any more.
+func DropCache() { reg.flushIdle("") }

@@ -1,0 +1,324 @@
+package ipc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"strings"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/gdsfs/gdsfs/gpu"
+	"github.com/gdsfs/gdsfs/internal/access"
+	"github.com/gdsfs/gdsfs/internal/units"
+	"github.com/gdsfs/gdsfs/proto"
+	"github.com/gdsfs/gdsfs/staging"
+)
+
+// held is one file handed out on a connection: its staging lease, which
+// ends when the connection closes.
+type held struct {
+	lease *staging.Lease
+	bytes int64 // device bytes of its chunks
+	exp   *export
+}
+
+// export is the descriptors of one region, made once and shared by every
+// connection that holds the region (the kernel gives each peer its own
+// references when they are sent). They are closed when the last holder
+// goes.
+type export struct {
+	region gpu.Region
+	fds    []int
+	files  []*os.File
+	refs   int // guarded by Server.expMu
+}
+
+func (cn *conn) acquire(req proto.Request) (proto.Response, []int) {
+	g, fds, err := cn.grant(req.Path, req.Generation)
+	if err != nil {
+		return cn.fail(err), nil
+	}
+	r := cn.ok()
+	r.Grant = g
+	return r, fds
+}
+
+// acquireMany grants each path in turn; one file's error is its item's.
+func (cn *conn) acquireMany(req proto.Request) (proto.Response, []int) {
+	r := cn.ok()
+	var fds []int
+	for i, p := range req.Paths {
+		var gen uint64
+		if req.Generations != nil {
+			gen = req.Generations[i]
+		}
+		g, f, err := cn.grant(p, gen)
+		if err != nil {
+			code, msg := errnoOf(err)
+			r.Files = append(r.Files, proto.Item{Errno: proto.ErrnoName(code), Error: msg})
+			continue
+		}
+		r.Files = append(r.Files, proto.Item{OK: true, Grant: g})
+		fds = append(fds, f...)
+	}
+	return r, fds
+}
+
+// grant leases one file for this connection. gen is the generation the
+// client holds mapped from this connection (0: none): if it is still
+// current the answer reuses it (no descriptors); if not, ESTALE.
+func (cn *conn) grant(p string, gen uint64) (proto.Grant, []int, error) {
+	s := cn.s
+	rel, err := cn.rel(p)
+	if err != nil {
+		return proto.Grant{}, nil, err
+	}
+	if err := cn.leaseRoom(); err != nil {
+		return proto.Grant{}, nil, err
+	}
+	f, err := cn.openAsPeer(rel)
+	if err != nil {
+		return proto.Grant{}, nil, err
+	}
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.Options.AcquireTimeout)
+	l, err := s.cfg.Cache.Acquire(ctx, staging.Request{Rel: rel, File: f, Private: s.cfg.Options.Sharing == SharingPrivate})
+	cancel()
+	f.Close()
+	if err != nil {
+		return proto.Grant{}, nil, s.acquireErr(rel, err, time.Since(start))
+	}
+	h := cn.held[l.Region()]
+	reuse := false
+	switch {
+	case gen != 0 && gen != l.Generation():
+		l.Release()
+		return proto.Grant{}, nil, proto.Errorf(proto.ESTALE,
+			"%s changed since generation %d (now %d): unmap it, close this connection and acquire on a new one", rel, gen, l.Generation())
+	case h != nil:
+		l.Release() // this connection already holds these bytes
+		reuse = gen != 0
+	default:
+		if h, err = cn.hold(rel, l); err != nil {
+			l.Release()
+			return proto.Grant{}, nil, err
+		}
+	}
+	id := s.nextLease.Add(1)
+	cn.leases[id] = h
+	s.mu.Lock()
+	s.useLocked(cn.cred.UID, func(u *use) { u.leases++ })
+	s.mu.Unlock()
+	g := proto.Grant{
+		Lease: id, Size: h.lease.Size(), Generation: h.lease.Generation(), Device: h.lease.Device(),
+		Sharing: s.cfg.Options.Sharing, Cache: s.cacheable(), Reuse: reuse,
+	}
+	s.log.Debug("lease", zap.String("path", rel), zap.Uint64("lease", id), zap.Uint32("uid", cn.cred.UID), zap.Bool("reuse", reuse))
+	if reuse {
+		return g, nil, nil
+	}
+	for _, n := range h.lease.Chunks() {
+		g.Chunks = append(g.Chunks, proto.Chunk{Len: n})
+	}
+	return g, h.exp.fds, nil
+}
+
+// rel turns a request path into a SOURCE-relative one.
+func (cn *conn) rel(p string) (string, error) {
+	if rest, ok := strings.CutPrefix(p, cn.s.cfg.Mountpoint+"/"); ok && cn.s.cfg.Mountpoint != "" {
+		p = rest
+	}
+	rel := path.Clean("/" + p)[1:]
+	if rel == "" {
+		return "", proto.Errorf(proto.EINVAL, "path %q: does not name a file under the mount", p)
+	}
+	return rel, nil
+}
+
+// openAsPeer opens rel as the peer, so the kernel decides whether it may
+// read it (modes, ACLs, every directory on the way). FIFOs, devices and
+// directories are refused at once, never opened blocking.
+func (cn *conn) openAsPeer(rel string) (*os.File, error) {
+	s := cn.s
+	if cn.credErr != nil {
+		s.denied.Add(1)
+		return nil, proto.Errorf(proto.EACCES, "%s: peer credentials unknown (%v)", rel, cn.credErr)
+	}
+	f, _, err := s.root.OpenRegular(cn.cred, rel, 0, access.Beneath)
+	switch {
+	case err == nil:
+		return f, nil
+	case errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM):
+		s.denied.Add(1)
+		return nil, proto.Errorf(proto.EACCES, "%s: uid %d may not read it (%v)", rel, cn.cred.UID, err)
+	case errors.Is(err, syscall.EXDEV):
+		s.denied.Add(1)
+		return nil, proto.Errorf(proto.EACCES, "%s: resolves outside the mount's SOURCE (%v)", rel, err)
+	case errors.Is(err, access.ErrNotRegular):
+		return nil, proto.Errorf(proto.EINVAL, "%s: only regular files are leased: %v", rel, err)
+	}
+	return nil, fmt.Errorf("%s: %w", rel, err)
+}
+
+// leaseRoom checks ipc.max_leases_per_uid before a grant.
+func (cn *conn) leaseRoom() error {
+	s := cn.s
+	max := s.cfg.Options.MaxLeasesPerUID
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if u := s.uids[cn.cred.UID]; u != nil && u.leases >= max {
+		s.refused.Add(1)
+		return proto.Errorf(proto.EDQUOT, "uid %d holds ipc.max_leases_per_uid (%d) leases; release some", cn.cred.UID, max)
+	}
+	return nil
+}
+
+// hold records l as held by this connection: counted against the uid's
+// ipc.max_held_per_uid, exported once per region.
+func (cn *conn) hold(rel string, l *staging.Lease) (*held, error) {
+	s := cn.s
+	h := &held{lease: l}
+	for _, n := range l.Chunks() {
+		h.bytes += n
+	}
+	s.mu.Lock()
+	if u := s.uids[cn.cred.UID]; u != nil && u.bytes+h.bytes > s.heldLimit {
+		s.mu.Unlock()
+		s.refused.Add(1)
+		return nil, proto.Errorf(proto.EDQUOT, "%s: uid %d holds %s over open connections; %s more passes ipc.max_held_per_uid (%s); close leases (their connections) first",
+			rel, cn.cred.UID, units.HumanBytes(u.bytes), units.HumanBytes(h.bytes), units.HumanBytes(s.heldLimit))
+	}
+	first := 0
+	if len(cn.held) == 0 {
+		first = 1
+	}
+	s.useLocked(cn.cred.UID, func(u *use) { u.bytes += h.bytes; u.files++; u.hold += first })
+	s.mu.Unlock()
+	exp, err := s.export(l.Region())
+	if err != nil {
+		s.mu.Lock()
+		s.useLocked(cn.cred.UID, func(u *use) { u.bytes -= h.bytes; u.files--; u.hold -= first })
+		s.mu.Unlock()
+		return nil, fmt.Errorf("export %s: %w", rel, err)
+	}
+	h.exp = exp
+	cn.held[l.Region()] = h
+	return h, nil
+}
+
+// export returns r's descriptors, made on first use.
+func (s *Server) export(r gpu.Region) (*export, error) {
+	s.expMu.Lock()
+	defer s.expMu.Unlock()
+	if e := s.exports[r]; e != nil {
+		e.refs++
+		return e, nil
+	}
+	files, err := r.Export()
+	if err != nil {
+		return nil, err
+	}
+	e := &export{region: r, files: files, refs: 1}
+	for _, f := range files {
+		e.fds = append(e.fds, int(f.Fd()))
+	}
+	s.exports[r] = e
+	return e, nil
+}
+
+func (s *Server) unexport(e *export) {
+	s.expMu.Lock()
+	e.refs--
+	last := e.refs == 0
+	if last {
+		delete(s.exports, e.region)
+	}
+	s.expMu.Unlock()
+	if last {
+		for _, f := range e.files {
+			f.Close()
+		}
+	}
+}
+
+// release ends a lease id. The bytes it named stay held (counted against
+// the capacity) until the connection closes.
+func (cn *conn) release(req proto.Request) proto.Response {
+	if req.Epoch != 0 && req.Epoch != cn.s.epoch {
+		return cn.fail(proto.Errorf(proto.ESTALE, "lease %d is from another daemon instance (epoch %d); it ended with it", req.Lease, req.Epoch))
+	}
+	if _, ok := cn.leases[req.Lease]; !ok {
+		return cn.fail(proto.Errorf(proto.EINVAL, "no lease %d on this connection", req.Lease))
+	}
+	delete(cn.leases, req.Lease)
+	cn.s.mu.Lock()
+	cn.s.useLocked(cn.cred.UID, func(u *use) { u.leases-- })
+	cn.s.mu.Unlock()
+	return cn.ok()
+}
+
+func (cn *conn) stat(req proto.Request) proto.Response {
+	rel, err := cn.rel(req.Path)
+	if err != nil {
+		return cn.fail(err)
+	}
+	f, err := cn.openAsPeer(rel)
+	if err != nil {
+		return cn.fail(err)
+	}
+	fi, err := f.Stat()
+	f.Close()
+	if err != nil {
+		return cn.fail(err)
+	}
+	state, loadPath := cn.s.cfg.Cache.Attr(rel)
+	r := cn.ok()
+	r.State, r.LoadPath, r.Size = state, loadPath, fi.Size()
+	return r
+}
+
+// acquireErr words a failed acquire: ENOSPC says how long it waited and
+// what holds the capacity; a deadline while staging is ETIMEDOUT.
+func (s *Server) acquireErr(rel string, err error, waited time.Duration) error {
+	var pe *proto.Error
+	if errors.As(err, &pe) {
+		return err
+	}
+	code := proto.ErrnoOf(err)
+	switch {
+	case code == proto.ENOSPC:
+		st := s.Stats()
+		return proto.Errorf(proto.ENOSPC, "%v (waited %s of ipc.acquire_timeout %s; %s of the capacity is held by %d lease connections, which hold it until they close)",
+			err, waited.Round(time.Millisecond), s.cfg.Options.AcquireTimeout, units.HumanBytes(st.HeldBytes), st.HoldingConnections)
+	case errors.Is(err, context.DeadlineExceeded):
+		return proto.Errorf(proto.ETIMEDOUT, "%s: not staged within ipc.acquire_timeout (%s): %v", rel, s.cfg.Options.AcquireTimeout, err)
+	case errors.Is(err, context.Canceled):
+		return proto.Errorf(proto.EIO, "%s: the daemon is stopping", rel)
+	}
+	return err
+}
+
+// errnoOf is the errno and message an error is answered with: a
+// *proto.Error as it is; otherwise the errno it wraps (ENOENT for a
+// missing file, EIO when it carries none).
+func errnoOf(err error) (syscall.Errno, string) {
+	var pe *proto.Error
+	if errors.As(err, &pe) {
+		return pe.Code, pe.Msg
+	}
+	var errno syscall.Errno
+	switch {
+	case errors.As(err, &errno) && errno != 0:
+	case errors.Is(err, fs.ErrNotExist):
+		errno = syscall.ENOENT
+	default:
+		errno = syscall.EIO
+	}
+	return errno, err.Error()
+}

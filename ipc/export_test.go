@@ -1,0 +1,21 @@
+package ipc
+
+import "net"
+
+// ListenerFunc wraps the server's listener before Serve (tests inject
+// Accept failures).
+func WrapListener(s *Server, wrap func(accept func() (*net.UnixConn, error)) func() (*net.UnixConn, error)) {
+	s.ln = &funcListener{accept: wrap(s.ln.AcceptUnix), close: s.ln.Close}
+}
+
+type funcListener struct {
+	accept func() (*net.UnixConn, error)
+	close  func() error
+}
+
+func (l *funcListener) AcceptUnix() (*net.UnixConn, error) { return l.accept() }
+func (l *funcListener) Close() error                       { return l.close() }
+
+// OnConnClosed calls fn each time a connection's end has been accounted
+// (its leases ended, its bytes no longer held). Set it before Serve.
+func OnConnClosed(s *Server, fn func()) { s.onClosed = fn }

@@ -1,0 +1,185 @@
+package ipc_test
+
+import (
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/gdsfs/gdsfs/internal/units"
+	"github.com/gdsfs/gdsfs/ipc"
+	"github.com/gdsfs/gdsfs/proto"
+)
+
+const nobody = 65534
+
+// TestPerUIDConnectionLimit: one uid at ipc.max_connections_per_uid is
+// refused; another uid is still served.
+func TestPerUIDConnectionLimit(t *testing.T) {
+	f := start(t, ipc.SharingShared, setup{opts: func(o *ipc.Options) { o.MaxConnectionsPerUID = 3 }})
+	f.write(t, "a", pattern(10, 1))
+	for range 3 {
+		r := dialAs(t, f.srv.Path(), nobody, nobody)
+		if resp, _ := r.do(proto.Request{Op: proto.OpStat, Path: "a"}); !resp.OK {
+			t.Fatalf("stat: %+v", resp)
+		}
+	}
+	r := dialAs(t, f.srv.Path(), nobody, nobody)
+	resp, _ := r.do(proto.Request{Op: proto.OpStat, Path: "a"})
+	if resp.Errno != "EMFILE" || !strings.Contains(resp.Error, "max_connections_per_uid") {
+		t.Fatalf("fourth connection of uid %d: %+v, want EMFILE naming ipc.max_connections_per_uid", nobody, resp)
+	}
+	if resp, _ := dial(t, f.srv.Path()).do(proto.Request{Op: proto.OpStat, Path: "a"}); !resp.OK {
+		t.Fatalf("root refused while uid %d is at its limit: %+v", nobody, resp)
+	}
+}
+
+func TestTooManyConnections(t *testing.T) {
+	f := start(t, ipc.SharingShared, setup{opts: func(o *ipc.Options) { o.MaxConnections = 4 }})
+	for range 4 {
+		dial(t, f.srv.Path()).do(proto.Request{Op: proto.OpHello})
+	}
+	resp, _ := dial(t, f.srv.Path()).do(proto.Request{Op: proto.OpHello})
+	if resp.Errno != "EMFILE" || !strings.Contains(resp.Error, "ipc.max_connections") {
+		t.Fatalf("fifth connection: %+v, want EMFILE", resp)
+	}
+}
+
+// TestIdleConnectionClosed: a connection holding nothing is closed after
+// ipc.idle_timeout; one holding a lease, older than it, is not.
+func TestIdleConnectionClosed(t *testing.T) {
+	f := start(t, ipc.SharingShared, setup{opts: func(o *ipc.Options) { o.IdleTimeout = 200 * time.Millisecond }})
+	f.write(t, "a", pattern(100, 1))
+	holder := dial(t, f.srv.Path())
+	if resp, _ := holder.do(proto.Request{Op: proto.OpAcquire, Path: "a"}); !resp.OK {
+		t.Fatal(resp.Error)
+	}
+	idle := dial(t, f.srv.Path())
+	idle.c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := idle.c.Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("idle connection: read %v, want EOF (closed by the daemon)", err)
+	}
+	if resp, _ := holder.do(proto.Request{Op: proto.OpStat, Path: "a"}); !resp.OK {
+		t.Fatalf("the connection holding a lease was closed too: %+v", resp)
+	}
+	if st := f.srv.Stats(); st.Timeouts != 1 {
+		t.Fatalf("timeouts %d, want 1", st.Timeouts)
+	}
+}
+
+// TestHalfLineTimesOut: a request line not finished within
+// ipc.request_timeout is answered ETIMEDOUT and its connection closed,
+// even one holding a lease; others are served meanwhile.
+func TestHalfLineTimesOut(t *testing.T) {
+	f := start(t, ipc.SharingShared, setup{opts: func(o *ipc.Options) { o.RequestTimeout = 200 * time.Millisecond }})
+	f.write(t, "a", pattern(100, 1))
+	half := dial(t, f.srv.Path())
+	if resp, _ := half.do(proto.Request{Op: proto.OpAcquire, Path: "a"}); !resp.OK {
+		t.Fatal(resp.Error)
+	}
+	half.c.Write([]byte(`{"op":"st`))
+	if resp, _ := dial(t, f.srv.Path()).do(proto.Request{Op: proto.OpStat, Path: "a"}); !resp.OK {
+		t.Fatalf("another client beside a half request: %+v", resp)
+	}
+	resp, _ := half.next()
+	if resp.Errno != "ETIMEDOUT" || !strings.Contains(resp.Error, "ipc.request_timeout") {
+		t.Fatalf("half request: %+v, want ETIMEDOUT naming ipc.request_timeout", resp)
+	}
+	if _, err := half.c.Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("after the timeout: read %v, want EOF", err)
+	}
+	f.waitClosed(t, 1)
+	if st := f.srv.Stats(); st.HeldFiles != 0 || st.LeasesActive != 0 {
+		t.Fatalf("the closed connection's lease is still counted: %+v", st)
+	}
+}
+
+// TestFloodOfOneUIDLocksOutNobodyElse: uid 65534 fills its connection
+// bound with half-sent lines and idle connections; root is served at
+// once, and the flood's connections end with the timeouts.
+func TestFloodOfOneUIDLocksOutNobodyElse(t *testing.T) {
+	f := start(t, ipc.SharingShared, setup{opts: func(o *ipc.Options) {
+		o.MaxConnections, o.MaxConnectionsPerUID = 8, 6
+		o.RequestTimeout, o.IdleTimeout = 300*time.Millisecond, 300*time.Millisecond
+	}})
+	f.write(t, "a", pattern(100, 1))
+	for i := range 6 {
+		r := dialAs(t, f.srv.Path(), nobody, nobody)
+		if i%2 == 0 {
+			r.c.Write([]byte(`{"op":"acquire","pa`))
+		}
+	}
+	if resp, _ := dial(t, f.srv.Path()).do(proto.Request{Op: proto.OpStat, Path: "a"}); !resp.OK {
+		t.Fatalf("root during the flood: %+v", resp)
+	}
+	f.waitClosed(t, 7) // the flood's six and root's own
+	if resp, _ := dialAs(t, f.srv.Path(), nobody, nobody).do(proto.Request{Op: proto.OpStat, Path: "a"}); !resp.OK {
+		t.Fatalf("uid %d after its flood timed out: %+v", nobody, resp)
+	}
+}
+
+// TestAcceptErrorsRetried: Accept failures (EMFILE, ECONNABORTED) are
+// logged and retried; leasing goes on.
+func TestAcceptErrorsRetried(t *testing.T) {
+	core, logs := observer.New(zap.WarnLevel)
+	f := start(t, ipc.SharingShared, setup{log: zap.New(core), before: func(s *ipc.Server) {
+		fails := []error{syscall.EMFILE, syscall.ECONNABORTED, syscall.EMFILE}
+		ipc.WrapListener(s, func(accept func() (*net.UnixConn, error)) func() (*net.UnixConn, error) {
+			return func() (*net.UnixConn, error) {
+				if len(fails) > 0 {
+					err := fails[0]
+					fails = fails[1:]
+					return nil, &net.OpError{Op: "accept", Net: "unix", Err: err}
+				}
+				return accept()
+			}
+		})
+	}})
+	f.write(t, "a", pattern(100, 1))
+	if resp, _ := dial(t, f.srv.Path()).do(proto.Request{Op: proto.OpStat, Path: "a"}); !resp.OK {
+		t.Fatalf("stat after accept errors: %+v", resp)
+	}
+	if st := f.srv.Stats(); st.AcceptErrors != 3 {
+		t.Fatalf("accept errors counted %d, want 3", st.AcceptErrors)
+	}
+	if n := logs.FilterMessage("accept failed; retrying").Len(); n != 3 {
+		t.Fatalf("%d accept failures logged, want 3", n)
+	}
+}
+
+// TestPerUIDLeaseAndByteLimits: ipc.max_leases_per_uid and
+// ipc.max_held_per_uid refuse with EDQUOT, for that uid only.
+func TestPerUIDLeaseAndByteLimits(t *testing.T) {
+	f := start(t, ipc.SharingShared, setup{opts: func(o *ipc.Options) {
+		o.MaxLeasesPerUID = 2
+		o.MaxHeldPerUID = units.Share{Bytes: 100 << 10}
+	}})
+	f.write(t, "a", pattern(60<<10, 1))
+	f.write(t, "b", pattern(60<<10, 2))
+	r := dialAs(t, f.srv.Path(), nobody, nobody)
+	a1, _ := r.do(proto.Request{Op: proto.OpAcquire, Path: "a"})
+	a2, _ := r.do(proto.Request{Op: proto.OpAcquire, Path: "a"}) // the same bytes: no more held
+	if !a1.OK || !a2.OK {
+		t.Fatalf("two leases of one file: %+v %+v", a1, a2)
+	}
+	if resp, _ := r.do(proto.Request{Op: proto.OpAcquire, Path: "a"}); resp.Errno != "EDQUOT" || !strings.Contains(resp.Error, "max_leases_per_uid") {
+		t.Fatalf("third lease: %+v, want EDQUOT", resp)
+	}
+	r.do(proto.Request{Op: proto.OpRelease, Lease: a2.Lease})
+	if resp, _ := r.do(proto.Request{Op: proto.OpAcquire, Path: "b"}); resp.Errno != "EDQUOT" || !strings.Contains(resp.Error, "max_held_per_uid") {
+		t.Fatalf("a second file past the byte bound: %+v, want EDQUOT", resp)
+	}
+	if resp, _ := dial(t, f.srv.Path()).do(proto.Request{Op: proto.OpAcquire, Path: "b"}); !resp.OK {
+		t.Fatalf("root is not bound by uid %d's limits: %+v", nobody, resp)
+	}
+	var pe *proto.Error
+	if err := (&proto.Response{Errno: "EDQUOT"}).Err(); !errors.As(err, &pe) || !errors.Is(err, syscall.EDQUOT) {
+		t.Fatalf("EDQUOT answer maps to %v", err)
+	}
+}

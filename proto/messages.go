@@ -1,0 +1,271 @@
+package proto
+
+import "fmt"
+
+// Version is the protocol version PROTOCOL.md describes. Additions a peer
+// may ignore (a new answer field, a new op) keep it; a change of meaning
+// raises it.
+const Version = 1
+
+// Limits.
+const (
+	// MaxFDs is the kernel's limit of descriptors in one SCM_RIGHTS
+	// message (SCM_MAX_FD). An answer with more sends them in several.
+	MaxFDs = 253
+	// MaxBatch is the most paths one acquire_many may name.
+	MaxBatch = 1024
+	// MaxPath is the longest path a request may name (PATH_MAX).
+	MaxPath = 4096
+	// MaxReason is the longest reason a report may carry.
+	MaxReason = 64
+	// MaxAnswer is the longest answer line a client accepts.
+	MaxAnswer = 16 << 20
+)
+
+// Operations.
+const (
+	OpHello       = "hello"
+	OpAcquire     = "acquire"
+	OpAcquireMany = "acquire_many"
+	OpRelease     = "release"
+	OpStat        = "stat"
+	OpReport      = "report"
+)
+
+// Ops lists the operations of this version, as hello answers them.
+var Ops = []string{OpAcquire, OpAcquireMany, OpHello, OpRelease, OpReport, OpStat}
+
+// EventFallback is the one report event of this version: a client served a
+// load some other way than by a lease (the autoloader's fallback).
+const EventFallback = "fallback"
+
+// Sharing modes, as answered in Grant.Sharing.
+const (
+	SharingShared  = "shared"
+	SharingPrivate = "private"
+)
+
+// DeviceHost is Grant.Device for the host backend (memfds); a GPU is
+// "GPU-<uuid>".
+const DeviceHost = "host"
+
+// Request is one line a client sends. Which fields an op takes is checked
+// by Check; unknown fields are refused (EINVAL), so a client learns that a
+// daemon did not understand it.
+type Request struct {
+	Op string `json:"op"`
+	// acquire, stat: the file, relative to the mount (a leading "/" and
+	// the mount point itself are accepted and stripped).
+	Path string `json:"path,omitempty"`
+	// acquire_many: the files, in order.
+	Paths []string `json:"paths,omitempty"`
+	// acquire: the generation the client has mapped from an earlier answer
+	// on this connection (the repeat-lease fast path); 0 or absent: none.
+	Generation uint64 `json:"generation,omitempty"`
+	// acquire_many: Generation per path (0 where none), or absent.
+	Generations []uint64 `json:"generations,omitempty"`
+	// release: the lease id and the epoch it was granted in.
+	Lease uint64 `json:"lease,omitempty"`
+	Epoch uint64 `json:"epoch,omitempty"`
+	// report: what happened and why.
+	Event  string `json:"event,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	// hello: the highest version the client speaks.
+	Version int `json:"version,omitempty"`
+}
+
+// Chunk describes one descriptor of a grant, in order.
+type Chunk struct {
+	Len int64 `json:"len"`
+}
+
+// Grant is one leased file: the fields of an acquire answer, and of each
+// item of an acquire_many answer.
+type Grant struct {
+	Lease      uint64 `json:"lease,omitempty"`
+	Size       int64  `json:"size,omitempty"`
+	Generation uint64 `json:"generation,omitempty"`
+	Device     string `json:"device,omitempty"`
+	Sharing    string `json:"sharing,omitempty"`
+	// Chunks are the descriptors sent with the answer, in order; absent
+	// when Reuse is set.
+	Chunks []Chunk `json:"chunks,omitempty"`
+	// Cache: the client may keep the mapping (and this connection) after
+	// releasing the lease, for a repeat acquire with Generation.
+	Cache bool `json:"cache,omitempty"`
+	// Reuse: the generation the request named is current and this
+	// connection holds it; no descriptors are sent, the client maps what
+	// it kept.
+	Reuse bool `json:"reuse,omitempty"`
+}
+
+// FDs is how many descriptors ride with g.
+func (g *Grant) FDs() int {
+	if g.Reuse {
+		return 0
+	}
+	return len(g.Chunks)
+}
+
+// ChunkLens returns the chunk lengths.
+func (g *Grant) ChunkLens() []int64 {
+	out := make([]int64, len(g.Chunks))
+	for i, c := range g.Chunks {
+		out[i] = c.Len
+	}
+	return out
+}
+
+// Item is one file of an acquire_many answer.
+type Item struct {
+	OK    bool   `json:"ok"`
+	Errno string `json:"errno,omitempty"`
+	Error string `json:"error,omitempty"`
+	Grant
+}
+
+// Err is the item's error, or nil when it is OK.
+func (it *Item) Err() error {
+	if it.OK {
+		return nil
+	}
+	return &Error{Code: ParseErrno(it.Errno), Msg: it.Error}
+}
+
+// Response is one line the daemon answers. Epoch identifies the daemon
+// instance: a lease from another epoch ended with its daemon.
+type Response struct {
+	OK    bool   `json:"ok"`
+	Epoch uint64 `json:"epoch"`
+	Errno string `json:"errno,omitempty"` // "EACCES", "ENOENT", ...
+	Error string `json:"error,omitempty"`
+	// acquire (and stat's Size)
+	Grant
+	// acquire_many
+	Files []Item `json:"files,omitempty"`
+	// stat
+	State    string `json:"state,omitempty"`
+	LoadPath string `json:"load_path,omitempty"`
+	// hello
+	Version int      `json:"version,omitempty"`
+	Ops     []string `json:"ops,omitempty"`
+	MaxFDs  int      `json:"max_fds,omitempty"`
+}
+
+// Err is the answer's error, or nil when it is OK.
+func (r *Response) Err() error {
+	if r.OK {
+		return nil
+	}
+	return &Error{Code: ParseErrno(r.Errno), Msg: r.Error}
+}
+
+// FDs is how many descriptors ride with r.
+func (r *Response) FDs() int {
+	if !r.OK {
+		return 0
+	}
+	n := r.Grant.FDs()
+	for i := range r.Files {
+		if r.Files[i].OK {
+			n += r.Files[i].FDs()
+		}
+	}
+	return n
+}
+
+// Check validates r's fields for its op: EINVAL errors that say what is
+// wrong. An unknown op is an error too.
+func (r *Request) Check() error {
+	bad := func(format string, a ...any) error {
+		return Errorf(EINVAL, "%s: "+format, append([]any{r.Op}, a...)...)
+	}
+	has := map[string]bool{
+		"path": r.Path != "", "paths": r.Paths != nil, "generation": r.Generation != 0,
+		"generations": r.Generations != nil, "lease": r.Lease != 0, "epoch": r.Epoch != 0,
+		"event": r.Event != "", "reason": r.Reason != "", "version": r.Version != 0,
+	}
+	allowed := map[string][]string{
+		OpHello:       {"version"},
+		OpAcquire:     {"path", "generation"},
+		OpAcquireMany: {"paths", "generations"},
+		OpRelease:     {"lease", "epoch"},
+		OpStat:        {"path"},
+		OpReport:      {"event", "reason"},
+	}
+	fields, ok := allowed[r.Op]
+	if !ok {
+		return Errorf(EINVAL, "unknown op %q (want one of %v)", r.Op, Ops)
+	}
+	for k, set := range has {
+		if set && !contains(fields, k) {
+			return bad("field %q does not belong to this op", k)
+		}
+	}
+	switch r.Op {
+	case OpAcquire, OpStat:
+		return checkPath(r.Op, r.Path)
+	case OpAcquireMany:
+		if len(r.Paths) == 0 || len(r.Paths) > MaxBatch {
+			return bad("%d paths; want 1 to %d", len(r.Paths), MaxBatch)
+		}
+		if r.Generations != nil && len(r.Generations) != len(r.Paths) {
+			return bad("%d generations for %d paths", len(r.Generations), len(r.Paths))
+		}
+		for _, p := range r.Paths {
+			if err := checkPath(r.Op, p); err != nil {
+				return err
+			}
+		}
+	case OpRelease:
+		if r.Lease == 0 {
+			return bad("no lease id")
+		}
+	case OpReport:
+		if r.Event != EventFallback {
+			return bad("event %q is not one of [%s]", r.Event, EventFallback)
+		}
+		if err := checkReason(r.Reason); err != nil {
+			return bad("%v", err)
+		}
+	}
+	return nil
+}
+
+func checkPath(op, p string) error {
+	switch {
+	case p == "":
+		return Errorf(EINVAL, "%s: no path", op)
+	case len(p) > MaxPath:
+		return Errorf(ENAMETOOLONG, "%s: path of %d bytes, more than %d", op, len(p), MaxPath)
+	}
+	for i := 0; i < len(p); i++ {
+		if p[i] == 0 {
+			return Errorf(EINVAL, "%s: a NUL byte in path %q", op, p)
+		}
+	}
+	return nil
+}
+
+// checkReason accepts 1 to MaxReason bytes of [A-Za-z0-9._:-].
+func checkReason(s string) error {
+	if s == "" || len(s) > MaxReason {
+		return fmt.Errorf("reason of %d bytes; want 1 to %d", len(s), MaxReason)
+	}
+	for _, c := range []byte(s) {
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == ':' || c == '-'
+		if !ok {
+			return fmt.Errorf("reason %q: only letters, digits and . _ : - are allowed", s)
+		}
+	}
+	return nil
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

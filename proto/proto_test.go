@@ -1,0 +1,214 @@
+package proto
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+func TestCheck(t *testing.T) {
+	for _, tc := range []struct {
+		line string
+		ok   bool
+	}{
+		{`{"op":"acquire","path":"a"}`, true},
+		{`{"op":"acquire","path":"a","generation":3}`, true},
+		{`{"op":"acquire"}`, false},
+		{`{"op":"acquire","path":"a","lease":1}`, false},
+		{`{"op":"acquire","path":"a","bogus":1}`, false},
+		{`{"op":"acquire","path":"a"} {}`, false},
+		{`{"op":"acquire_many","paths":["a","b"],"generations":[0,4]}`, true},
+		{`{"op":"acquire_many","paths":[]}`, false},
+		{`{"op":"acquire_many","paths":["a"],"generations":[1,2]}`, false},
+		{`{"op":"release","lease":7,"epoch":9}`, true},
+		{`{"op":"release"}`, false},
+		{`{"op":"stat","path":"x"}`, true},
+		{`{"op":"report","event":"fallback","reason":"refused:EACCES"}`, true},
+		{`{"op":"report","event":"fallback","reason":"has space"}`, false},
+		{`{"op":"report","event":"fallback","reason":"` + strings.Repeat("x", MaxReason+1) + `"}`, false},
+		{`{"op":"report","event":"other","reason":"x"}`, false},
+		{`{"op":"hello","version":1}`, true},
+		{`{"op":"fly"}`, false},
+		{`not json`, false},
+	} {
+		_, err := DecodeRequest([]byte(tc.line))
+		if (err == nil) != tc.ok {
+			t.Errorf("%s: %v, want ok=%v", tc.line, err, tc.ok)
+		}
+		if err != nil && !errors.Is(err, syscall.EINVAL) {
+			t.Errorf("%s: %v is not EINVAL", tc.line, err)
+		}
+	}
+	long := `{"op":"stat","path":"` + strings.Repeat("a", MaxPath+1) + `"}`
+	if _, err := DecodeRequest([]byte(long)); !errors.Is(err, syscall.ENAMETOOLONG) {
+		t.Errorf("a path past MaxPath: %v", err)
+	}
+}
+
+func TestErrnoNames(t *testing.T) {
+	for _, e := range []syscall.Errno{EACCES, ENOSPC, EDQUOT, ESTALE, E2BIG, ETIMEDOUT} {
+		if ParseErrno(ErrnoName(e)) != e {
+			t.Errorf("%v does not round-trip (%q)", e, ErrnoName(e))
+		}
+	}
+	if ParseErrno("EBOGUS") != EIO || ErrnoName(0) != "EIO" {
+		t.Error("unknown errnos are not EIO")
+	}
+	err := (&Response{Errno: "EACCES", Error: "no"}).Err()
+	var e interface{ Errno() string }
+	if !errors.Is(err, syscall.EACCES) || !errors.As(err, &e) || e.Errno() != "EACCES" {
+		t.Errorf("answer error %v", err)
+	}
+}
+
+func TestDecodeResponse(t *testing.T) {
+	r, err := DecodeResponse([]byte(`{"ok":true,"epoch":1,"lease":2,"size":5,"chunks":[{"len":4096}],"newer_field":3}`))
+	if err != nil || r.FDs() != 1 {
+		t.Fatalf("%+v %v", r, err)
+	}
+	if _, err := DecodeResponse([]byte(`{"ok":true,"chunks":[{"len":0}]}`)); !errors.Is(err, syscall.EPROTO) {
+		t.Fatalf("a zero-length chunk: %v", err)
+	}
+	r, _ = DecodeResponse([]byte(`{"ok":true,"files":[{"ok":true,"chunks":[{"len":1},{"len":1}]},{"ok":false,"errno":"ENOENT"},{"ok":true,"reuse":true}]}`))
+	if r.FDs() != 2 {
+		t.Fatalf("batch descriptors %d, want 2", r.FDs())
+	}
+}
+
+func pair(t *testing.T) (*net.UnixConn, *net.UnixConn) {
+	t.Helper()
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := func(fd int) *net.UnixConn {
+		f := os.NewFile(uintptr(fd), "pair")
+		defer f.Close()
+		c, err := net.FileConn(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c.(*net.UnixConn)
+	}
+	return conn(fds[0]), conn(fds[1])
+}
+
+// TestManyDescriptors: an answer with more than MaxFDs descriptors goes
+// in groups, and each line gets exactly its own, close-on-exec.
+func TestManyDescriptors(t *testing.T) {
+	a, b := pair(t)
+	null, _ := os.Open("/dev/null")
+	defer null.Close()
+	fds := make([]int, 600)
+	for i := range fds {
+		fds[i] = int(null.Fd())
+	}
+	go func() {
+		Send(a, []byte("{\"n\":0}\n"), nil)
+		Send(a, []byte("{\"n\":600}\n"), fds)
+		Send(a, []byte("{\"n\":1}\n"), fds[:1])
+	}()
+	r := NewReader(b, 1<<20)
+	for _, want := range []int{0, 600, 1} {
+		line, got, err := r.Next()
+		if err != nil || string(line) != fmt.Sprintf(`{"n":%d}`, want) || len(got) != want {
+			t.Fatalf("line %q: %d descriptors, %v; want %d", line, len(got), err, want)
+		}
+		for _, fd := range got {
+			if fl, _ := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); fl&unix.FD_CLOEXEC == 0 {
+				t.Fatal("a descriptor arrived without FD_CLOEXEC")
+			}
+		}
+		CloseFDs(got)
+	}
+}
+
+// TestTruncatedDescriptors: a reader with no room for an answer's
+// descriptors (RLIMIT_NOFILE, in a child process) gets ErrTruncated with
+// the whole line, and the next line is read in step.
+func TestTruncatedDescriptors(t *testing.T) {
+	if os.Getenv("PROTO_TEST_CHILD") == "1" {
+		truncChild()
+		return
+	}
+	a, b := pair(t)
+	f, err := b.File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestTruncatedDescriptors$")
+	cmd.Env = append(os.Environ(), "PROTO_TEST_CHILD=1")
+	cmd.ExtraFiles = []*os.File{f}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	buf := make([]byte, 6)
+	if _, err := out.Read(buf); err != nil || string(buf) != "ready\n" {
+		t.Fatalf("child: %q %v", buf, err)
+	}
+	null, _ := os.Open("/dev/null")
+	defer null.Close()
+	fds := []int{int(null.Fd()), int(null.Fd()), int(null.Fd()), int(null.Fd())}
+	Send(a, []byte("{\"first\":1}\n"), fds)
+	Send(a, []byte("{\"second\":2}\n"), nil)
+	rest, _ := io.ReadAll(out)
+	cmd.Wait()
+	if got := string(rest); got != "truncated {\"first\":1}\nnext {\"second\":2} (<nil>)\n" {
+		t.Fatalf("child saw %q", got)
+	}
+}
+
+func truncChild() {
+	c, err := net.FileConn(os.NewFile(3, "conn"))
+	if err != nil {
+		os.Exit(2)
+	}
+	r := NewReader(c.(*net.UnixConn), 1<<20)
+	// Fill the free numbers below the highest open descriptor, then leave
+	// room for two: the answer's four do not fit.
+	ents, _ := os.ReadDir("/proc/self/fd")
+	highest := 0
+	for _, e := range ents {
+		var n int
+		fmt.Sscan(e.Name(), &n)
+		highest = max(highest, n)
+	}
+	for {
+		fd, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			os.Exit(2)
+		}
+		if fd > highest {
+			unix.Close(fd)
+			break
+		}
+	}
+	unix.Setrlimit(unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: uint64(highest + 3), Max: uint64(highest + 3)})
+	fmt.Print("ready\n")
+	line, fds, err := r.Next()
+	CloseFDs(fds)
+	if errors.Is(err, ErrTruncated) {
+		fmt.Printf("truncated %s\n", line)
+	} else {
+		fmt.Printf("not truncated (%d descriptors, %v)\n", len(fds), err)
+	}
+	line, _, err = r.Next()
+	fmt.Printf("next %s (%v)\n", line, err)
+
+	os.Exit(0)
+}

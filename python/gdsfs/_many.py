@@ -1,0 +1,146 @@
+"""gdsfs.open_many: many leases in as few round trips as possible."""
+
+import errno as _errno
+
+from ._proto import MAX_FDS, Conn, _close_fds, daemon_error, grant_fds  # noqa: F401 (MAX_FDS: see PROTOCOL)
+from ._registry import Holder, registry
+from ._lease import Lease, _locate, _retry
+
+MAX_BATCH = 1024  # paths per acquire_many (proto.MaxBatch)
+
+
+def open_many(paths, *, socket=None, timeout=None):
+    """Lease many files at once; returns their leases in order. Files this
+    process keeps mapped are leased again together on the connections that
+    hold them (one acquire_many each, no descriptors when unchanged); the
+    rest in one acquire_many per daemon on a new connection, which holds
+    that batch until its last lease is closed. All or nothing: if any file
+    fails, the leases already made are closed and its error is raised."""
+    paths = list(paths)
+    out = [None] * len(paths)
+    taken = []  # mappings taken for a repeat lease, not yet settled
+    try:
+        fresh = []
+        groups = {}
+        for i, p in enumerate(paths):
+            sock, rel, _ = _locate(p, socket)
+            m = registry.take((sock, rel))
+            if m is None:
+                fresh.append((i, sock, rel, None))
+            else:
+                taken.append(m)
+                groups.setdefault(id(m.holder), (m.holder, []))[1].append((i, sock, rel, m))
+        for holder, items in groups.values():
+            fresh += _repeat_group(paths, holder, items, out, taken)
+        by_socket = {}
+        for it in fresh:
+            by_socket.setdefault(it[1], []).append(it)
+        for sock, items in by_socket.items():
+            for k in range(0, len(items), MAX_BATCH):
+                _batch(paths, sock, items[k:k + MAX_BATCH], out, timeout)
+    except BaseException:
+        for m in taken:
+            registry.discard(m)
+        for lease in out:
+            if lease is not None:
+                try:
+                    lease.close()
+                except Exception:
+                    pass
+        raise
+    return out
+
+
+def _settle(taken, m):
+    for k, t in enumerate(taken):
+        if t is m:
+            del taken[k]
+            return
+
+
+def _repeat_group(paths, holder, items, out, taken):
+    """Lease items again on the connection holding their mappings; return
+    the items to lease afresh (changed files, or a broken connection)."""
+    conn = holder.conn
+    req = {"op": "acquire_many", "paths": [it[2] for it in items], "generations": [it[3].generation for it in items]}
+    try:
+        resp, fds = conn.request(req)
+        files = resp.get("files") or []
+        if len(files) != len(items):
+            _close_fds(fds)
+            raise OSError(_errno.EPROTO, "gdsfs acquire_many: %d answers for %d files" % (len(files), len(items)))
+    except OSError as e:
+        for it in items:
+            _settle(taken, it[3])
+            registry.discard(it[3])
+        if not _retry(e):
+            raise
+        return items
+    again = []
+    for it, a in zip(items, files):
+        i, sock, rel, m = it
+        n = grant_fds(a)
+        got, fds = fds[:n], fds[n:]
+        _settle(taken, m)
+        if a.get("ok") and a.get("reuse") and a.get("generation") == m.generation:
+            out[i] = Lease(m, conn, dict(a, epoch=resp.get("epoch")), paths[i])
+            continue
+        if a.get("ok") and not a.get("reuse"):
+            try:
+                nm = registry.adopt(holder, (sock, rel), a, got, paths[i])
+            except BaseException:
+                conn.release(a.get("lease", 0), resp.get("epoch"))
+                registry.discard(m)
+                _close_fds(fds)
+                raise
+            registry.discard(m)
+            out[i] = Lease(nm, conn, dict(a, epoch=resp.get("epoch")), paths[i])
+            continue
+        registry.discard(m)
+        if a.get("ok"):  # a reuse of another generation: the daemon broke the protocol
+            conn.release(a.get("lease", 0), resp.get("epoch"))
+            _close_fds(fds)
+            raise OSError(_errno.EPROTO, "gdsfs acquire %s: reuse of generation %s answered for %s"
+                          % (paths[i], a.get("generation"), m.generation))
+        err = daemon_error(a, paths[i])
+        if not _retry(err):
+            _close_fds(fds)
+            raise err
+        again.append((i, sock, rel, None))
+    _close_fds(fds)
+    return again
+
+
+def _batch(paths, sock, items, out, timeout):
+    """Lease items on one new connection."""
+    conn = Conn(sock, timeout)
+    holder = Holder(conn)
+    try:
+        resp, fds = conn.request({"op": "acquire_many", "paths": [it[2] for it in items]})
+    except BaseException:
+        conn.close()
+        raise
+    files = resp.get("files") or []
+    first = None
+    try:
+        if len(files) != len(items):
+            raise OSError(_errno.EPROTO, "gdsfs acquire_many: %d answers for %d files" % (len(files), len(items)))
+        for (i, _, rel, _m), a in zip(items, files):
+            n = grant_fds(a)
+            got, fds = fds[:n], fds[n:]
+            if first is not None:
+                _close_fds(got)
+                continue
+            if not a.get("ok"):
+                first = daemon_error(a, paths[i])
+                continue
+            m = registry.adopt(holder, (sock, rel), a, got, paths[i])
+            out[i] = Lease(m, conn, dict(a, epoch=resp.get("epoch")), paths[i])
+    finally:
+        _close_fds(fds)
+        if holder.refs == 0:
+            conn.close()
+    if first is not None:
+        raise first
+    if not all(a.get("cache") for a in files):
+        registry.flush(sock)

@@ -1,0 +1,214 @@
+"""This process's mapped files: one mapping per file, shared by its leases,
+kept after the last lease closes while the daemon allows it (the
+repeat-lease fast path), and the connections that hold them.
+
+The daemon holds every file granted on a connection until the connection
+closes (proto/PROTOCOL.md), so each file (or batch from open_many) is
+leased over a connection of its own, closed when the last mapping it holds
+is undone.
+"""
+
+import collections
+import errno as _errno
+import logging
+import os
+import threading
+
+from ._proto import _close_fds
+
+log = logging.getLogger("gdsfs")
+
+MAX_IDLE = 256  # mappings kept with no lease using them
+
+
+def _is_gpu(device):
+    return isinstance(device, str) and device.startswith("GPU-")
+
+
+class Holder:
+    """A connection and how many mappings it holds."""
+
+    __slots__ = ("conn", "refs", "owned")
+
+    def __init__(self, conn, owned=True):
+        self.conn = conn
+        self.refs = 0
+        self.owned = owned  # closed with its last mapping
+
+
+class Mapped:
+    """One file's mapping in this process."""
+
+    __slots__ = ("key", "holder", "generation", "size", "device", "sharing", "chunks", "mapping", "users",
+                 "cache", "stale", "pid")
+
+    def __init__(self, key, holder, grant, mapping):
+        self.key = key
+        self.holder = holder
+        self.generation = grant.get("generation", 0)
+        self.size = int(grant.get("size", 0))
+        self.device = grant.get("device", "")
+        self.sharing = grant.get("sharing", "")
+        self.chunks = tuple(int(c.get("len", 0)) for c in (grant.get("chunks") or []))
+        self.mapping = mapping
+        self.users = 1
+        self.cache = bool(grant.get("cache")) and self.sharing == "shared" and key is not None
+        self.stale = False
+        self.pid = os.getpid()
+
+
+def map_grant(grant, fds, what):
+    """Map a grant's descriptors (closing them)."""
+    try:
+        chunks = [int(c.get("len", 0)) for c in (grant.get("chunks") or [])]
+        size = int(grant.get("size", 0))
+        writable = grant.get("sharing") == "private"
+        device = grant.get("device", "")
+        if len(fds) != len(chunks):
+            raise OSError(_errno.EPROTO, "gdsfs acquire %s: %d descriptors for %d chunks" % (what, len(fds), len(chunks)))
+        if _is_gpu(device):
+            from ._cuda import CudaMapping
+
+            return CudaMapping(device, fds, chunks, size, writable)
+        if device == "host":
+            from ._host import HostMapping
+
+            return HostMapping(fds, chunks, size, writable)
+        raise OSError(_errno.EPROTO, "gdsfs acquire %s: unknown device %r" % (what, device))
+    finally:
+        _close_fds(fds)
+
+
+class Registry:
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.pid = os.getpid()
+        self.files = {}  # key -> current Mapped
+        self.idle = collections.OrderedDict()  # Mapped -> None, most recent last
+
+    def _forked_locked(self):
+        """In a forked child the parent's mappings and connections are not
+        ours to use (a CUDA mapping is not valid there): start afresh."""
+        if self.pid != os.getpid():
+            self.pid = os.getpid()
+            self.files = {}
+            self.idle = collections.OrderedDict()
+
+    def take(self, key):
+        """The current mapping of key, counted as used, if one is worth a
+        repeat lease."""
+        with self.lock:
+            self._forked_locked()
+            m = self.files.get(key)
+            if m is None or m.stale or m.holder.conn.closed:
+                return None
+            m.users += 1
+            self.idle.pop(m, None)
+            return m
+
+    def adopt(self, holder, key, grant, fds, what):
+        """Map a grant as the current mapping of key, held by holder, with
+        one user."""
+        m = Mapped(key, holder, grant, map_grant(grant, fds, what))
+        with self.lock:
+            self._forked_locked()
+            holder.refs += 1
+            drop = []
+            if key is not None:
+                old = self.files.get(key)
+                if old is not None:
+                    old.stale = True
+                    if old.users == 0:
+                        self._remove_locked(old)
+                        drop.append(old)
+                self.files[key] = m
+            closing = self._unref_locked(drop)
+        _undo(drop, closing)
+        return m
+
+    def discard(self, m):
+        """Give back a mapping taken for a repeat lease that failed; it is
+        not handed out again."""
+        with self.lock:
+            m.users -= 1
+            m.stale = True
+            drop = []
+            if m.users <= 0:
+                self._remove_locked(m)
+                drop.append(m)
+            closing = self._unref_locked(drop)
+        _undo(drop, closing)
+
+    def finish(self, m, conn, lease_id, epoch):
+        """A lease of m ended: keep m for a repeat lease if the daemon
+        allowed it, else undo it (closing its connection with its last
+        mapping). The lease id is released unless its connection closes.
+        Returns the unmapping errors."""
+        forked = m.pid != os.getpid()
+        with self.lock:
+            m.users -= 1
+            drop = []
+            if m.users <= 0:
+                if m.cache and not m.stale and not forked and not m.holder.conn.closed:
+                    self.idle[m] = None
+                    while len(self.idle) > MAX_IDLE:
+                        v, _ = self.idle.popitem(last=False)
+                        self._remove_locked(v)
+                        drop.append(v)
+                else:
+                    self._remove_locked(m)
+                    drop.append(m)
+            closing = self._unref_locked(drop)
+        if forked:
+            # A forked child: leave the parent's mapping and connection
+            # alone (closing this copy of the socket ends nothing).
+            if m.holder.owned:
+                m.holder.conn.close()
+            return []
+        if not any(h.conn is conn for h in closing):
+            conn.release(lease_id, epoch)
+        return _undo(drop, closing)
+
+    def flush(self, socket=None):
+        """Undo the kept mappings (of socket's daemon, or all)."""
+        with self.lock:
+            self._forked_locked()
+            drop = [m for m in self.idle if socket is None or m.holder.conn.path == socket]
+            for m in drop:
+                self._remove_locked(m)
+            closing = self._unref_locked(drop)
+        for e in _undo(drop, closing):
+            log.warning("gdsfs: unmapping a kept lease: %s", e)
+
+    def _remove_locked(self, m):
+        self.idle.pop(m, None)
+        if m.key is not None and self.files.get(m.key) is m:
+            del self.files[m.key]
+        m.stale = True
+
+    def _unref_locked(self, drop):
+        closing = []
+        for m in drop:
+            m.holder.refs -= 1
+            if m.holder.refs <= 0 and m.holder.owned:
+                closing.append(m.holder)
+        return closing
+
+
+def _undo(drop, closing):
+    """Unmap, then close the connections (the daemon then ends what they
+    held). Returns the unmapping errors."""
+    errs = []
+    for m in drop:
+        mp, m.mapping = m.mapping, None
+        if mp is not None:
+            try:
+                mp.close()
+            except Exception as e:
+                errs.append(e)
+    for h in closing:
+        h.conn.close()
+    return errs
+
+
+registry = Registry()

@@ -1,0 +1,126 @@
+"""gdsfs.torch: files under a gdsfs mount as zero-copy torch tensors,
+leased ahead of the iteration so a loop (or a DataLoader) over shards runs
+at the device's pace instead of the lease round trip's.
+
+    import gdsfs.torch
+    for t in gdsfs.torch.leased(shard_paths, torch.float16, ahead=16):
+        model(t)                       # t is the staged bytes, on the GPU
+
+    ds = gdsfs.torch.LeasedFiles(shard_paths, torch.float16, shuffle=True)
+    loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=0)
+
+A background thread leases the next files in batches (gdsfs.open_many: one
+round trip per batch; files this process keeps mapped from an earlier
+epoch are leased again without descriptors). Each tensor keeps its lease
+until it is garbage-collected. Works on GPU leases and on the host backend
+(CPU tensors over read-only memory: copy before writing; see
+Lease.tensor).
+
+Use num_workers=0 with GPU leases: leasing is already asynchronous, and a
+CUDA mapping made in a forked DataLoader worker is not usable by the
+parent. On the host backend workers may lease (each worker its share).
+"""
+
+import queue
+import random
+import threading
+
+import torch
+
+from ._many import open_many
+
+__all__ = ["LeasedFiles", "leased"]
+
+_END = object()
+
+
+class _Failure:
+    def __init__(self, exc):
+        self.exc = exc
+
+
+def leased(paths, dtype=None, shape=None, *, ahead=8, batch=None, transform=None, socket=None, timeout=None):
+    """Yield a zero-copy tensor for each path in order (lease.tensor(dtype,
+    shape)), or transform(lease) when given. Up to `ahead` files are leased
+    before the one being consumed, `batch` (default: ahead) per round trip.
+    Stopping early (break, close) ends the leases not yet yielded."""
+    paths = list(paths)
+    ahead = max(1, int(ahead))
+    batch = max(1, int(batch or ahead))
+    q = queue.Queue(maxsize=ahead)
+    stop = threading.Event()
+
+    def produce():
+        try:
+            for k in range(0, len(paths), batch):
+                if stop.is_set():
+                    return
+                for lease in open_many(paths[k:k + batch], socket=socket, timeout=timeout):
+                    while not stop.is_set():
+                        try:
+                            q.put(lease, timeout=0.1)
+                            break
+                        except queue.Full:
+                            continue
+                    else:
+                        lease.close()
+        except BaseException as e:  # handed to the consumer
+            q.put(_Failure(e))
+            return
+        q.put(_END)
+
+    th = threading.Thread(target=produce, name="gdsfs-lease-ahead", daemon=True)
+    th.start()
+    try:
+        while True:
+            item = q.get()
+            if item is _END:
+                return
+            if isinstance(item, _Failure):
+                raise item.exc
+            try:
+                value = transform(item) if transform is not None else item.tensor(dtype, shape)
+            finally:
+                item.close()  # takes effect when the tensor (every view) is gone
+            yield value
+    finally:
+        stop.set()
+        while th.is_alive() or not q.empty():
+            try:
+                item = q.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            if not isinstance(item, _Failure) and item is not _END:
+                item.close()
+        th.join()
+
+
+class LeasedFiles(torch.utils.data.IterableDataset):
+    """An IterableDataset of the files' tensors (see leased()), in order or
+    shuffled per epoch (seed + epoch; call set_epoch). In DataLoader
+    workers each worker takes every num_workers-th file."""
+
+    def __init__(self, paths, dtype=None, shape=None, *, ahead=8, batch=None, shuffle=False, seed=0,
+                 transform=None, socket=None, timeout=None):
+        super().__init__()
+        self.paths = list(paths)
+        self.dtype, self.shape, self.transform = dtype, shape, transform
+        self.ahead, self.batch = ahead, batch
+        self.shuffle, self.seed, self.epoch = shuffle, seed, 0
+        self.socket, self.timeout = socket, timeout
+
+    def set_epoch(self, epoch):
+        self.epoch = epoch
+
+    def __len__(self):
+        return len(self.paths)
+
+    def __iter__(self):
+        order = list(range(len(self.paths)))
+        if self.shuffle:
+            random.Random(self.seed + self.epoch).shuffle(order)
+        info = torch.utils.data.get_worker_info()
+        if info is not None:
+            order = order[info.id::info.num_workers]
+        return leased([self.paths[i] for i in order], self.dtype, self.shape, ahead=self.ahead, batch=self.batch,
+                      transform=self.transform, socket=self.socket, timeout=self.timeout)

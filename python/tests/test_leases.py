@@ -1,0 +1,199 @@
+"""Leases against a real daemon on the host backend (root, /dev/fuse):
+repeat leases, batches, the golden transcripts, and what a lease may never
+do: hand out old bytes, be written through in shared mode, stay held when
+its descriptors were dropped, leak descriptors or mappings."""
+
+import os
+import signal
+import subprocess
+import unittest
+
+from _golden import golden
+from _support import child, start_mount
+from test_host import CHUNK, blob
+
+import gdsfs
+
+
+def _own_gdsfs_descriptors():
+    """This process's memfd descriptors and memfd mappings (what leases
+    leave behind if they leak), and its unix sockets."""
+    fds = socks = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            link = os.readlink("/proc/self/fd/" + fd)
+        except OSError:
+            continue
+        fds += link.startswith("/memfd:")
+        socks += link.startswith("socket:")
+    with open("/proc/self/maps") as f:
+        maps = sum("/memfd:" in line for line in f)
+    return {"memfds": fds, "sockets": socks, "memfd_maps": maps}
+
+
+class FastPathTests(unittest.TestCase):
+    """Repeat leases, batches, the golden transcripts, and what a lease may
+    never do: hand out old bytes, be written through in shared mode, stay
+    held when its descriptors were dropped, leak."""
+
+    def setUp(self):
+        self.m = start_mount(self, chunk_size="64KiB")
+        self.addCleanup(gdsfs.disconnect)
+
+    def test_repeat_lease_reuses_mapping(self):
+        data = blob(3 * CHUNK + 5, 20)
+        p = self.m.write("r.bin", data)
+        with gdsfs.open(p) as first:
+            ptr = first.ptr
+            self.assertFalse(first.reused)
+        with gdsfs.open(p) as again:
+            self.assertTrue(again.reused, "an unchanged file kept mapped is leased without descriptors")
+            self.assertEqual((again.ptr, again.generation), (ptr, first.generation))
+            self.assertEqual(again.read(), data)
+        st = self.m.stats()
+        self.assertEqual(st["lease_held_files"], 1, "the kept mapping's connection still holds the file")
+        gdsfs.disconnect()
+        self.assertEqual(self.m.wait_stat("lease_held_bytes", 0), 0)
+
+    def test_kept_mapping_never_old_bytes(self):
+        p = self.m.write("c.bin", blob(2 * CHUNK, 21))
+        for i in range(4):
+            with gdsfs.open(p):
+                pass
+            want = blob(CHUNK + 100 * i + 1, 30 + i)
+            self.m.write("c.bin", want)
+            src = os.path.join(self.m.src, "c.bin")
+            os.utime(src, ns=(0, 10**18 + i * 10**9))
+            with gdsfs.open(p) as l:
+                self.assertFalse(l.reused)
+                self.assertEqual((l.size, l.read()), (len(want), want), "round %d: old bytes after a change" % i)
+
+    def test_open_many(self):
+        datas = [blob(1000 + 7000 * i, 40 + i) for i in range(12)]
+        paths = [self.m.write("m%02d.bin" % i, d) for i, d in enumerate(datas)]
+        before = self.m.stats()["ipc_connections"]
+        leases = gdsfs.open_many(paths)
+        self.assertEqual(self.m.stats()["ipc_connections"], before + 1, "one connection for the batch")
+        for l, d in zip(leases, datas):
+            self.assertEqual(l.read(), d)
+            l.close()
+        again = gdsfs.open_many(paths)
+        self.assertTrue(all(l.reused for l in again))
+        self.assertEqual(self.m.stats()["ipc_connections"], before + 1)
+        for l in again:
+            l.close()
+        with self.assertRaises(FileNotFoundError):
+            gdsfs.open_many(paths[:2] + [self.m.path("none.bin")])
+        gdsfs.disconnect()
+        self.assertEqual(self.m.wait_stat("lease_held_bytes", 0), 0)
+        self.assertEqual(self.m.wait_leases(0), 0)
+
+    def test_golden_transcripts_against_the_daemon(self):
+        """proto/testdata through this client's framing against the real
+        daemon (each transcript on a mount of its own)."""
+        for name in sorted(os.listdir(golden.DIR)):
+            if name.endswith(".jsonl"):
+                with self.subTest(transcript=name):
+                    golden.replay_server(self, os.path.join(golden.DIR, name))
+
+    def test_shared_write_faults_in_that_process_only(self):
+        data = blob(2 * CHUNK, 50)
+        p = self.m.write("w.bin", data)
+        script = r"""
+import ctypes, sys, gdsfs
+l = gdsfs.open(sys.argv[1])
+assert l.readonly
+mv = l.memoryview()
+try:
+    mv[0] = 1
+except TypeError:
+    print("memoryview refused", flush=True)
+ctypes.memset(l.ptr, 0, 16)   # a raw write through the mapping
+print("written", flush=True)
+"""
+        proc = child(script, [p])
+        out, err = proc.communicate(timeout=60)
+        self.assertEqual(proc.returncode, -signal.SIGSEGV, (out, err))
+        self.assertEqual(out, b"memoryview refused\n")
+        with gdsfs.open(p) as l:
+            self.assertEqual(l.read(), data, "the next lease has the file's bytes")
+
+    def test_truncated_descriptors_end_the_lease(self):
+        p = self.m.write("t.bin", blob(6 * CHUNK, 51))
+        script = r"""
+import errno, os, resource, sys, gdsfs
+os.pipe()
+highest = max(int(x) for x in os.listdir("/proc/self/fd"))
+while True:
+    fd = os.open("/dev/null", os.O_RDONLY)
+    if fd > highest:
+        os.close(fd)
+        break
+gdsfs.locate(sys.argv[1])  # nothing lazy left to open
+resource.setrlimit(resource.RLIMIT_NOFILE, (highest + 4, highest + 4))
+try:
+    gdsfs.open(sys.argv[1])
+    print("leased", flush=True)
+except OSError as e:
+    print(errno.errorcode.get(e.errno), flush=True)
+sys.stdin.read()
+"""
+        proc = child(script, [p], stdin=subprocess.PIPE)
+        try:
+            line = proc.stdout.readline()
+            self.assertEqual(line, b"EMFILE\n", proc.stderr.read1(4096) if not line else line)
+            self.assertEqual(self.m.wait_leases(0), 0, "the lease stayed held while the client lives")
+            self.assertEqual(self.m.wait_stat("lease_held_bytes", 0), 0)
+            self.assertIsNone(proc.poll())
+        finally:
+            proc.stdin.close()
+            proc.wait(30)
+            proc.stdout.close()
+            proc.stderr.close()
+
+    def test_lease_cycles_do_not_leak(self):
+        """10,000 lease cycles (repeat leases, and a file that changes every
+        100) leave this process with the memfds, mappings and sockets it had,
+        and the daemon holding nothing."""
+        paths = [self.m.write("n%d.bin" % i, blob(CHUNK + i * 999, 60 + i)) for i in range(3)]
+        for p in paths:
+            with gdsfs.open(p) as l:
+                l.read(0, 1)
+        gdsfs.disconnect()
+        before = _own_gdsfs_descriptors()
+        reused = 0
+        for i in range(10000):
+            if i % 100 == 99:
+                self.m.write("n2.bin", blob(CHUNK + 2 * 999, 1000 + i))
+                os.utime(os.path.join(self.m.src, "n2.bin"), ns=(0, 10**18 + i * 10**9))
+            with gdsfs.open(paths[i % 3]) as l:
+                reused += l.reused
+                l.read(0, 1)
+        gdsfs.disconnect()
+        self.assertEqual(_own_gdsfs_descriptors(), before)
+        self.assertGreater(reused, 9000, "the fast path served the repeat leases")
+        self.assertEqual(self.m.wait_stat("ipc_open_connections", 0), 0)
+        self.assertEqual(self.m.wait_stat("lease_held_bytes", 0), 0)
+        self.assertEqual(self.m.wait_leases(0), 0)
+
+
+class PrivateLeaseTests(unittest.TestCase):
+    def setUp(self):
+        self.m = start_mount(self, chunk_size="64KiB", sets=["ipc.sharing=private"])
+
+    def test_private_copy_is_writable_and_own(self):
+        data = blob(CHUNK + 3, 70)
+        p = self.m.write("p.bin", data)
+        with gdsfs.open(p) as a, gdsfs.open(p) as b:
+            self.assertFalse(a.readonly)
+            mv = a.memoryview()
+            mv[0:4] = b"\x00\x01\x02\x03"
+            self.assertEqual(bytes(mv[0:4]), b"\x00\x01\x02\x03")
+            self.assertEqual(b.read(0, 4), data[:4], "another lease does not see the write")
+            del mv
+        with gdsfs.open(p) as c:
+            self.assertEqual(c.read(), data)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -16,7 +16,7 @@ DEMO    ?= /tmp/gdsfs-demo
 # tests fail without it in CI): Debian's python3-torch is /usr/bin/python3's.
 PYTHON  ?= $(shell for p in python3 /usr/bin/python3; do $$p -c 'import torch' >/dev/null 2>&1 && { echo $$p; exit 0; }; done; echo python3)
 
-.PHONY: all build install uninstall demo test lint test-gpu gpu-bundle bench clean
+.PHONY: all build install uninstall demo deps test lint test-gpu gpu-bundle bench clean
 
 all: build
 
@@ -59,7 +59,11 @@ lint:
 	$(GO) mod tidy -diff
 	cd deploy/kubernetes/validate && $(GO) vet ./... && $(GO) mod tidy -diff
 
-test: lint
+# The Debian packages the tests need, installed where missing (root, apt).
+deps:
+	@sh .ci/deps
+
+test: deps lint
 	$(GO) test -race -count=1 -timeout 15m ./...
 	cd deploy/kubernetes/validate && $(GO) test -count=1 ./...
 	$(PYTHON) -m unittest discover -s python/tests -v

@@ -1,4 +1,5 @@
 #!/bin/sh
+# shellcheck disable=SC2086 # flag strings are split into words on purpose
 # The issue-13 benchmarks on the H200 in one command (about 5 minutes), run
 # from the repository root with the binary `make gpu-bundle` put in .bin/
 # (the GPU machine has no Go):
@@ -17,8 +18,10 @@
 #      files (leases vs read() through the mount), gdsfs.load of the 4 GiB
 #      file not yet resident vs the pinned H2D copy
 #   5. contention: 16 consumers x 8 files of 256 MiB, capacity 800 MiB
-# GDSFS_BENCH_EXTRA="autoload readahead" adds those (issues 14 and 10; each
-# takes minutes more).
+# GDSFS_BENCH_STEPS picks steps (default "stage lease loader contention");
+# "autoload" and "readahead" are the issue-14 and issue-10 figures (gdsfs
+# bench autoload|readahead, minutes each): GDSFS_BENCH_STEPS="autoload
+# readahead" runs only those.
 #
 # Outputs, in $OUT (default /tmp/gdsfs-bench-out): bench-gpu.txt (all that
 # was printed, the daemon logs' ends after a failed step, a summary of the
@@ -88,11 +91,14 @@ if [ $mode = gpu ]; then
 	python3 -c 'import torch; assert torch.cuda.is_available(), "torch sees no GPU"' >> "$log" 2>&1 ||
 		{ say "FAIL: python3 with torch on the GPU is needed (see above)"; failed="$failed python3-torch"; }
 	kvsrc=""
+	case " ${GDSFS_BENCH_STEPS:-stage} " in *" stage "*) ;; *) kvsrc=none ;; esac
 	for d in "${KVIKIO_SRC:-}" .bin/kvikio shared/peers/kvikio ../shared/peers/kvikio; do
-		[ -n "$d" ] && [ -f "$d/build.sh" ] && { kvsrc=$d; break; }
+		[ -z "$kvsrc" ] && [ -n "$d" ] && [ -f "$d/build.sh" ] && kvsrc=$d
 	done
 	kvik=/tmp/kvikbench
-	if [ -z "$kvsrc" ]; then
+	if [ "$kvsrc" = none ]; then
+		kvik_flags=""
+	elif [ -z "$kvsrc" ]; then
 		say "=== kvikbench: no sources (.bin/kvikio: run 'sh scripts/bench-gpu.sh --prepare' here before carrying .bin)"
 		say "--- FAIL: kvikbench"
 		failed="$failed kvikbench"
@@ -114,19 +120,20 @@ else
 	contention="--consumers 16 --files 8 --file-size 4MiB --capacity 12.5MiB"
 fi
 
+# The flag strings below are split into words on purpose (unquoted).
 common="--dir $work --report $json $set_dev"
-# shellcheck disable=SC2086 # the flag strings are split on purpose
-{
-	step stage 240 "$bin" bench stage --dir "$work/files" --report "$json" $set_dev $stage
-	step lease 180 "$bin" bench lease $common $lease
-	step loader 240 "$bin" bench loader $common $loader
-	step contention 180 "$bin" bench contention $common $contention
-	for extra in ${GDSFS_BENCH_EXTRA:-}; do
-		quick=""
-		[ $mode = dry ] && quick=--quick
-		step "$extra" 900 "$bin" bench "$extra" --dir "$work" $set_dev $quick
-	done
-}
+quick=""
+[ $mode = dry ] && quick=--quick
+for st in ${GDSFS_BENCH_STEPS:-stage lease loader contention}; do
+	case $st in
+	stage) step stage 240 "$bin" bench stage --dir "$work/files" --report "$json" $set_dev $stage ;;
+	lease) step lease 180 "$bin" bench lease $common $lease ;;
+	loader) step loader 240 "$bin" bench loader $common $loader ;;
+	contention) step contention 180 "$bin" bench contention $common $contention ;;
+	autoload | readahead) step "$st" 900 "$bin" bench "$st" --dir "$work" $set_dev $quick ;;
+	*) say "=== $st: no such step"; say "--- FAIL: $st"; failed="$failed $st" ;;
+	esac
+done
 
 targets=$(grep '^target ' "$log")
 misses=$(grep -c '^target .* MISS' "$log")

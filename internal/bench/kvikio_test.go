@@ -1,12 +1,15 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gdsfs/gdsfs/gpu"
 )
 
 func TestParseKvikLine(t *testing.T) {
@@ -128,3 +131,45 @@ func TestKvikRefusesWhatWasNotAsked(t *testing.T) {
 		})
 	}
 }
+
+func TestStageText(t *testing.T) {
+	k := &kvikSweep{Results: []kvikResult{
+		{Setting: kvikSetting{16, 4 << 20}, Round: 0, GBps: 46},
+		{Setting: kvikSetting{8, 2 << 20}, Round: 0, GBps: 30},
+		{Setting: kvikSetting{16, 4 << 20}, Round: 1, GBps: 47},
+		{Setting: kvikSetting{8, 2 << 20}, Round: 1, Err: "kvikbench 8 threads x 2 MiB: exit status 1"},
+	}}
+	b := &stageBench{o: StageOptions{Kvik: KvikOptions{Bin: "kvikbench"}}, path: "f", size: 1, kvik: k, rows: []benchRow{
+		{Name: rowH2D, Kind: "baseline", Warm: 55, Rounds: []float64{54, 55}},
+		{Name: "gdsfs defaults", Kind: "defaults", Warm: 52, Rounds: []float64{51.5, 52}},
+	}}
+	b.dev = fakeCUDA{}
+	res := b.result()
+	if res.Ratio.OverKvik != 52.0/47 || res.Ratio.OverH2D != 52.0/55 || res.Ratio.KvikSetting != (kvikSetting{16, 4 << 20}) {
+		t.Fatalf("ratios %+v", res.Ratio)
+	}
+	if len(res.Ratios) != 2 || res.Ratios[1].Kvik != 47 || res.Ratios[0].Ratio != 51.5/46 {
+		t.Fatalf("per round %+v", res.Ratios)
+	}
+	var buf bytes.Buffer
+	writeStageText(&buf, res)
+	for _, want := range []string{
+		"KvikIO compat 16 threads x 4 MiB (best)  47.00",
+		"46.00 47.00",
+		"failed: kvikbench 8 threads x 2 MiB: exit status 1",
+		"round 2: gdsfs defaults 52.00 GB/s, KvikIO best of the round 47.00 GB/s, ratio 1.106",
+		"gdsfs defaults / KvikIO best (16 threads x 4 MiB, 47.00 GB/s): 1.106 (target >= 1.1)",
+		"gdsfs defaults / pinned host-to-device copy: 0.945 (target >= 0.9)",
+		"gdsfs defaults >= 1.1 x KvikIO best (16 threads x 4 MiB)",
+	} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("no %q in\n%s", want, buf.String())
+		}
+	}
+}
+
+// fakeCUDA is a gpu.Device that only says it is a GPU.
+type fakeCUDA struct{ gpu.Device }
+
+func (fakeCUDA) Kind() string { return gpu.KindCUDA }
+func (fakeCUDA) Name() string { return "GPU-fake" }

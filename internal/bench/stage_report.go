@@ -101,7 +101,16 @@ type stageResult struct {
 	Rows   []benchRow  `json:"rows"`
 	Kvik   *kvikSweep  `json:"kvikio,omitempty"`
 	Ratios []roundStat `json:"rounds,omitempty"`
+	Ratio  stageRatios `json:"ratios"`
 	Checks []Check     `json:"targets"`
+}
+
+// stageRatios are gdsfs's defaults over the baselines (0: not measured).
+type stageRatios struct {
+	KvikBest    float64     `json:"kvikio_best_gbps,omitempty"`
+	KvikSetting kvikSetting `json:"kvikio_best_setting"`
+	OverKvik    float64     `json:"defaults_over_kvikio_best,omitempty"`
+	OverH2D     float64     `json:"defaults_over_h2d,omitempty"`
 }
 
 // roundStat is one round: gdsfs's defaults against KvikIO's best of that round.
@@ -113,8 +122,13 @@ type roundStat struct {
 }
 
 func (b *stageBench) result() stageResult {
+	f := b.figures()
 	res := stageResult{File: b.path, Size: b.size, Device: b.dev.Name(), Rows: b.rows, Kvik: b.kvik,
-		Checks: stageChecks(b.figures())}
+		Ratio:  stageRatios{KvikBest: f.kvik.GBps, KvikSetting: f.kvik.Setting, OverKvik: ratio(f.defaults, f.kvik.GBps)},
+		Checks: stageChecks(f)}
+	if f.gpu {
+		res.Ratio.OverH2D = ratio(f.defaults, f.h2d)
+	}
 	if b.kvik == nil {
 		return res
 	}
@@ -163,8 +177,8 @@ func writeStageText(w io.Writer, res stageResult) {
 				name += " (best)"
 			}
 			note := ""
-			if r.Err != "" {
-				note = "failed: " + r.Err
+			if e := res.Kvik.errorOf(r.Setting); e != "" {
+				note = "failed: " + e
 			}
 			fmt.Fprintf(tw, "%s\t%s\t-\t%s\t%s\n", name, num(r.GBps), joinNums(res.Kvik.rounds(r.Setting)), note)
 		}
@@ -178,6 +192,12 @@ func writeStageText(w io.Writer, res stageResult) {
 		}
 	}
 	fmt.Fprintln(w)
+	if r := res.Ratio; r.OverKvik > 0 {
+		fmt.Fprintf(w, "gdsfs defaults / KvikIO best (%s, %s GB/s): %s (target >= 1.1)\n", r.KvikSetting, num(r.KvikBest), num(r.OverKvik))
+	}
+	if r := res.Ratio; r.OverH2D > 0 {
+		fmt.Fprintf(w, "gdsfs defaults / pinned host-to-device copy: %s (target >= 0.9)\n", num(r.OverH2D))
+	}
 	writeChecks(w, res.Checks)
 }
 
@@ -190,6 +210,16 @@ func (k *kvikSweep) rounds(s kvikSetting) []float64 {
 		}
 	}
 	return out
+}
+
+// errorOf is the first error of setting s in any round, "" if none.
+func (k *kvikSweep) errorOf(s kvikSetting) string {
+	for _, r := range k.Results {
+		if r.Setting == s && r.Err != "" {
+			return r.Err
+		}
+	}
+	return ""
 }
 
 func joinNums(xs []float64) string {

@@ -37,8 +37,11 @@ cd "$repo"
 mode=gpu
 case "${1:-}" in
 --prepare)
-	src=${KVIKIO_SRC:-../shared/peers/kvikio}
-	[ -f "$src/build.sh" ] || { echo "no KvikIO reader sources in $src (KVIKIO_SRC)"; exit 1; }
+	src=${KVIKIO_SRC:-}
+	for d in ../shared/peers/kvikio /work/shared/peers/kvikio; do
+		[ -z "$src" ] && [ -f "$d/build.sh" ] && src=$d
+	done
+	[ -f "$src/build.sh" ] || { echo "no KvikIO reader sources in ../shared/peers/kvikio (KVIKIO_SRC=DIR)"; exit 1; }
 	mkdir -p .bin && rm -rf .bin/kvikio && cp -r "$src" .bin/kvikio && echo "copied $src to .bin/kvikio"
 	exit 0 ;;
 --dry-run) mode=dry ;;

@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -18,8 +21,14 @@ func benchCmd() *cobra.Command {
 		Use:   "bench",
 		Short: "Measure gdsfs against baselines taken in the same run",
 	}
-	c.AddCommand(benchMountCmd(), benchStageCmd(), benchLeaseCmd())
+	c.AddCommand(benchMountCmd(), benchStageCmd(), benchLeaseCmd(), benchLeaseChildCmd(), benchLoaderCmd(),
+		benchContentionCmd(), benchScriptCmd("autoload"), benchScriptCmd("readahead"))
 	return c
+}
+
+// benchContext ends on SIGINT or SIGTERM.
+func benchContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 }
 
 func benchMountCmd() *cobra.Command {
@@ -34,7 +43,7 @@ func benchMountCmd() *cobra.Command {
 			if err := o.Validate(); err != nil {
 				return usageError{err}
 			}
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			ctx, stop := benchContext()
 			defer stop()
 			rep, err := bench.Mount(ctx, o)
 			if err != nil {
@@ -59,12 +68,16 @@ func benchMountCmd() *cobra.Command {
 func benchStageCmd() *cobra.Command {
 	o := bench.StageOptions{Size: 4 << 30}
 	var sets []string
+	tasks := []units.Size{2 << 20, 4 << 20, 8 << 20}
 	c := &cobra.Command{
-		Use:   "stage [--file PATH | --size 4GiB --dir DIR] [--cold] [--peers] [--set key=value]...",
-		Short: "Staging throughput of each load path against the H2D copy rate, the disk and peers",
+		Use:   "stage [--file PATH | --size 4GiB --dir DIR] [--cold] [--peers] [--kvikio BINARY] [--rounds N] [--quick] [--set key=value]...",
+		Short: "Staging throughput against the H2D copy rate, the disk, KvikIO and the Python peers",
 		Long:  bench.StageDoc,
 		Args:  exactArgs(),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			for _, t := range tasks {
+				o.Kvik.Tasks = append(o.Kvik.Tasks, int64(t))
+			}
 			if err := o.Validate(); err != nil {
 				return usageError{err}
 			}
@@ -72,42 +85,162 @@ func benchStageCmd() *cobra.Command {
 			if err != nil {
 				return usageError{err}
 			}
-			return bench.Stage(cfg, o)
+			ctx, stop := benchContext()
+			defer stop()
+			return bench.Stage(ctx, cfg, o)
 		},
 	}
 	f := c.Flags()
 	f.StringVar(&o.File, "file", "", "file to stage (default: a new file of --size in --dir)")
 	f.Var(sizeFlag{&o.Size}, "size", "size of the file made when --file is not given")
-	f.StringVar(&o.Dir, "dir", "/var/tmp/gdsfs-bench", "directory for the file made (a disk filesystem)")
+	f.StringVar(&o.Dir, "dir", "/var/tmp/gdsfs-bench/files", "directory for the file made (a disk filesystem)")
 	f.IntVar(&o.Runs, "runs", 3, "runs per measurement; the best is reported")
+	f.IntVar(&o.Rounds, "rounds", 1, "rounds interleaving the H2D copy, gdsfs's defaults and the KvikIO sweep")
 	f.BoolVar(&o.Cold, "cold", false, "also measure with the page cache dropped (root)")
 	f.BoolVar(&o.Peers, "peers", false, "also measure the Python peers (python3 with torch)")
+	f.BoolVar(&o.Quick, "quick", false, "skip the disk baseline, the explicit POSIX row and the Python peers")
+	f.StringVar(&o.Kvik.Bin, "kvikio", "", "KvikIO reader `BINARY` (kvikbench, from ../shared/peers/kvikio/build.sh)")
+	f.IntSliceVar(&o.Kvik.Threads, "kvikio-threads", []int{8, 16, 24, 32}, "KVIKIO_NTHREADS values swept")
+	f.Var(sizeListFlag{&tasks}, "kvikio-tasks", "KVIKIO_TASK_SIZE values swept")
+	f.IntVar(&o.Kvik.Runs, "kvikio-runs", 3, "kvikbench runs per setting (it reports the best)")
+	f.DurationVar(&o.Kvik.Budget, "kvikio-budget", 90*time.Second, "after this much sweeping, later rounds run only the 3 best settings")
+	f.DurationVar(&o.Kvik.Limit, "kvikio-limit", 2*time.Minute, "limit for one kvikbench run")
 	f.BoolVar(&o.JSON, "json", false, "print the results as JSON")
+	f.StringVar(&o.Report, "report", "", "also append the results as one JSON line to `FILE`")
 	f.StringArrayVar(&sets, "set", nil, "override a config.yaml key")
 	return c
 }
 
 func benchLeaseCmd() *cobra.Command {
-	o := bench.LeaseOptions{Size: 1 << 30}
+	o := bench.LeaseOptions{}
+	sizes := []units.Size{1 << 20, 32 << 20, 1 << 30}
 	c := &cobra.Command{
-		Use:   "lease [--size 1GiB] [--runs 20] [--set key=value]...",
-		Short: "Time from acquire to a usable pointer or tensor, against re-reading the file",
+		Use:   "lease [--sizes 1MiB,32MiB,1GiB] [--runs 30] [--first 30] [--set key=value]...",
+		Short: "First and repeat lease of resident files, Go and Python, against the raw import-and-map floor",
 		Long:  bench.LeaseDoc,
+		Args:  exactArgs(),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.Sizes = sizes
+			if err := o.Validate(); err != nil {
+				return usageError{err}
+			}
+			ctx, stop := benchContext()
+			defer stop()
+			return bench.Lease(ctx, o)
+		},
+	}
+	f := c.Flags()
+	f.Var(sizeListFlag{&sizes}, "sizes", "sizes of the resident files leased")
+	f.IntVar(&o.Runs, "runs", 30, "repeat leases (and floor cycles) timed per size; the median is reported")
+	f.IntVar(&o.First, "first", 30, "processes each timing one first lease per size")
+	addCommonFlags(c, &o.Dir, &o.Py, &o.Sets, &o.JSON, &o.Report)
+	return c
+}
+
+// benchLeaseChildCmd is the Go process of `bench lease` timing first leases.
+func benchLeaseChildCmd() *cobra.Command {
+	var warm string
+	c := &cobra.Command{
+		Use:    "lease-child --warm PATH PATH...",
+		Hidden: true,
+		Args:   cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return bench.LeaseChild(os.Stdout, warm, args)
+		},
+	}
+	c.Flags().StringVar(&warm, "warm", "", "file leased first, untimed")
+	return c
+}
+
+func benchLoaderCmd() *cobra.Command {
+	o := bench.LoaderOptions{Shards: 64, ShardSize: 32 << 20, Files: 1024, FileSize: 1 << 20, Big: 4 << 30}
+	c := &cobra.Command{
+		Use:   "loader [--shards 64 --shard-size 32MiB] [--files 1024 --file-size 1MiB] [--big 4GiB] [--epochs 3]",
+		Short: "DataLoader epochs over resident files with leases vs read() through the mount; gdsfs.load of a file not yet resident vs the H2D copy",
+		Long:  bench.LoaderDoc,
 		Args:  exactArgs(),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := o.Validate(); err != nil {
 				return usageError{err}
 			}
-			return bench.Lease(o)
+			ctx, stop := benchContext()
+			defer stop()
+			return bench.Loader(ctx, o)
 		},
 	}
 	f := c.Flags()
-	f.Var(sizeFlag{&o.Size}, "size", "file size")
-	f.IntVar(&o.Runs, "runs", 20, "acquisitions timed; min and median are reported")
-	f.StringVar(&o.Dir, "dir", "/var/tmp/gdsfs-bench-lease", "work directory (a disk filesystem)")
-	f.StringVar(&o.Python, "python", "", "directory holding the gdsfs Python package (default: python/ beside the binary's directory)")
-	f.StringArrayVar(&o.Sets, "set", nil, "config.yaml key for the mount")
+	f.IntVar(&o.Shards, "shards", o.Shards, "number of shards (0: no shard epoch)")
+	f.Var(sizeFlag{&o.ShardSize}, "shard-size", "size of a shard")
+	f.IntVar(&o.Files, "files", o.Files, "number of small files (0: no small-file epoch)")
+	f.Var(sizeFlag{&o.FileSize}, "file-size", "size of a small file")
+	f.Var(sizeFlag{&o.Big}, "big", "size of the file loaded while not yet resident (0: skip)")
+	f.IntVar(&o.Epochs, "epochs", 3, "epochs per loader; the first and the best are reported")
+	f.IntVar(&o.Runs, "runs", 3, "gdsfs.load runs of the big file and H2D copies; the best is reported")
+	f.IntVar(&o.Workers, "workers", 4, "DataLoader workers of the read() epochs")
+	f.IntVar(&o.Ahead, "ahead", 16, "files leased ahead by gdsfs.torch's helper, where the client has it")
+	addCommonFlags(c, &o.Dir, &o.Py, &o.Sets, &o.JSON, &o.Report)
 	return c
+}
+
+func benchContentionCmd() *cobra.Command {
+	o := bench.ContentionOptions{Consumers: 16, Files: 8, FileSize: 256 << 20, Capacity: 800 << 20}
+	c := &cobra.Command{
+		Use:   "contention [--consumers 16] [--files 8] [--file-size 256MiB] [--capacity 800MiB]",
+		Short: "Consumer processes leasing more than the capacity holds: every acquire, every sha256, leases and daemon resources after",
+		Long:  bench.ContentionDoc,
+		Args:  exactArgs(),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := o.Validate(); err != nil {
+				return usageError{err}
+			}
+			ctx, stop := benchContext()
+			defer stop()
+			return bench.Contention(ctx, o)
+		},
+	}
+	f := c.Flags()
+	f.IntVar(&o.Consumers, "consumers", o.Consumers, "consumer processes")
+	f.IntVar(&o.Files, "files", o.Files, "files each consumer leases, one at a time, in its own random order")
+	f.Var(sizeFlag{&o.FileSize}, "file-size", "size of each file")
+	f.Var(sizeFlag{&o.Capacity}, "capacity", "staging.capacity of the mount")
+	addCommonFlags(c, &o.Dir, &o.Py, &o.Sets, &o.JSON, &o.Report)
+	return c
+}
+
+// benchScriptCmd is `gdsfs bench autoload` or `gdsfs bench readahead`: the
+// embedded H200 script (or --script), its flags after --.
+func benchScriptCmd(name string) *cobra.Command {
+	o := bench.ScriptOptions{Name: name}
+	c := &cobra.Command{
+		Use:   name + " [--script FILE] [--quick] [--dir DIR] [-- SCRIPT FLAGS...]",
+		Short: bench.ScriptShort(name),
+		Long:  bench.ScriptDoc(name),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.Args = args
+			ctx, stop := benchContext()
+			defer stop()
+			return bench.Script(ctx, o)
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&o.Script, "script", "", "run this script instead of the embedded one")
+	f.BoolVar(&o.Quick, "quick", false, "small sizes and one repetition")
+	f.BoolVar(&o.Force, "force", false, "run even where the mount would stage on the host backend")
+	f.StringVar(&o.Dir, "dir", "/var/tmp/gdsfs-bench", "work directory (a disk filesystem)")
+	f.StringVar(&o.Py.Bin, "python-bin", "", "Python interpreter (default: python3, or /usr/bin/python3 where only it has torch)")
+	f.StringVar(&o.Py.Pkg, "python", "", "directory holding the gdsfs Python package (default: python/ beside the binary's directory)")
+	f.StringArrayVar(&o.Sets, "set", nil, "config.yaml key deciding the device (staging.device=host)")
+	return c
+}
+
+func addCommonFlags(c *cobra.Command, dir *string, py *bench.PyFlags, sets *[]string, asJSON *bool, report *string) {
+	f := c.Flags()
+	f.StringVar(dir, "dir", "/var/tmp/gdsfs-bench", "work directory on a disk filesystem (files in DIR/files, kept)")
+	f.StringVar(&py.Bin, "python-bin", "", "Python interpreter (default: python3, or /usr/bin/python3 where only it has torch)")
+	f.StringVar(&py.Pkg, "python", "", "directory holding the gdsfs Python package (default: python/ beside the binary's directory)")
+	f.StringArrayVar(sets, "set", nil, "config.yaml key for the mount")
+	f.BoolVar(asJSON, "json", false, "print the results as JSON")
+	f.StringVar(report, "report", "", "also append the results as one JSON line to `FILE`")
 }
 
 // sizeFlag makes a units.Size a pflag value.
@@ -121,4 +254,34 @@ func (f sizeFlag) Set(v string) error {
 		*f.s = s
 	}
 	return err
+}
+
+// sizeListFlag is a comma-separated list of sizes; setting it replaces
+// the default.
+type sizeListFlag struct{ s *[]units.Size }
+
+func (f sizeListFlag) String() string {
+	if f.s == nil {
+		return ""
+	}
+	var parts []string
+	for _, s := range *f.s {
+		parts = append(parts, s.String())
+	}
+	return strings.Join(parts, ",")
+}
+
+func (f sizeListFlag) Type() string { return "sizes" }
+
+func (f sizeListFlag) Set(v string) error {
+	var out []units.Size
+	for _, p := range strings.Split(v, ",") {
+		s, err := units.ParseSize(strings.TrimSpace(p))
+		if err != nil {
+			return fmt.Errorf("%q: %w", p, err)
+		}
+		out = append(out, s)
+	}
+	*f.s = out
+	return nil
 }

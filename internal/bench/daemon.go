@@ -258,31 +258,3 @@ func poll(ctx context.Context, limit, interval time.Duration, exited <-chan stru
 		}
 	}
 }
-
-// waitResident waits until path, a file under a gdsfs mount, is resident
-// (its user.gdsfs.state). Failed, or absent (dropped from the prefetch
-// queue, evicted), is an error.
-func waitResident(path string, limit time.Duration) error {
-	var state string
-	err := poll(context.Background(), limit, 50*time.Millisecond, nil, func() (bool, error) {
-		state = stateOf(path)
-		if strings.HasPrefix(state, "failed") || state == "absent" {
-			return false, fmt.Errorf("%s not staged: %s", path, state)
-		}
-		return state == "resident", nil
-	})
-	if err != nil {
-		return fmt.Errorf("wait for %s to be staged (%s): %w", path, state, err)
-	}
-	return nil
-}
-
-// stateOf reads user.gdsfs.state.
-func stateOf(path string) string {
-	buf := make([]byte, 4096)
-	n, err := unix.Getxattr(path, "user.gdsfs.state", buf)
-	if err != nil {
-		return "failed: " + err.Error()
-	}
-	return string(buf[:n])
-}

@@ -1,17 +1,30 @@
 // Package bench is `gdsfs bench`: measurements of gdsfs against baselines
-// taken in the same run, printed as tables with their ratios and targets.
+// taken in the same run, printed as tables with their ratios and targets
+// (a missed target is reported, not an error; an error means something
+// could not be measured).
 //
 //   - Mount (bench mount): read throughput and lstat rate of native, gdsfs
 //     with and without passthrough, and go-fuse's loopback example, each
 //     mounted by running a daemon (this binary, self-exec).
-//   - Stage (bench stage): each load path of the staging cache against the
-//     pinned host-to-device copy, the disk's O_DIRECT rate and, with
-//     peers.py, the usual PyTorch ways to load a file.
-//   - Lease (bench lease): acquire to a usable pointer or tensor (lease.py)
-//     against staging the file again.
+//   - Stage (bench stage): gdsfs's defaults and each load path against the
+//     pinned host-to-device copy, the disk's O_DIRECT rate, KvikIO's reader
+//     over a small sweep (kvikio.go) in interleaved rounds, and with
+//     peers.py the usual PyTorch ways to load a file.
+//   - Lease (bench lease): first and repeat leases of resident files, Go
+//     (lease-child, self-exec) and Python (lease.py), against the raw
+//     export / import-and-map primitive (floor.py).
+//   - Loader (bench loader): DataLoader epochs with leases against read()
+//     through the mount, and gdsfs.load of a file not yet resident against
+//     the pinned copy (loader.py).
+//   - Contention (bench contention): consumer processes leasing more than
+//     the capacity holds (contention.py).
+//   - Script (bench autoload, bench readahead): the H200 scripts of issues
+//     14 and 10, embedded by package scripts.
 //
 // The Python helpers are files beside this one, embedded and written out
-// when run. Waiting on a mount run by another process polls its control
-// files and xattrs (staging.Cache.Subscribe is in-process only). Nothing
-// here is imported by the daemon's own code paths.
+// when run; they use only the public client API (gdsfs.open, load, stat,
+// disconnect) and feature-detect the newer parts (open_many, gdsfs.torch).
+// Waiting on a mount run by another process polls its control files
+// (staging.Cache.Subscribe is in-process only). Nothing here is imported
+// by the daemon's own code paths.
 package bench

@@ -5,18 +5,15 @@ import (
 	_ "embed"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
-	"strings"
+	"strconv"
 	"time"
-
-	"go.uber.org/zap"
 
 	"github.com/gdsfs/gdsfs/client"
 	"github.com/gdsfs/gdsfs/internal/config"
-	"github.com/gdsfs/gdsfs/internal/devices"
 	"github.com/gdsfs/gdsfs/internal/units"
 )
 
@@ -25,185 +22,293 @@ var leaseScript []byte
 
 // LeaseOptions are the flags of `gdsfs bench lease`.
 type LeaseOptions struct {
-	Size   units.Size
-	Runs   int
-	Dir    string   // work directory (a disk filesystem)
-	Python string   // directory holding the gdsfs Python package; "" is python/ beside the binary's directory
-	Sets   []string // config.yaml keys for the mount
+	Sizes  []units.Size // resident files leased
+	Runs   int          // repeat leases (and floor cycles) timed per size
+	First  int          // processes timing a first lease per size
+	Dir    string       // work directory (a disk filesystem); SOURCE is DIR/files
+	Py     PyFlags
+	Sets   []string // config.yaml keys for the mount (and the floor's device)
+	JSON   bool
+	Report string
 }
 
 // LeaseDoc is the long help of `gdsfs bench lease`.
-const LeaseDoc = `Mounts a file of --size (self-exec), stages it, then times consumers taking a
-lease on the resident file: the Go client (acquire, map, pointer) and, where
-python3 with torch and the gdsfs package answer, gdsfs.open() to a torch
-tensor a kernel has read. The baseline is staging the same file again on
-the POSIX path, measured in the same run. Needs root (it mounts).`
+const LeaseDoc = `Mounts DIR/files (self-exec), stages one file of each --sizes, then times,
+as medians of --runs (repeat) and --first (first) samples, for the Go client
+and the Python client (gdsfs package, python/ beside the binary's directory):
+- first lease: the first lease of the file in a process whose CUDA context
+  is already up (a lease of another small file came first), one fresh
+  process per sample;
+- repeat lease: acquire to a usable pointer again in the same process, and
+  the release (close) after it; the client's fast path when it has one;
+- Python gdsfs.load to a tensor a kernel has read (where torch answers);
+- the floor: the raw primitive a lease is built on, measured alongside:
+  export the region's descriptors in this process, send them to another
+  process that imports and maps them (CUDA driver API through ctypes; on the
+  host backend, mmap of the memfds) and says so.
+Targets (GPU): repeat <= 0.3 ms, first <= 1 ms. Needs root (it mounts).`
 
 // Validate checks the options.
 func (o LeaseOptions) Validate() error {
-	if os.Geteuid() != 0 {
+	switch {
+	case os.Geteuid() != 0:
 		return fmt.Errorf("bench lease mounts by syscall: run as root")
+	case o.Runs < 1 || o.First < 1:
+		return fmt.Errorf("--runs %d, --first %d: want at least 1", o.Runs, o.First)
+	case len(o.Sizes) == 0:
+		return fmt.Errorf("--sizes: want at least one size")
 	}
-	if o.Runs < 1 {
-		return fmt.Errorf("--runs %d: want at least 1", o.Runs)
-	}
-	if _, err := config.Load("", o.Sets); err != nil {
-		return err
-	}
-	return nil
+	_, err := config.Load("", o.Sets)
+	return err
 }
+
+// leaseRow is one measured quantity, the median (ms) per file size.
+type leaseRow struct {
+	Name    string             `json:"name"`
+	Samples int                `json:"samples"`
+	Median  map[string]float64 `json:"median_ms"` // by size name
+	Why     string             `json:"unavailable,omitempty"`
+}
+
+// leaseResult is the JSON of `gdsfs bench lease`.
+type leaseResult struct {
+	Device   string     `json:"device"`
+	Sizes    []string   `json:"sizes"`
+	FastPath string     `json:"python_fast_path"`
+	Rows     []leaseRow `json:"rows"`
+	Checks   []Check    `json:"targets"`
+}
+
+const (
+	rowGoFirst  = "Go first lease"
+	rowGoRepeat = "Go repeat lease"
+	rowGoClose  = "Go release (Close)"
+	rowPyFirst  = "Python first lease"
+	rowPyRepeat = "Python repeat lease"
+	rowPyClose  = "Python release (close)"
+	rowPyLoad   = "Python gdsfs.load -> tensor read"
+	rowFloor    = "floor: export + send + import + map"
+)
 
 // Lease runs `gdsfs bench lease` and prints its table to stdout.
-func Lease(o LeaseOptions) error { return runLeaseBench(o) }
-
-func runLeaseBench(o LeaseOptions) error {
-	src, mnt := filepath.Join(o.Dir, "src"), filepath.Join(o.Dir, "mnt")
-	for _, d := range []string{src, mnt} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
+func Lease(ctx context.Context, o LeaseOptions) error {
+	src := filepath.Join(o.Dir, "files")
+	lb := &leaseBench{o: o, res: &leaseResult{}}
+	warm := filepath.Join("lease", "warm.bin")
+	if _, err := makeFile(filepath.Join(src, warm), 64<<10, false); err != nil {
+		return err
+	}
+	for _, s := range o.Sizes {
+		rel := filepath.Join("lease", fmt.Sprintf("lease-%d.bin", int64(s)))
+		if _, err := makeFile(filepath.Join(src, rel), int64(s), false); err != nil {
 			return err
 		}
+		lb.rels = append(lb.rels, rel)
+		lb.res.Sizes = append(lb.res.Sizes, s.String())
 	}
-	sb := StageOptions{Size: o.Size, Dir: src, Runs: 1}
-	file, size, err := benchFile(sb)
+	m, err := startMount(ctx, o.Dir, "lease", src, o.Sets)
 	if err != nil {
 		return err
 	}
-	exe, err := os.Executable()
-	if err != nil {
+	defer m.stop()
+	lb.m, lb.warm = m, warm
+	if err := m.stageAll(ctx, append([]string{warm}, lb.rels...), 5*time.Minute); err != nil {
 		return err
 	}
-	argv := []string{exe, "mount", "--set", "ipc.socket=" + filepath.Join(o.Dir, "lease.sock")}
-	for _, s := range o.Sets {
-		argv = append(argv, "--set", s)
-	}
-	argv = append(argv, src, mnt)
-	ctx := context.Background()
-	d, err := startDaemon(ctx, "gdsfs", mnt, filepath.Join(o.Dir, "daemon.log"), argv, mountFS{gdsfs: true}.ready(mnt))
-	if err != nil {
+	if lb.res.Device, err = m.device(); err != nil {
 		return err
 	}
-	defer d.stop()
-	path := filepath.Join(mnt, filepath.Base(file))
-	if err := os.WriteFile(filepath.Join(mnt, ".gdsfs", "prefetch"), []byte(filepath.Base(file)+"\n"), 0); err != nil {
-		return fmt.Errorf("prefetch: %w", err)
-	}
-	if err := waitResident(path, 5*time.Minute); err != nil {
+	if err := lb.run(ctx); err != nil {
 		return err
 	}
-	device, goTimes, err := goLeaseTimes(path, o.Runs)
-	if err != nil {
+	lb.res.Checks = leaseChecks(*lb.res)
+	if err := appendReport(o.Report, "lease", lb.res); err != nil {
 		return err
 	}
-	fmt.Printf("file %s (%s) staged on %s\n\n", path, units.HumanBytes(size), device)
-	fmt.Printf("%-42s %10s %10s\n", "consumer", "min ms", "median ms")
-	fmt.Printf("%-42s %10.3f %10.3f\n", "Go client: acquire + map -> device pointer", goTimes[0], goTimes[len(goTimes)/2])
-	pyMedian := 0.0
-	if py, err := pythonLeaseTimes(o, path); err != nil {
-		fmt.Printf("%-42s unavailable: %v\n", "python: gdsfs.open -> torch tensor read", err)
-	} else {
-		pyMedian = py["median_ms"]
-		fmt.Printf("%-42s %10.3f %10.3f\n", "python: gdsfs.open -> torch tensor read", py["min_ms"], py["median_ms"])
+	if o.JSON {
+		return json.NewEncoder(os.Stdout).Encode(lb.res)
 	}
-	reread, err := rereadTime(file)
-	if err != nil {
-		fmt.Printf("%-42s unavailable: %v\n", "re-read on the POSIX path (baseline)", err)
-	} else {
-		fmt.Printf("%-42s %10.3f %10s  (%.2f GB/s)\n", "re-read on the POSIX path (baseline)", reread, "-", float64(size)/reread/1e6)
-	}
-	fmt.Println()
-	latency := goTimes[len(goTimes)/2]
-	who := "Go client"
-	if pyMedian > 0 {
-		latency, who = pyMedian, "torch tensor"
-	}
-	verdict := "PASS"
-	if latency >= 2 {
-		verdict = "MISS"
-	}
-	fmt.Printf("target  acquire -> usable %s < 2 ms: %s (median %.3f ms", who, verdict, latency)
-	if reread > 0 {
-		fmt.Printf("; %.0fx faster than re-reading", reread/latency)
-	}
-	fmt.Println(")")
+	writeLeaseText(os.Stdout, lb.res)
 	return nil
 }
 
-// goLeaseTimes times client.Open to a device pointer, in milliseconds,
-// sorted.
-func goLeaseTimes(path string, runs int) (string, []float64, error) {
-	var times []float64
-	device := ""
-	for range runs + 1 {
-		start := time.Now()
-		l, err := client.Open(path)
-		if err != nil {
-			return "", nil, err
-		}
-		if l.Ptr() == 0 {
-			return "", nil, fmt.Errorf("lease of %s has no pointer", path)
-		}
-		took := time.Since(start)
-		device = l.Device()
-		if err := l.Close(); err != nil {
-			return "", nil, err
-		}
-		times = append(times, float64(took.Microseconds())/1000)
-	}
-	times = times[1:] // the first includes loading libcuda
-	sort.Float64s(times)
-	return device, times, nil
+type leaseBench struct {
+	o    LeaseOptions
+	m    *benchMount
+	warm string
+	rels []string
+	py   *pyEnv
+	res  *leaseResult
 }
 
-func pythonLeaseTimes(o LeaseOptions, path string) (map[string]float64, error) {
-	pkg := o.Python
-	if pkg == "" {
-		exe, _ := os.Executable()
-		pkg = filepath.Join(filepath.Dir(exe), "..", "python")
+func (lb *leaseBench) paths() []string {
+	var out []string
+	for _, r := range lb.rels {
+		out = append(out, lb.m.path(r))
 	}
-	if _, err := os.Stat(filepath.Join(pkg, "gdsfs")); err != nil {
-		return nil, fmt.Errorf("no gdsfs Python package in %s (--python)", pkg)
+	return out
+}
+
+func (lb *leaseBench) run(ctx context.Context) error {
+	py, pyErr := newPyEnv(lb.o.Py, filepath.Join(lb.o.Dir, "py"), true)
+	lb.py = py
+	first, err := lb.goFirst(ctx)
+	if err != nil {
+		return err
 	}
-	script := filepath.Join(o.Dir, "bench_lease.py")
-	if err := os.WriteFile(script, leaseScript, 0o644); err != nil {
+	lb.add(rowGoFirst, first, nil)
+	rep, cls, err := goRepeat(lb.paths(), lb.o.Runs)
+	if err != nil {
+		return err
+	}
+	lb.add(rowGoRepeat, rep, nil)
+	lb.add(rowGoClose, cls, nil)
+	if pyErr != nil {
+		for _, n := range []string{rowPyFirst, rowPyRepeat, rowPyClose, rowPyLoad} {
+			lb.add(n, nil, pyErr)
+		}
+	} else {
+		lb.pyRows(ctx)
+	}
+	floor, err := lb.floor(ctx)
+	lb.add(rowFloor, floor, err)
+	return nil
+}
+
+// add records samples (by path) as a row of medians by size.
+func (lb *leaseBench) add(name string, samples map[string][]float64, err error) {
+	row := leaseRow{Name: name, Median: map[string]float64{}}
+	if err != nil {
+		row.Why = err.Error()
+	}
+	for i, p := range lb.paths() {
+		xs := samples[p]
+		if len(xs) > 0 {
+			row.Samples = len(xs)
+			row.Median[lb.res.Sizes[i]] = median(xs)
+		}
+	}
+	lb.res.Rows = append(lb.res.Rows, row)
+}
+
+// goFirst runs First child processes (this binary, `bench lease-child`),
+// each timing the first lease of every file, in an order rotated per child.
+func (lb *leaseBench) goFirst(ctx context.Context) (map[string][]float64, error) {
+	exe, err := os.Executable()
+	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command("python3", script, path, fmt.Sprint(o.Runs))
-	cmd.Env = append(os.Environ(), "PYTHONPATH="+pkg)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-		return nil, fmt.Errorf("%v: %s", err, lines[len(lines)-1])
+	out := map[string][]float64{}
+	paths := lb.paths()
+	for i := range lb.o.First {
+		rot := append(append([]string{}, paths[i%len(paths):]...), paths[:i%len(paths)]...)
+		args := append([]string{"bench", "lease-child", "--warm", lb.m.path(lb.warm)}, rot...)
+		cctx, cancel := context.WithTimeout(ctx, time.Minute)
+		b, err := exec.CommandContext(cctx, exe, args...).CombinedOutput()
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("bench lease-child: %v: %s", err, tail(string(b), 400))
+		}
+		var r struct {
+			First map[string]float64 `json:"first_ms"`
+		}
+		if err := lastJSONLine(b, &r); err != nil {
+			return nil, err
+		}
+		for p, ms := range r.First {
+			out[p] = append(out[p], ms)
+		}
 	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	var r map[string]float64
-	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &r); err != nil {
-		return nil, fmt.Errorf("bad output %q", out)
-	}
-	return r, nil
+	return out, nil
 }
 
-// rereadTime stages the file once more in-process on the POSIX path, page
-// cache warm: what a consumer without leases pays. Milliseconds.
-func rereadTime(file string) (float64, error) {
-	cfg, err := config.Load("", []string{"staging.prefetch=manual", "io.compat_mode=on"})
+// LeaseChild is `gdsfs bench lease-child`: a lease of warm (CUDA and the
+// connection come up), then the first lease of each path, timed to a
+// usable pointer. It prints {"first_ms": {path: ms}}.
+func LeaseChild(w io.Writer, warm string, paths []string) error {
+	l, err := client.Open(warm)
 	if err != nil {
-		return 0, err
+		return err
 	}
-	b := &stageBench{o: StageOptions{Runs: 2}, cfg: cfg, path: file}
-	st, err := os.Stat(file)
-	if err != nil {
-		return 0, err
+	l.Ptr()
+	l.Close()
+	res := map[string]float64{}
+	for _, p := range paths {
+		start := time.Now()
+		l, err := client.Open(p)
+		if err != nil {
+			return err
+		}
+		if l.Ptr() == 0 {
+			return fmt.Errorf("lease of %s has no pointer", p)
+		}
+		res[p] = ms(time.Since(start))
+		l.Close()
 	}
-	b.size = st.Size()
-	devs, err := devices.Open(cfg.Staging, zap.NewNop())
-	if err != nil {
-		return 0, err
+	return json.NewEncoder(w).Encode(map[string]any{"first_ms": res})
+}
+
+func ms(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e6 }
+
+// goRepeat times, in this process, runs repeat leases of each path (after
+// one untimed) to a usable pointer, and the Close after each.
+func goRepeat(paths []string, runs int) (acq, cls map[string][]float64, err error) {
+	acq, cls = map[string][]float64{}, map[string][]float64{}
+	for _, p := range paths {
+		for i := range runs + 1 {
+			start := time.Now()
+			l, err := client.Open(p)
+			if err != nil {
+				return nil, nil, err
+			}
+			if l.Ptr() == 0 {
+				return nil, nil, fmt.Errorf("lease of %s has no pointer", p)
+			}
+			mid := time.Now()
+			if err := l.Close(); err != nil {
+				return nil, nil, err
+			}
+			if i > 0 {
+				acq[p] = append(acq[p], ms(mid.Sub(start)))
+				cls[p] = append(cls[p], ms(time.Since(mid)))
+			}
+		}
 	}
-	defer devices.Close(devs)
-	b.dev = devs[0]
-	row := b.stagePath("on")
-	if row.Why != "" {
-		return 0, fmt.Errorf("%s", row.Why)
+	return acq, cls, nil
+}
+
+// pyRows runs lease.py: First processes for the first lease, one for the
+// repeat leases and gdsfs.load.
+func (lb *leaseBench) pyRows(ctx context.Context) {
+	script, err := lb.py.write("bench_lease.py", leaseScript)
+	first := map[string][]float64{}
+	paths := lb.paths()
+	for i := 0; i < lb.o.First && err == nil; i++ {
+		rot := append(append([]string{}, paths[i%len(paths):]...), paths[:i%len(paths)]...)
+		var r struct {
+			First map[string]float64 `json:"first_ms"`
+		}
+		err = lb.py.runJSON(ctx, time.Minute, &r, script, append([]string{"first", lb.m.path(lb.warm)}, rot...)...)
+		for p, v := range r.First {
+			first[p] = append(first[p], v)
+		}
 	}
-	return float64(b.size) / row.Warm / 1e6, nil
+	lb.add(rowPyFirst, first, err)
+	var r struct {
+		FastPath bool                 `json:"fast_path"`
+		Repeat   map[string][]float64 `json:"repeat_ms"`
+		Close    map[string][]float64 `json:"close_ms"`
+		Load     map[string][]float64 `json:"load_ms"`
+		LoadWhy  string               `json:"load_unavailable"`
+	}
+	if err == nil {
+		err = lb.py.runJSON(ctx, 5*time.Minute, &r, script, append([]string{"repeat", strconv.Itoa(lb.o.Runs)}, paths...)...)
+	}
+	lb.res.FastPath = map[bool]string{true: "yes (gdsfs.open_many present)", false: "no (client without open_many)"}[r.FastPath]
+	lb.add(rowPyRepeat, r.Repeat, err)
+	lb.add(rowPyClose, r.Close, err)
+	if err == nil && r.LoadWhy != "" {
+		err = fmt.Errorf("%s", r.LoadWhy)
+	}
+	lb.add(rowPyLoad, r.Load, err)
 }

@@ -66,7 +66,7 @@ type peerResult struct {
 }
 
 func runPeerScript(script, path, mode string, runs int) (map[string]peerResult, error) {
-	cmd := exec.Command("python3", script, path, mode, fmt.Sprint(runs))
+	cmd := exec.Command(pickInterpreter(true), script, path, mode, fmt.Sprint(runs))
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
 	if err != nil {

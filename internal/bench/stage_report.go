@@ -3,79 +3,232 @@ package bench
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
+	"sort"
+	"strings"
 	"text/tabwriter"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/gdsfs/gdsfs/gpu"
+	"github.com/gdsfs/gdsfs/internal/config"
 )
 
-// target is one goal checked against numbers measured in the same run.
-type target struct {
-	Goal   string  `json:"goal"`
-	Got    float64 `json:"got_gbps"`
-	Want   float64 `json:"want_gbps"`
-	Met    bool    `json:"met"`
-	Reason string  `json:"reason,omitempty"` // why it could not be checked
+// ioSettings is the io section as "key=value ..." (whatever its types are).
+func ioSettings(cfg *config.Config) string {
+	b, err := yaml.Marshal(cfg.IO)
+	if err != nil {
+		return ""
+	}
+	var m map[string]any
+	if yaml.Unmarshal(b, &m) != nil {
+		return ""
+	}
+	var keys []string
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var parts []string
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s=%v", k, m[k]))
+	}
+	return "io: " + strings.Join(parts, " ")
 }
 
-func stageTargets(rows []benchRow) []target {
-	var best, bestCold, peer, peerName, h2d, disk = 0.0, 0.0, 0.0, "", 0.0, 0.0
-	for _, r := range rows {
+// stageFigures are the figures the stage targets compare.
+type stageFigures struct {
+	defaults, defaultsCold, h2d, disk, peer float64
+	peerName                                string
+	kvik                                    kvikResult
+	kvikWhy                                 string // why KvikIO has no figure
+	gpu                                     bool
+}
+
+func (b *stageBench) figures() stageFigures {
+	f := stageFigures{gpu: b.dev.Kind() == gpu.KindCUDA}
+	for _, r := range b.rows {
 		switch {
-		case r.Kind == "gdsfs":
-			best, bestCold = max(best, r.Warm), max(bestCold, r.Cold)
-		case r.Kind == "peer" && r.Warm > peer:
-			peer, peerName = r.Warm, r.Name
-		case r.Name == "pinned host-to-device copy":
-			h2d = r.Warm
-		case r.Name == "disk O_DIRECT read, 16 MiB":
-			disk = r.Cold
+		case r.Kind == "defaults":
+			f.defaults, f.defaultsCold = r.Warm, r.Cold
+		case r.Kind == "peer" && r.Warm > f.peer:
+			f.peer, f.peerName = r.Warm, r.Name
+		case r.Name == rowH2D:
+			f.h2d = r.Warm
+		case r.Name == rowDisk:
+			f.disk = r.Cold
 		}
 	}
-	check := func(goal string, got, base, ratio float64, missing string) target {
-		if got == 0 || base == 0 {
-			return target{Goal: goal, Reason: missing}
-		}
-		return target{Goal: goal, Got: got, Want: base * ratio, Met: got >= base*ratio}
+	switch {
+	case b.kvik != nil:
+		f.kvik = b.kvik.best()
+		f.kvikWhy = "no KvikIO run succeeded: " + b.kvik.firstError()
+	case b.o.Kvik.Bin == "":
+		f.kvikWhy = "no --kvikio reader given"
 	}
-	return []target{
-		check("warm gdsfs >= 1.3 x best peer ("+peerName+")", best, peer, 1.3, "no peer measured (--peers, on a GPU)"),
-		check("warm gdsfs >= 0.7 x pinned host-to-device copy", best, h2d, 0.7, "not measured"),
-		check("cold gdsfs >= 0.9 x disk O_DIRECT", bestCold, disk, 0.9, "cold not measured (--cold)"),
+	return f
+}
+
+// stageChecks are the targets of `gdsfs bench stage`.
+func stageChecks(f stageFigures) []Check {
+	kvikGoal := "gdsfs defaults >= 1.1 x KvikIO best"
+	if f.kvik.GBps > 0 {
+		kvikGoal += " (" + f.kvik.Setting.String() + ")"
+	}
+	peerGoal := "gdsfs defaults >= 1.3 x best Python peer"
+	if f.peerName != "" {
+		peerGoal += " (" + strings.TrimPrefix(f.peerName, "peer: ") + ")"
+	}
+	cold := newCheck("cold gdsfs defaults >= 0.9 x disk O_DIRECT", f.defaultsCold, 0.9*f.disk, "GB/s", false,
+		"cold and disk both needed (--cold, no --quick)")
+	if !f.gpu {
+		return []Check{hostCheck(kvikGoal), hostCheck("gdsfs defaults >= 0.9 x pinned host-to-device copy"), hostCheck(peerGoal), cold}
+	}
+	return []Check{
+		newCheck(kvikGoal, f.defaults, 1.1*f.kvik.GBps, "GB/s", false, f.kvikWhy),
+		newCheck("gdsfs defaults >= 0.9 x pinned host-to-device copy", f.defaults, 0.9*f.h2d, "GB/s", false, "not measured"),
+		newCheck(peerGoal, f.defaults, 1.3*f.peer, "GB/s", false, "no Python peer measured (--peers, no --quick)"),
+		cold,
 	}
 }
 
-func printStageBench(b *stageBench, asJSON bool) error {
-	targets := stageTargets(b.rows)
-	if asJSON {
-		return json.NewEncoder(os.Stdout).Encode(map[string]any{
-			"file": b.path, "size": b.size, "device": b.dev.Name(), "rows": b.rows, "targets": targets,
-		})
+// stageResult is the JSON of `gdsfs bench stage`.
+type stageResult struct {
+	File   string      `json:"file"`
+	Size   int64       `json:"size"`
+	Device string      `json:"device"`
+	Rows   []benchRow  `json:"rows"`
+	Kvik   *kvikSweep  `json:"kvikio,omitempty"`
+	Ratios []roundStat `json:"rounds,omitempty"`
+	Ratio  stageRatios `json:"ratios"`
+	Checks []Check     `json:"targets"`
+}
+
+// stageRatios are gdsfs's defaults over the baselines (0: not measured).
+type stageRatios struct {
+	KvikBest    float64     `json:"kvikio_best_gbps,omitempty"`
+	KvikSetting kvikSetting `json:"kvikio_best_setting"`
+	OverKvik    float64     `json:"defaults_over_kvikio_best,omitempty"`
+	OverH2D     float64     `json:"defaults_over_h2d,omitempty"`
+}
+
+// roundStat is one round: gdsfs's defaults against KvikIO's best of that round.
+type roundStat struct {
+	Round    int     `json:"round"`
+	Defaults float64 `json:"gdsfs_gbps"`
+	Kvik     float64 `json:"kvikio_best_gbps"`
+	Ratio    float64 `json:"ratio"`
+}
+
+func (b *stageBench) result() stageResult {
+	f := b.figures()
+	res := stageResult{File: b.path, Size: b.size, Device: b.dev.Name(), Rows: b.rows, Kvik: b.kvik,
+		Ratio:  stageRatios{KvikBest: f.kvik.GBps, KvikSetting: f.kvik.Setting, OverKvik: ratio(f.defaults, f.kvik.GBps)},
+		Checks: stageChecks(f)}
+	if f.gpu {
+		res.Ratio.OverH2D = ratio(f.defaults, f.h2d)
 	}
-	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "what\twarm GB/s\tcold GB/s\tnote\n")
-	num := func(v float64) string {
-		if v == 0 {
-			return "-"
-		}
-		return fmt.Sprintf("%.2f", v)
+	if b.kvik == nil {
+		return res
 	}
 	for _, r := range b.rows {
+		if r.Kind != "defaults" {
+			continue
+		}
+		for i, v := range r.Rounds {
+			st := roundStat{Round: i + 1, Defaults: v, Kvik: b.kvik.roundBest(i)}
+			if st.Kvik > 0 {
+				st.Ratio = v / st.Kvik
+			}
+			res.Ratios = append(res.Ratios, st)
+		}
+	}
+	return res
+}
+
+func (b *stageBench) print() error {
+	res := b.result()
+	if err := appendReport(b.o.Report, "stage", res); err != nil {
+		return err
+	}
+	if b.o.JSON {
+		return json.NewEncoder(os.Stdout).Encode(res)
+	}
+	writeStageText(os.Stdout, res)
+	return nil
+}
+
+func writeStageText(w io.Writer, res stageResult) {
+	fmt.Fprintf(w, "file %s (%d bytes) on %s\n\n", res.File, res.Size, res.Device)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "what\twarm GB/s\tcold GB/s\trounds\tnote\n")
+	for _, r := range res.Rows {
 		note := r.Detail
 		if r.Why != "" {
 			note = "unavailable: " + r.Why
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Name, num(r.Warm), num(r.Cold), note)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Name, num(r.Warm), num(r.Cold), joinNums(r.Rounds), note)
 	}
-	tw.Flush()
-	fmt.Println()
-	for _, t := range targets {
-		switch {
-		case t.Reason != "":
-			fmt.Printf("target  %-55s not checked: %s\n", t.Goal, t.Reason)
-		case t.Met:
-			fmt.Printf("target  %-55s PASS  %.2f >= %.2f GB/s\n", t.Goal, t.Got, t.Want)
-		default:
-			fmt.Printf("target  %-55s MISS  %.2f <  %.2f GB/s\n", t.Goal, t.Got, t.Want)
+	if res.Kvik != nil {
+		for i, r := range res.Kvik.bySetting() {
+			name := "KvikIO compat " + r.Setting.String()
+			if i == 0 && r.GBps > 0 {
+				name += " (best)"
+			}
+			note := ""
+			if e := res.Kvik.errorOf(r.Setting); e != "" {
+				note = "failed: " + e
+			}
+			fmt.Fprintf(tw, "%s\t%s\t-\t%s\t%s\n", name, num(r.GBps), joinNums(res.Kvik.rounds(r.Setting)), note)
 		}
 	}
-	return nil
+	tw.Flush()
+	if len(res.Ratios) > 0 {
+		fmt.Fprintln(w)
+		for _, st := range res.Ratios {
+			fmt.Fprintf(w, "round %d: gdsfs defaults %s GB/s, KvikIO best of the round %s GB/s, ratio %s\n",
+				st.Round, num(st.Defaults), num(st.Kvik), num(st.Ratio))
+		}
+	}
+	fmt.Fprintln(w)
+	if r := res.Ratio; r.OverKvik > 0 {
+		fmt.Fprintf(w, "gdsfs defaults / KvikIO best (%s, %s GB/s): %s (target >= 1.1)\n", r.KvikSetting, num(r.KvikBest), num(r.OverKvik))
+	}
+	if r := res.Ratio; r.OverH2D > 0 {
+		fmt.Fprintf(w, "gdsfs defaults / pinned host-to-device copy: %s (target >= 0.9)\n", num(r.OverH2D))
+	}
+	writeChecks(w, res.Checks)
+}
+
+// rounds is the figure of setting s in each round it ran.
+func (k *kvikSweep) rounds(s kvikSetting) []float64 {
+	var out []float64
+	for _, r := range k.Results {
+		if r.Setting == s {
+			out = append(out, r.GBps)
+		}
+	}
+	return out
+}
+
+// errorOf is the first error of setting s in any round, "" if none.
+func (k *kvikSweep) errorOf(s kvikSetting) string {
+	for _, r := range k.Results {
+		if r.Setting == s && r.Err != "" {
+			return r.Err
+		}
+	}
+	return ""
+}
+
+func joinNums(xs []float64) string {
+	if len(xs) == 0 {
+		return "-"
+	}
+	var parts []string
+	for _, x := range xs {
+		parts = append(parts, num(x))
+	}
+	return strings.Join(parts, " ")
 }

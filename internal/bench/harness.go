@@ -1,0 +1,259 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gdsfs/gdsfs/internal/mountinfo"
+)
+
+// makeFile makes path with size pseudo-random bytes (seeded by its name,
+// so a rerun makes the same file), unless it is already there with that
+// size. It returns the file's SHA-256 when hash is set.
+func makeFile(path string, size int64, hash bool) (string, error) {
+	if st, err := os.Stat(path); err == nil && st.Size() == size {
+		if !hash {
+			return "", nil
+		}
+		return sha256File(path)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return "", err
+	}
+	var seed [32]byte
+	copy(seed[:], filepath.Base(path))
+	h := sha256.New()
+	f, err := os.Create(path)
+	if err != nil {
+		return "", err
+	}
+	err = fill(io.MultiWriter(f, h), rand.NewChaCha8(seed), size)
+	if err == nil {
+		err = f.Sync()
+	}
+	if err = joinClose(err, f); err != nil {
+		os.Remove(path)
+		return "", fmt.Errorf("make %s: %w", path, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// fill writes n bytes of r to w in 8 MiB writes.
+func fill(w io.Writer, r io.Reader, n int64) error {
+	buf := make([]byte, 8<<20)
+	for n > 0 {
+		b := buf[:min(int64(len(buf)), n)]
+		if _, err := io.ReadFull(r, b); err != nil {
+			return err
+		}
+		if _, err := w.Write(b); err != nil {
+			return err
+		}
+		n -= int64(len(b))
+	}
+	return nil
+}
+
+func sha256File(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// makeSet makes n files of size named PREFIX-NNNN.bin in dir and returns
+// their paths relative to base.
+func makeSet(base, dir, prefix string, n int, size int64) ([]string, error) {
+	var rels []string
+	for i := range n {
+		rel := filepath.Join(dir, fmt.Sprintf("%s-%04d.bin", prefix, i))
+		if _, err := makeFile(filepath.Join(base, rel), size, false); err != nil {
+			return nil, err
+		}
+		rels = append(rels, rel)
+	}
+	return rels, nil
+}
+
+// benchMount is a gdsfs daemon this bench started (self-exec) over src.
+type benchMount struct {
+	name, src, mnt string
+	d              *daemon
+}
+
+// startMount mounts src on dir/NAME.mnt with sets, its socket and log in dir.
+func startMount(ctx context.Context, dir, name, src string, sets []string) (*benchMount, error) {
+	mnt := filepath.Join(dir, name+".mnt")
+	if _, ok := mountinfo.MountedAt(mnt); ok { // left by an interrupted run
+		unix.Unmount(mnt, unix.MNT_DETACH)
+	}
+	if err := os.MkdirAll(mnt, 0o755); err != nil {
+		return nil, err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	argv := []string{exe, "mount", "--set", "ipc.socket=" + filepath.Join(dir, name+".sock")}
+	for _, s := range sets {
+		argv = append(argv, "--set", s)
+	}
+	argv = append(argv, src, mnt)
+	d, err := startDaemon(ctx, "gdsfs ("+name+")", mnt, filepath.Join(dir, name+".log"), argv, mountFS{gdsfs: true}.ready(mnt))
+	if err != nil {
+		return nil, err
+	}
+	return &benchMount{name: name, src: src, mnt: mnt, d: d}, nil
+}
+
+func (m *benchMount) stop() error { return m.d.stop() }
+
+func (m *benchMount) path(rel string) string { return filepath.Join(m.mnt, rel) }
+
+// states is the state of each entry .gdsfs/cache lists.
+func (m *benchMount) states() (map[string]string, error) {
+	f, err := os.Open(filepath.Join(m.mnt, ".gdsfs", "cache"))
+	if err != nil {
+		return nil, fmt.Errorf("read the staging cache listing: %w", err)
+	}
+	defer f.Close()
+	out := map[string]string{}
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		// path size state load_path load_gbps leases device note
+		fields := strings.Split(s.Text(), "\t")
+		if len(fields) >= 3 && !strings.HasPrefix(fields[0], "#") {
+			out[fields[0]] = fields[2]
+		}
+	}
+	return out, s.Err()
+}
+
+// control writes one line per rel to .gdsfs/NAME; the first failing
+// line's error is returned (the others are still acted on).
+func (m *benchMount) control(name string, rels []string) error {
+	if len(rels) == 0 {
+		return nil
+	}
+	return os.WriteFile(filepath.Join(m.mnt, ".gdsfs", name), []byte(strings.Join(rels, "\n")+"\n"), 0)
+}
+
+// stageAll prefetches rels and waits until every one is resident. A file
+// dropped from the prefetch queue (full) is asked for again; a failed one
+// is an error.
+func (m *benchMount) stageAll(ctx context.Context, rels []string, limit time.Duration) error {
+	pending := map[string]bool{}
+	for _, r := range rels {
+		pending[r] = true
+	}
+	err := poll(ctx, limit, 50*time.Millisecond, m.d.exited, func() (bool, error) {
+		states, err := m.states()
+		if err != nil {
+			return false, err
+		}
+		var ask []string
+		for r := range pending {
+			switch st := states[r]; {
+			case st == "resident":
+				delete(pending, r)
+			case strings.HasPrefix(st, "failed"):
+				return false, fmt.Errorf("%s: %s", r, st)
+			case st != "loading" && len(ask) < 256:
+				ask = append(ask, r)
+			}
+		}
+		if err := m.control("prefetch", ask); err != nil && !errors.Is(err, unix.EAGAIN) {
+			return false, fmt.Errorf("prefetch: %w", err)
+		}
+		return len(pending) == 0, nil
+	})
+	if err != nil {
+		return fmt.Errorf("stage %d files on %s (%d not resident): %w", len(rels), m.mnt, len(pending), err)
+	}
+	return nil
+}
+
+// stats is .gdsfs/stats.json.
+func (m *benchMount) stats() (map[string]any, error) {
+	b, err := os.ReadFile(filepath.Join(m.mnt, ".gdsfs", "stats.json"))
+	if err != nil {
+		return nil, fmt.Errorf("read stats: %w", err)
+	}
+	var st map[string]any
+	return st, json.Unmarshal(b, &st)
+}
+
+// device is the device the mount stages on ("host" or "GPU-...").
+func (m *benchMount) device() (string, error) {
+	st, err := m.stats()
+	if err != nil {
+		return "", err
+	}
+	d, _ := st["device"].(string)
+	return d, nil
+}
+
+func statInt(st map[string]any, key string) int64 {
+	f, _ := st[key].(float64)
+	return int64(f)
+}
+
+// procUsage is a process's resident memory and open descriptors.
+type procUsage struct {
+	RSSBytes int64 `json:"rss_bytes"`
+	FDs      int   `json:"fds"`
+}
+
+func usageOf(pid int) (procUsage, error) {
+	var u procUsage
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return u, err
+	}
+	u.FDs = len(fds)
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return u, err
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			if err != nil {
+				return u, fmt.Errorf("VmRSS %q: %w", v, err)
+			}
+			u.RSSBytes = kb << 10
+		}
+	}
+	return u, nil
+}
+
+// warmPageCache reads path once so later reads of it come from memory.
+func warmPageCache(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = io.Copy(io.Discard, f)
+	return err
+}

@@ -1,0 +1,123 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+)
+
+// Status words of a Check.
+const (
+	statusPass = "PASS"
+	statusMiss = "MISS"
+	statusHost = "n/a (host backend)"
+)
+
+// Check is one target checked against figures measured in the same run.
+type Check struct {
+	Goal   string  `json:"goal"`
+	Got    float64 `json:"got,omitempty"`
+	Want   float64 `json:"want,omitempty"`
+	Unit   string  `json:"unit,omitempty"`    // GB/s, ms, x
+	AtMost bool    `json:"at_most,omitempty"` // passes when Got <= Want (else Got >= Want)
+	Status string  `json:"status"`            // PASS, MISS, n/a (host backend), or "not checked: WHY"
+}
+
+// newCheck compares got with want; a zero got or want means one side was
+// not measured, and why says which.
+func newCheck(goal string, got, want float64, unit string, atMost bool, why string) Check {
+	c := Check{Goal: goal, Got: got, Want: want, Unit: unit, AtMost: atMost}
+	switch {
+	case got == 0 || want == 0:
+		c.Status = "not checked: " + why
+	case atMost && got <= want, !atMost && got >= want:
+		c.Status = statusPass
+	default:
+		c.Status = statusMiss
+	}
+	return c
+}
+
+// hostCheck is a target that only has a meaning on a GPU.
+func hostCheck(goal string) Check { return Check{Goal: goal, Status: statusHost} }
+
+// String is the check as one line of the text report.
+func (c Check) String() string {
+	if (c.Status != statusPass && c.Status != statusMiss) || (c.Got == 0 && c.Want == 0) {
+		return fmt.Sprintf("target  %-62s %s", c.Goal, c.Status)
+	}
+	op := ">="
+	if c.AtMost {
+		op = "<="
+	}
+	if c.Status == statusMiss {
+		op = map[string]string{">=": "< ", "<=": "> "}[op]
+	}
+	return fmt.Sprintf("target  %-62s %s  %s %s %s %s", c.Goal, c.Status, num(c.Got), op, num(c.Want), c.Unit)
+}
+
+// num formats a figure with three significant decimals for small values.
+func num(v float64) string {
+	switch {
+	case v == 0:
+		return "-"
+	case v < 10:
+		return fmt.Sprintf("%.3f", v)
+	default:
+		return fmt.Sprintf("%.2f", v)
+	}
+}
+
+func writeChecks(w io.Writer, checks []Check) {
+	for _, c := range checks {
+		fmt.Fprintln(w, c.String())
+	}
+}
+
+// appendReport appends v as one JSON line {"bench": name, ...v} to path
+// ("" does nothing): the machine-readable record of a run, beside the text.
+func appendReport(path, name string, v any) error {
+	if path == "" {
+		return nil
+	}
+	b, err := json.Marshal(map[string]any{"bench": name, "result": v})
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("--report: %w", err)
+	}
+	_, err = f.Write(append(b, '\n'))
+	return joinClose(err, f)
+}
+
+func joinClose(err error, c io.Closer) error {
+	if cerr := c.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// lastJSONLine decodes the last line of out that starts with '{' into v:
+// the helpers print their result last, after any library's chatter.
+func lastJSONLine(out []byte, v any) error {
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		l := strings.TrimSpace(lines[i])
+		if strings.HasPrefix(l, "{") {
+			return json.Unmarshal([]byte(l), v)
+		}
+	}
+	return fmt.Errorf("no JSON result in the output: %q", tail(string(out), 400))
+}
+
+func tail(s string, n int) string {
+	s = strings.TrimSpace(s)
+	if len(s) > n {
+		return "..." + s[len(s)-n:]
+	}
+	return s
+}

@@ -1,0 +1,157 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"go.uber.org/zap"
+
+	"github.com/gdsfs/gdsfs/gpu"
+	"github.com/gdsfs/gdsfs/internal/config"
+	"github.com/gdsfs/gdsfs/internal/devices"
+	"github.com/gdsfs/gdsfs/scripts"
+)
+
+// ScriptOptions are the flags of `gdsfs bench autoload` and `gdsfs bench
+// readahead`, which run the H200 scripts of issues 14 and 10.
+type ScriptOptions struct {
+	Name   string // autoload or readahead
+	Script string // "" runs the embedded copy
+	Quick  bool
+	Force  bool // run autoload although the device is the host backend
+	Dir    string
+	Py     PyFlags
+	Sets   []string // decide the device (staging.device)
+	Args   []string // passed to the script after the flags made here
+}
+
+type benchScript struct {
+	file, short, doc string
+	body             []byte
+}
+
+var benchScripts = map[string]benchScript{
+	"autoload": {file: "autoload-gpu.py", body: scripts.Autoload,
+		short: "Unmodified loaders plain vs under `gdsfs run` (issue 14): scripts/autoload-gpu.py",
+		doc: `Runs scripts/autoload-gpu.py (embedded in this binary, or --script) with
+--bin set to this binary: safetensors load_file, torch.load and transformers
+from_pretrained plain from SOURCE, plain through the mount and under
+'gdsfs run', resident and not yet staged, with checksums and logits compared
+and its targets (resident >= 20x plain, not slower not staged, mount >= 0.95
+SOURCE). It prints a JSON object and a markdown table. It measures loads into
+GPU memory: on the host backend it is n/a (the CI tests under python/tests
+cover the autoloader there) unless --force. --quick: --size-gib 1 --repeat 1.
+Flags after -- go to the script (--size-gib, --repeat, --work). Needs root,
+a GPU, torch, safetensors and transformers.`},
+	"readahead": {file: "readahead-gpu.py", body: scripts.Readahead,
+		short: "Read-ahead across files off / on / trace replay (issue 10): scripts/readahead-gpu.py",
+		doc: `Runs scripts/readahead-gpu.py (embedded in this binary, or --script) with --bin
+set to this binary: a DataLoader over leased shards with nothing resident
+and the page cache dropped, read-ahead off, on and replaying a recorded
+trace; epoch time, time to first batch, hit ratio, against the disk's cold
+read rate measured in the same run. On the host backend it runs as its dry
+run (--device host --no-drop --dry-run: targets reported, not enforced).
+--quick: --shards 16 --shard-mib 4. Flags after -- go to the script
+(--shards, --shard-mib, --workers, --io-threads, --work). Needs root and torch.`},
+}
+
+// ScriptShort is the one-line help of `gdsfs bench NAME`.
+func ScriptShort(name string) string { return benchScripts[name].short }
+
+// ScriptDoc is the long help of `gdsfs bench NAME`.
+func ScriptDoc(name string) string { return benchScripts[name].doc }
+
+// Script runs `gdsfs bench autoload|readahead`: the script's own output
+// (JSON, then its table) goes to stdout; its failure is this command's.
+func Script(ctx context.Context, o ScriptOptions) error {
+	bs, ok := benchScripts[o.Name]
+	if !ok {
+		return fmt.Errorf("no bench script %q", o.Name)
+	}
+	host, err := hostBackend(o.Sets)
+	if err != nil {
+		return err
+	}
+	if host && o.Name == "autoload" && !o.Force {
+		fmt.Println("autoload: n/a (host backend): it measures loads into GPU memory; python/tests/test_autoload*.py cover the autoloader here (--force runs it anyway)")
+		return nil
+	}
+	py, err := newPyEnv(o.Py, filepath.Join(o.Dir, "py"), true)
+	if err != nil {
+		return err
+	}
+	path := o.Script
+	if path == "" {
+		if path, err = writeRepoScript(py, filepath.Join(o.Dir, "py", "repo"), bs); err != nil {
+			return err
+		}
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	args := append([]string{"--bin", exe, "--work", filepath.Join(o.Dir, o.Name)}, scriptArgs(o, py, host)...)
+	cmd := py.command(ctx, path, append(args, o.Args...)...)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	fmt.Fprintf(os.Stderr, "gdsfs bench %s: %s %s %v\n", o.Name, py.Bin, path, args)
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("%s: %w", bs.file, err)
+	}
+	return nil
+}
+
+// scriptArgs are the flags made here for the script.
+func scriptArgs(o ScriptOptions, py *pyEnv, host bool) []string {
+	var args []string
+	switch o.Name {
+	case "autoload":
+		if o.Quick {
+			args = append(args, "--size-gib", "1", "--repeat", "1")
+		}
+	case "readahead":
+		args = append(args, "--python", py.Bin)
+		if host {
+			args = append(args, "--device", "host", "--no-drop", "--dry-run")
+		}
+		if o.Quick {
+			args = append(args, "--shards", "16", "--shard-mib", "4")
+		}
+	}
+	return args
+}
+
+// writeRepoScript lays the embedded script out as in the repository
+// (ROOT/scripts/FILE beside ROOT/python), since the scripts find the gdsfs
+// package and the test fixtures from where they are.
+func writeRepoScript(py *pyEnv, root string, bs benchScript) (string, error) {
+	if err := os.MkdirAll(filepath.Join(root, "scripts"), 0o755); err != nil {
+		return "", err
+	}
+	link := filepath.Join(root, "python")
+	if err := os.Remove(link); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return "", err
+	}
+	if err := os.Symlink(py.Pkg, link); err != nil {
+		return "", err
+	}
+	path := filepath.Join(root, "scripts", bs.file)
+	return path, os.WriteFile(path, bs.body, 0o644)
+}
+
+// hostBackend reports whether a mount with sets would stage on the host
+// backend (staging.device=host, or auto where no GPU answers).
+func hostBackend(sets []string) (bool, error) {
+	cfg, err := config.Load("", sets)
+	if err != nil {
+		return false, err
+	}
+	devs, err := devices.Open(cfg.Staging, zap.NewNop())
+	if err != nil {
+		return false, err
+	}
+	defer devices.Close(devs)
+	return devs[0].Kind() != gpu.KindCUDA, nil
+}

@@ -1,0 +1,152 @@
+#!/bin/sh
+# shellcheck disable=SC2086 # flag strings are split into words on purpose
+# The issue-13 benchmarks on the H200 in one command (about 5 minutes), run
+# from the repository root with the binary `make gpu-bundle` put in .bin/
+# (the GPU machine has no Go):
+#
+#   sh scripts/bench-gpu.sh --prepare   # here, once: copies ../shared/peers/kvikio to .bin/kvikio
+#   sh scripts/bench-gpu.sh             # there: every step below, full sizes
+#   sh scripts/bench-gpu.sh --dry-run   # anywhere: host backend, small sizes
+#
+# Steps, each a `gdsfs bench` subcommand with its own targets:
+#   1. kvikbench built from .bin/kvikio (KvikIO's reader, compat mode)
+#   2. stage --kvikio: KvikIO's best of threads {8,16,24,32} x tasks {2,4,8} MiB
+#      vs gdsfs's defaults vs the pinned H2D copy, a 4 GiB warm file, 2 rounds
+#   3. lease: first and repeat leases, Go and Python, 1 MiB / 32 MiB / 1 GiB,
+#      medians of 30, and the raw import-and-map floor
+#   4. loader: DataLoader epochs over 64 x 32 MiB and 1024 x 1 MiB resident
+#      files (leases vs read() through the mount), gdsfs.load of the 4 GiB
+#      file not yet resident vs the pinned H2D copy
+#   5. contention: 16 consumers x 8 files of 256 MiB, capacity 800 MiB
+# GDSFS_BENCH_STEPS picks steps (default "stage lease loader contention");
+# "autoload" and "readahead" are the issue-14 and issue-10 figures (gdsfs
+# bench autoload|readahead, minutes each): GDSFS_BENCH_STEPS="autoload
+# readahead" runs only those.
+#
+# Outputs, in $OUT (default /tmp/gdsfs-bench-out): bench-gpu.txt (all that
+# was printed, the daemon logs' ends after a failed step, a summary of the
+# targets) and bench-gpu.jsonl (one JSON line per step). Work files in
+# $GDSFS_BENCH_DIR (default /var/tmp/gdsfs-bench; a disk filesystem, about
+# 12 GiB). Exits 1, saying which, if any step could not measure; a missed
+# target is a result, listed in the summary, not a failure.
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/.." && pwd)
+cd "$repo"
+
+mode=gpu
+case "${1:-}" in
+--prepare)
+	src=${KVIKIO_SRC:-}
+	for d in ../shared/peers/kvikio /work/shared/peers/kvikio; do
+		[ -z "$src" ] && [ -f "$d/build.sh" ] && src=$d
+	done
+	[ -f "$src/build.sh" ] || { echo "no KvikIO reader sources in ../shared/peers/kvikio (KVIKIO_SRC=DIR)"; exit 1; }
+	mkdir -p .bin && rm -rf .bin/kvikio && cp -r "$src" .bin/kvikio && echo "copied $src to .bin/kvikio"
+	exit 0 ;;
+--dry-run) mode=dry ;;
+"") ;;
+*) echo "usage: sh scripts/bench-gpu.sh [--prepare | --dry-run]"; exit 2 ;;
+esac
+
+out=${OUT:-/tmp/gdsfs-bench-out}
+work=${GDSFS_BENCH_DIR:-/var/tmp/gdsfs-bench}
+bin=$repo/.bin/gdsfs
+log=$out/bench-gpu.txt
+json=$out/bench-gpu.jsonl
+mkdir -p "$out" "$work/files"
+: > "$log"
+: > "$json"
+failed=""
+t0=$(date +%s)
+
+say() { echo "$*" | tee -a "$log"; }
+
+# step NAME LIMIT_S CMD...: runs CMD, all output to the terminal and the log;
+# a non-zero exit is a failed step (named in the summary, exit 1 at the end).
+step() {
+	name=$1 limit=$2
+	shift 2
+	say ""
+	say "=== $name ($(date +%H:%M:%S)): $*"
+	s=$(date +%s)
+	{ timeout -k 10 "$limit" "$@" 2>&1; echo $? > "$work/.rc"; } | tee -a "$log"
+	rc=$(cat "$work/.rc")
+	if [ "$rc" = 0 ]; then
+		say "--- ok: $name ($(( $(date +%s) - s )) s)"
+	else
+		[ "$rc" = 124 ] && say "--- $name ran past its limit of $limit s"
+		say "--- FAIL: $name (exit $rc, $(( $(date +%s) - s )) s)"
+		failed="$failed $name"
+		for l in "$work"/*.log; do
+			[ -f "$l" ] && { say "--- end of $l:"; tail -n 15 "$l" | tee -a "$log"; }
+		done
+	fi
+}
+
+[ -x "$bin" ] || { say "FAIL: no $bin: run 'make gpu-bundle' here first (it builds .bin/)"; exit 1; }
+say "gdsfs bench-gpu.sh, mode $mode, $(date -u +%Y-%m-%dT%H:%M:%SZ), $("$bin" version 2>/dev/null | head -n 1)"
+say "work $work; outputs $log $json"
+
+if [ $mode = gpu ]; then
+	set_dev=""
+	nvidia-smi -L 2>&1 | tee -a "$log" || { say "FAIL: nvidia-smi finds no GPU"; exit 1; }
+	python3 -c 'import torch; assert torch.cuda.is_available(), "torch sees no GPU"' >> "$log" 2>&1 ||
+		{ say "FAIL: python3 with torch on the GPU is needed (see above)"; failed="$failed python3-torch"; }
+	kvsrc=""
+	case " ${GDSFS_BENCH_STEPS:-stage} " in *" stage "*) ;; *) kvsrc=none ;; esac
+	for d in "${KVIKIO_SRC:-}" .bin/kvikio shared/peers/kvikio ../shared/peers/kvikio; do
+		[ -z "$kvsrc" ] && [ -n "$d" ] && [ -f "$d/build.sh" ] && kvsrc=$d
+	done
+	kvik=/tmp/kvikbench
+	if [ "$kvsrc" = none ]; then
+		kvik_flags=""
+	elif [ -z "$kvsrc" ]; then
+		say "=== kvikbench: no sources (.bin/kvikio: run 'sh scripts/bench-gpu.sh --prepare' here before carrying .bin)"
+		say "--- FAIL: kvikbench"
+		failed="$failed kvikbench"
+		kvik_flags=""
+	else
+		step kvikbench 120 sh "$kvsrc/build.sh" "$kvik"
+		kvik_flags="--kvikio $kvik"
+		[ -x "$kvik" ] || kvik_flags=""
+	fi
+	stage="--size 4GiB --rounds 2 --runs 3 --quick --peers $kvik_flags"
+	lease="--sizes 1MiB,32MiB,1GiB --runs 30 --first 30"
+	loader="--shards 64 --shard-size 32MiB --files 1024 --file-size 1MiB --big 4GiB --epochs 3 --runs 3 --workers 8"
+	contention="--consumers 16 --files 8 --file-size 256MiB --capacity 800MiB"
+else
+	set_dev="--set staging.device=host"
+	stage="--size 256MiB --rounds 2 --runs 2 --quick --peers --kvikio /bin/true"
+	lease="--sizes 1MiB,32MiB,64MiB --runs 30 --first 5"
+	loader="--shards 16 --shard-size 4MiB --files 128 --file-size 256KiB --big 256MiB --epochs 2 --runs 2 --workers 2"
+	contention="--consumers 16 --files 8 --file-size 4MiB --capacity 12.5MiB"
+fi
+
+# The flag strings below are split into words on purpose (unquoted).
+common="--dir $work --report $json $set_dev"
+quick=""
+[ $mode = dry ] && quick=--quick
+for st in ${GDSFS_BENCH_STEPS:-stage lease loader contention}; do
+	case $st in
+	stage) step stage 240 "$bin" bench stage --dir "$work/files" --report "$json" $set_dev $stage ;;
+	lease) step lease 180 "$bin" bench lease $common $lease ;;
+	loader) step loader 240 "$bin" bench loader $common $loader ;;
+	contention) step contention 180 "$bin" bench contention $common $contention ;;
+	autoload | readahead) step "$st" 900 "$bin" bench "$st" --dir "$work" $set_dev $quick ;;
+	*) say "=== $st: no such step"; say "--- FAIL: $st"; failed="$failed $st" ;;
+	esac
+done
+
+targets=$(grep '^target ' "$log")
+misses=$(grep -c '^target .* MISS' "$log")
+say ""
+say "=== summary ($(( $(date +%s) - t0 )) s): $misses target(s) missed"
+say "$targets"
+rm -f "$work/.rc"
+if [ -n "$failed" ]; then
+	say "BENCH FAILED: steps that could not measure:$failed"
+	exit 1
+fi
+say "BENCH DONE: every step measured"
+exit 0

@@ -1,0 +1,18 @@
+// Package scripts embeds the H200 measurement scripts that `gdsfs bench`
+// runs (autoload-gpu.py for issue 14, readahead-gpu.py for issue 10), so
+// the binary carries them. The .py files stay plain scripts beside this
+// file: they can be run on their own, and this package only reads them.
+package scripts
+
+import _ "embed"
+
+// Autoload is autoload-gpu.py: unmodified loaders plain vs under `gdsfs run`.
+//
+//go:embed autoload-gpu.py
+var Autoload []byte
+
+// Readahead is readahead-gpu.py: a DataLoader over leased shards with
+// read-ahead off, on and replaying a trace.
+//
+//go:embed readahead-gpu.py
+var Readahead []byte

@@ -12,6 +12,10 @@
 // allows it, a closed lease's mapping and connection are kept, so the
 // next Open of an unchanged file is one round trip with no descriptors.
 //
+// Wait and WaitStat block until the daemon says a file reached a state or
+// a lease counter a value (the daemon answers on the change; nothing is
+// polled).
+//
 // The package builds with CGO_ENABLED=0 and links neither the daemon
 // (staging, gpu) nor a logging library: only package proto and x/sys.
 package client

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -130,6 +131,17 @@ func (d *fakeDaemon) call(st golden.Step, leases map[string]*Lease) error {
 		if r, err = Stat(abs(f[1])); err == nil && r.Size != want {
 			err = fmt.Errorf("stat size %d", r.Size)
 		}
+	case "wait": // wait P STATE,STATE MS
+		var r proto.Response
+		d.mu.Lock()
+		want := int64(len(d.files[f[1]]))
+		d.mu.Unlock()
+		if r, err = Wait(abs(f[1]), strings.Split(f[2], ","), ms(f[3])); err == nil && r.Size != want {
+			err = fmt.Errorf("wait size %d", r.Size)
+		}
+	case "wait_stat": // wait_stat KEY VALUE MS
+		v, _ := strconv.ParseInt(f[2], 10, 64)
+		err = WaitStat(d.root, f[1], v, ms(f[3]))
 	default:
 		return fmt.Errorf("unknown client call")
 	}
@@ -140,6 +152,12 @@ func (d *fakeDaemon) call(st golden.Step, leases map[string]*Lease) error {
 		return nil
 	}
 	return err
+}
+
+// ms is a transcript's milliseconds.
+func ms(s string) time.Duration {
+	n, _ := strconv.ParseInt(s, 10, 64)
+	return time.Duration(n) * time.Millisecond
 }
 
 func (d *fakeDaemon) check(rel string, l *Lease) error {

@@ -3,14 +3,19 @@ package integration
 import (
 	"bytes"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/gdsfs/gdsfs/client"
 	"github.com/gdsfs/gdsfs/internal/mountinfo"
 )
 
@@ -69,13 +74,16 @@ type mount struct {
 	t      *testing.T
 	src    string
 	mnt    string
+	sock   string // its lease socket (ipc.socket)
 	cmd    *exec.Cmd
 	log    *syncBuffer
 	exited chan error
+	waiter *client.Conn // waitStat's connection, kept open (see waitStat)
 }
 
 // startMount mounts src with the given --set overrides and waits until the
-// control files answer. The mount is unmounted in t.Cleanup.
+// daemon says it serves (READY=1, as it tells systemd). The mount is
+// unmounted in t.Cleanup.
 func startMount(t *testing.T, src string, sets ...string) *mount {
 	t.Helper()
 	needMount(t)
@@ -85,39 +93,83 @@ func startMount(t *testing.T, src string, sets ...string) *mount {
 // startMountAt is startMount on a given mountpoint.
 func startMountAt(t *testing.T, src, mnt string, sets ...string) *mount {
 	t.Helper()
-	args := []string{"mount", "--set", "log.format=console", "--set", "ipc.socket=" + filepath.Join(t.TempDir(), "lease.sock")}
+	sock := filepath.Join(t.TempDir(), "lease.sock")
+	args := []string{"mount", "--set", "log.format=console", "--set", "ipc.socket=" + sock}
 	for _, s := range sets {
 		args = append(args, "--set", s)
 	}
 	args = append(args, src, mnt)
-	m := &mount{t: t, src: src, mnt: mnt, log: &syncBuffer{}, exited: make(chan error, 1)}
+	notify, ready := listenReady(t)
+	m := &mount{t: t, src: src, mnt: mnt, sock: sock, log: &syncBuffer{}, exited: make(chan error, 1)}
 	m.cmd = exec.Command(bins.gdsfs, args...)
+	m.cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+notify)
 	m.cmd.Stdout, m.cmd.Stderr = m.log, m.log
 	if err := m.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	go func() { m.exited <- m.cmd.Wait() }()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if _, err := os.Stat(filepath.Join(mnt, ".gdsfs", "version")); err == nil {
-			break
+	select {
+	case pid := <-ready:
+		if pid != m.cmd.Process.Pid {
+			m.cmd.Process.Kill()
+			t.Fatalf("READY=1 from pid %d, not the daemon's %d", pid, m.cmd.Process.Pid)
 		}
-		select {
-		case err := <-m.exited:
-			t.Fatalf("gdsfs exited before mounting: %v\n%s", err, m.log)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("mount did not come up\n%s", m.log)
-		}
-		time.Sleep(20 * time.Millisecond)
+	case err := <-m.exited:
+		t.Fatalf("gdsfs exited before mounting: %v\n%s", err, m.log)
+	case <-time.After(20 * time.Second):
+		m.cmd.Process.Kill()
+		t.Fatalf("the daemon did not say READY=1 within 20s\n%s", m.log)
 	}
 	t.Cleanup(m.stop)
 	return m
 }
 
+// listenReady listens where a service manager would ($NOTIFY_SOCKET) and
+// returns its path and a channel that gets the MAINPID of the first
+// notification saying READY=1 (the daemon sends it once it serves the
+// mount and the lease socket).
+func listenReady(t *testing.T) (string, <-chan int) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "gdsfs-notify-") // short: a socket path is at most 107 bytes
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "notify")
+	l, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
+	if err != nil {
+		os.RemoveAll(dir)
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close(); os.RemoveAll(dir) })
+	ready := make(chan int, 1)
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			n, err := l.Read(buf) // ends when the listener is closed
+			if err != nil {
+				return
+			}
+			fields := strings.Split(string(buf[:n]), "\n")
+			pid := -1
+			for _, f := range fields {
+				if v, ok := strings.CutPrefix(f, "MAINPID="); ok {
+					pid, _ = strconv.Atoi(v)
+				}
+			}
+			if slices.Contains(fields, "READY=1") {
+				ready <- pid
+				return
+			}
+		}
+	}()
+	return path, ready
+}
+
 // stop unmounts (by SIGTERM, as a user would) and waits for a clean exit.
 func (m *mount) stop() {
+	if m.waiter != nil {
+		m.waiter.Close()
+	}
 	if m.cmd.ProcessState != nil {
 		return
 	}

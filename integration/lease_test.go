@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bufio"
+	"errors"
 	"io"
 	"net"
 	"os"
@@ -11,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gdsfs/gdsfs/client"
 )
 
 // holder is a leasecheck process holding leases until released or killed.
@@ -49,18 +52,32 @@ func (h *holder) release() error {
 	return h.cmd.Wait()
 }
 
-func waitStat(t *testing.T, m *mount, key string, want float64) {
+// waitStat waits until the daemon's lease counter key (a stats.json key
+// the lease server owns, proto.WaitStatKeys) is want, through the
+// daemon's wait_stat request: it answers when the counter changes; nothing
+// is polled. The request goes on one connection kept open for the mount's
+// life (m.waiter; opened again if the daemon closed it as idle), so that
+// what the test reads next (stats, the daemon's descriptors) does not
+// change as it closes. ipc_open_connections leaves it out.
+func waitStat(t *testing.T, m *mount, key string, want int64) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		got := statsOf(t, m)[key].(float64)
-		if got == want {
+	for attempt := 0; ; attempt++ {
+		if m.waiter == nil {
+			c, err := client.Dial(m.sock)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m.waiter = c
+		}
+		err := m.waiter.WaitStat(key, want, 10*time.Second)
+		switch {
+		case err == nil:
 			return
+		case errors.Is(err, syscall.ETIMEDOUT) || attempt > 0:
+			t.Fatalf("%s: %v (stats.json: %v)", key, err, statsOf(t, m)[key])
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s = %v, want %v", key, got, want)
-		}
-		time.Sleep(10 * time.Millisecond)
+		m.waiter.Close() // closed by the daemon (ipc.idle_timeout): again on a new one
+		m.waiter = nil
 	}
 }
 

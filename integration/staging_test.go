@@ -9,6 +9,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gdsfs/gdsfs/client"
+	"github.com/gdsfs/gdsfs/proto"
 )
 
 // xattr reads a user.gdsfs.* attribute through getfattr, as a user would.
@@ -21,19 +24,17 @@ func xattr(t *testing.T, path, name string) string {
 	return string(out)
 }
 
-// waitState polls the state xattr until want (or a failed state) shows.
+// waitState waits until path's state is want (or failed, which fails the
+// test), through the daemon's wait request made by the Go client: the
+// daemon answers when the state changes; nothing is polled.
 func waitState(t *testing.T, path, want string) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		got := xattr(t, path, "state")
-		if got == want {
-			return
-		}
-		if time.Now().After(deadline) || strings.HasPrefix(got, "failed") {
-			t.Fatalf("%s: state %q, want %q", path, got, want)
-		}
-		time.Sleep(10 * time.Millisecond)
+	r, err := client.Wait(path, []string{want, proto.StateFailed}, 20*time.Second)
+	if err != nil {
+		t.Fatalf("%s: waiting for %s: %v (user.gdsfs.state: %q)", path, want, err, xattr(t, path, "state"))
+	}
+	if r.State != want {
+		t.Fatalf("%s: state %q, want %q", path, r.State, want)
 	}
 }
 
@@ -101,10 +102,15 @@ func TestOpenStages(t *testing.T) {
 func TestPrefetchAndEvictControls(t *testing.T) {
 	need(t, "getfattr")
 	src := sourceTree(t)
-	m := startMount(t, src, "staging.prefetch=manual")
+	// One prefetch worker: files are staged one after another, in the
+	// order they were queued.
+	m := startMount(t, src, "staging.prefetch=manual", "staging.prefetch_workers=1")
 	f := m.path("data/ff.bin")
 	sh(t, "cat "+f+" > /dev/null")
-	time.Sleep(100 * time.Millisecond)
+	// Had the open queued f, it would be staged before a file queued
+	// after it: once that one is resident, f would be too.
+	sh(t, "echo data/fd.bin > "+m.path(".gdsfs/prefetch"))
+	waitState(t, m.path("data/fd.bin"), "resident")
 	if got := xattr(t, f, "state"); got != "absent" {
 		t.Fatalf("manual mode staged on open: %q", got)
 	}
@@ -166,12 +172,13 @@ func TestLoadFailureLeavesFileReadable(t *testing.T) {
 	if sha(t, m.path(big)) != sha(t, filepath.Join(src, big)) {
 		t.Fatal("a file too large to stage does not read back right")
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for statsOf(t, m)["too_large"].(float64) < 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("too_large not counted")
-		}
-		time.Sleep(10 * time.Millisecond)
+	// The open queued it (it reads as loading); staging it fails at once,
+	// and the daemon says so: absent again.
+	if r, err := client.Wait(m.path(big), []string{proto.StateAbsent, proto.StateFailed}, 20*time.Second); err != nil || r.State != "absent" {
+		t.Fatalf("after the open: %+v %v, want absent", r, err)
+	}
+	if s := statsOf(t, m); s["too_large"].(float64) < 1 {
+		t.Fatalf("too_large = %v, want it counted", s["too_large"])
 	}
 	if msg := shErr(t, "echo "+big+" > "+m.path(".gdsfs/prefetch")); !strings.Contains(msg, "File too large") {
 		t.Errorf("prefetch of a too-large file: %q\n%s", msg, m.log)

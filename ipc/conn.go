@@ -111,7 +111,8 @@ func (s *Server) admit(cn *conn) error {
 	return nil
 }
 
-// useLocked applies fn to uid's use and to the total. s.mu must be held.
+// useLocked applies fn to uid's use and to the total, and wakes the
+// wait_stat waiters. s.mu must be held.
 func (s *Server) useLocked(uid uint32, fn func(*use)) {
 	u := s.uids[uid]
 	if u == nil {
@@ -123,6 +124,7 @@ func (s *Server) useLocked(uid uint32, fn func(*use)) {
 	if *u == (use{}) {
 		delete(s.uids, uid)
 	}
+	s.changedLocked()
 }
 
 // close ends everything the connection held.
@@ -247,6 +249,10 @@ func (cn *conn) handle(line []byte) (string, proto.Response, []int) {
 	case proto.OpReport:
 		cn.s.reports.add(req.Reason)
 		return req.Op, cn.ok(), nil
+	case proto.OpWait:
+		return req.Op, cn.wait(req), nil
+	case proto.OpWaitStat:
+		return req.Op, cn.waitStat(req), nil
 	default: // hello
 		r := cn.ok()
 		r.Version, r.Ops, r.MaxFDs = proto.Version, proto.Ops, proto.MaxFDs

@@ -11,4 +11,8 @@
 // closes, with per-uid bounds on connections, leases and held bytes. One
 // connection's bad or slow input never stops another, and closing a
 // connection ends everything it held.
+//
+// Waiting is answered, not polled: a wait request is answered when the
+// staging cache says the file changed state (staging.Cache.Subscribe), a
+// wait_stat when one of the server's own lease counters changes.
 package ipc

@@ -19,3 +19,7 @@ func (l *funcListener) Close() error                       { return l.close() }
 // OnConnClosed calls fn each time a connection's end has been accounted
 // (its leases ended, its bytes no longer held). Set it before Serve.
 func OnConnClosed(s *Server, fn func()) { s.onClosed = fn }
+
+// OnWaiting calls fn each time a wait or wait_stat blocks (after it found
+// its condition unmet). Set it before Serve.
+func OnWaiting(s *Server, fn func()) { s.onWaiting = fn }

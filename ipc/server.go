@@ -25,6 +25,8 @@ type Cache interface {
 	Acquire(ctx context.Context, req staging.Request) (*staging.Lease, error)
 	Attr(rel string) (state, path string)
 	Stats() staging.Stats
+	// Subscribe calls fn with every entry state change (wait follows them).
+	Subscribe(fn func(staging.Event)) (cancel func())
 }
 
 // Config is what Listen needs.
@@ -77,12 +79,16 @@ type Server struct {
 	uids   map[uint32]*use // guarded by mu; entries with nothing in use are removed
 	total  use             // guarded by mu; INVARIANT: the sum of uids
 	closed bool            // guarded by mu
-	wg     sync.WaitGroup
+	// changed is closed (and replaced) whenever total changes: wait_stat
+	// waits on it. Guarded by mu.
+	changed chan struct{}
+	wg      sync.WaitGroup
 
 	expMu   sync.Mutex
 	exports map[gpu.Region]*export // guarded by expMu
 
-	onClosed func() // tests: called after a connection's end is accounted
+	onClosed  func() // tests: called after a connection's end is accounted
+	onWaiting func() // tests: called each time a wait blocks
 }
 
 // use is what one uid (or everyone) has open.
@@ -121,7 +127,7 @@ func Listen(cfg Config) (*Server, error) {
 	capacity := cfg.Cache.Stats().CapacityBytes
 	s := &Server{
 		cfg: cfg, root: root, path: path, epoch: binary.LittleEndian.Uint64(b[:]) | 1, ln: ln,
-		log: cfg.Log.Named("ipc"), active: map[*conn]bool{}, uids: map[uint32]*use{},
+		log: cfg.Log.Named("ipc"), active: map[*conn]bool{}, uids: map[uint32]*use{}, changed: make(chan struct{}),
 		exports:   map[gpu.Region]*export{},
 		heldLimit: cfg.Options.MaxHeldPerUID.Resolve(capacity),
 		headroom:  cfg.Options.CacheHeadroom.Resolve(capacity),

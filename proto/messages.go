@@ -1,6 +1,9 @@
 package proto
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // Version is the protocol version PROTOCOL.md describes. Additions a peer
 // may ignore (a new answer field, a new op) keep it; a change of meaning
@@ -20,6 +23,9 @@ const (
 	MaxReason = 64
 	// MaxAnswer is the longest answer line a client accepts.
 	MaxAnswer = 16 << 20
+	// MaxWaitMS is the longest timeout_ms a wait or wait_stat may ask
+	// (an hour); a client that wants longer asks again.
+	MaxWaitMS = 3600 * 1000
 )
 
 // Operations.
@@ -30,10 +36,39 @@ const (
 	OpRelease     = "release"
 	OpStat        = "stat"
 	OpReport      = "report"
+	OpWait        = "wait"
+	OpWaitStat    = "wait_stat"
 )
 
 // Ops lists the operations of this version, as hello answers them.
-var Ops = []string{OpAcquire, OpAcquireMany, OpHello, OpRelease, OpReport, OpStat}
+var Ops = []string{OpAcquire, OpAcquireMany, OpHello, OpRelease, OpReport, OpStat, OpWait, OpWaitStat}
+
+// A file's states, as stat and wait answer them (a failed one is
+// "failed: REASON"). A file queued for staging reads as loading.
+const (
+	StateAbsent   = "absent"
+	StateLoading  = "loading"
+	StateResident = "resident"
+	StateFailed   = "failed"
+)
+
+// WaitStates are the states a wait may name in until: the ends of a
+// staging (loading is what a wait waits through).
+var WaitStates = []string{StateAbsent, StateFailed, StateResident}
+
+// The daemon's lease counters a wait_stat may name: the stats.json keys
+// the lease server owns (ipc_open_connections counts the connections other
+// than the one asking).
+const (
+	StatOpenConnections    = "ipc_open_connections"
+	StatLeasesActive       = "leases_active"
+	StatHeldBytes          = "lease_held_bytes"
+	StatHeldFiles          = "lease_held_files"
+	StatHoldingConnections = "lease_holding_connections"
+)
+
+// WaitStatKeys lists the keys wait_stat accepts.
+var WaitStatKeys = []string{StatHeldBytes, StatHeldFiles, StatHoldingConnections, StatLeasesActive, StatOpenConnections}
 
 // EventFallback is the one report event of this version: a client served a
 // load some other way than by a lease (the autoloader's fallback).
@@ -72,6 +107,14 @@ type Request struct {
 	Reason string `json:"reason,omitempty"`
 	// hello: the highest version the client speaks.
 	Version int `json:"version,omitempty"`
+	// wait: the states that end the wait (some of WaitStates).
+	Until []string `json:"until,omitempty"`
+	// wait_stat: the counter (one of WaitStatKeys) and the value it must
+	// reach (a pointer: 0 is a value to wait for).
+	Key   string `json:"key,omitempty"`
+	Value *int64 `json:"value,omitempty"`
+	// wait, wait_stat: how long to wait at most, 1 to MaxWaitMS.
+	TimeoutMS int64 `json:"timeout_ms,omitempty"`
 }
 
 // Chunk describes one descriptor of a grant, in order.
@@ -143,7 +186,7 @@ type Response struct {
 	Grant
 	// acquire_many
 	Files []Item `json:"files,omitempty"`
-	// stat
+	// stat, wait
 	State    string `json:"state,omitempty"`
 	LoadPath string `json:"load_path,omitempty"`
 	// hello
@@ -184,6 +227,7 @@ func (r *Request) Check() error {
 		"path": r.Path != "", "paths": r.Paths != nil, "generation": r.Generation != 0,
 		"generations": r.Generations != nil, "lease": r.Lease != 0, "epoch": r.Epoch != 0,
 		"event": r.Event != "", "reason": r.Reason != "", "version": r.Version != 0,
+		"until": r.Until != nil, "key": r.Key != "", "value": r.Value != nil, "timeout_ms": r.TimeoutMS != 0,
 	}
 	allowed := map[string][]string{
 		OpHello:       {"version"},
@@ -192,6 +236,8 @@ func (r *Request) Check() error {
 		OpRelease:     {"lease", "epoch"},
 		OpStat:        {"path"},
 		OpReport:      {"event", "reason"},
+		OpWait:        {"path", "until", "timeout_ms"},
+		OpWaitStat:    {"key", "value", "timeout_ms"},
 	}
 	fields, ok := allowed[r.Op]
 	if !ok {
@@ -205,6 +251,8 @@ func (r *Request) Check() error {
 	switch r.Op {
 	case OpAcquire, OpStat:
 		return checkPath(r.Op, r.Path)
+	case OpWait, OpWaitStat:
+		return r.checkWait()
 	case OpAcquireMany:
 		if len(r.Paths) == 0 || len(r.Paths) > MaxBatch {
 			return bad("%d paths; want 1 to %d", len(r.Paths), MaxBatch)
@@ -230,6 +278,43 @@ func (r *Request) Check() error {
 		}
 	}
 	return nil
+}
+
+// checkWait checks a wait's or wait_stat's fields.
+func (r *Request) checkWait() error {
+	bad := func(format string, a ...any) error {
+		return Errorf(EINVAL, "%s: "+format, append([]any{r.Op}, a...)...)
+	}
+	if r.TimeoutMS < 1 || r.TimeoutMS > MaxWaitMS {
+		return bad("timeout_ms %d; want 1 to %d", r.TimeoutMS, MaxWaitMS)
+	}
+	if r.Op == OpWaitStat {
+		switch {
+		case !contains(WaitStatKeys, r.Key):
+			return bad("key %q is not one of %v", r.Key, WaitStatKeys)
+		case r.Value == nil || *r.Value < 0:
+			return bad("value: want a number, 0 or more")
+		}
+		return nil
+	}
+	if len(r.Until) == 0 {
+		return bad("until: name at least one of %v", WaitStates)
+	}
+	for _, s := range r.Until {
+		if !contains(WaitStates, s) {
+			return bad("until: %q is not one of %v", s, WaitStates)
+		}
+	}
+	return checkPath(r.Op, r.Path)
+}
+
+// StateIn reports whether state (as stat answers it: "failed: REASON" is
+// failed) is one of states.
+func StateIn(state string, states []string) bool {
+	if strings.HasPrefix(state, StateFailed+":") {
+		state = StateFailed
+	}
+	return contains(states, state)
 }
 
 func checkPath(op, p string) error {

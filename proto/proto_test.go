@@ -36,6 +36,19 @@ func TestCheck(t *testing.T) {
 		{`{"op":"report","event":"fallback","reason":"` + strings.Repeat("x", MaxReason+1) + `"}`, false},
 		{`{"op":"report","event":"other","reason":"x"}`, false},
 		{`{"op":"hello","version":1}`, true},
+		{`{"op":"wait","path":"a","until":["resident","failed"],"timeout_ms":100}`, true},
+		{`{"op":"wait","path":"a","until":["loading"],"timeout_ms":100}`, false},
+		{`{"op":"wait","path":"a","until":[],"timeout_ms":100}`, false},
+		{`{"op":"wait","path":"a","until":["absent"]}`, false},
+		{`{"op":"wait","path":"a","until":["absent"],"timeout_ms":3600001}`, false},
+		{`{"op":"wait","until":["absent"],"timeout_ms":1}`, false},
+		{`{"op":"wait","path":"a","until":["absent"],"timeout_ms":1,"key":"leases_active"}`, false},
+		{`{"op":"wait_stat","key":"leases_active","value":0,"timeout_ms":5}`, true},
+		{`{"op":"wait_stat","key":"lease_held_bytes","value":4096,"timeout_ms":5}`, true},
+		{`{"op":"wait_stat","key":"leases_active","timeout_ms":5}`, false},
+		{`{"op":"wait_stat","key":"leases_active","value":-1,"timeout_ms":5}`, false},
+		{`{"op":"wait_stat","key":"ipc_requests","value":0,"timeout_ms":5}`, false},
+		{`{"op":"wait_stat","key":"leases_active","value":0,"timeout_ms":5,"path":"a"}`, false},
 		{`{"op":"fly"}`, false},
 		{`not json`, false},
 	} {
@@ -50,6 +63,24 @@ func TestCheck(t *testing.T) {
 	long := `{"op":"stat","path":"` + strings.Repeat("a", MaxPath+1) + `"}`
 	if _, err := DecodeRequest([]byte(long)); !errors.Is(err, syscall.ENAMETOOLONG) {
 		t.Errorf("a path past MaxPath: %v", err)
+	}
+}
+
+func TestStateIn(t *testing.T) {
+	for _, tc := range []struct {
+		state string
+		until []string
+		want  bool
+	}{
+		{"resident", []string{StateResident}, true},
+		{"failed: out of memory", []string{StateFailed}, true},
+		{"failed: out of memory", []string{StateResident, StateAbsent}, false},
+		{"loading", WaitStates, false},
+		{"absent", []string{StateAbsent}, true},
+	} {
+		if got := StateIn(tc.state, tc.until); got != tc.want {
+			t.Errorf("StateIn(%q, %v) = %v", tc.state, tc.until, got)
+		}
 	}
 }
 

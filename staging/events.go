@@ -15,7 +15,8 @@ type Event struct {
 	Bytes      int64  // the file's size
 	// Duration is the load's, on resident and failed; 0 otherwise.
 	Duration time.Duration
-	// Err is why, on failed.
+	// Err is why, on failed, and on absent for a queued file that was
+	// not staged (no entry was made: ENOENT, ENOSPC, ...).
 	Err error
 	// Reason says why an entry left (absent: "evicted", "changed",
 	// "gone", "failed load dropped", ...) or, on resident, why cuFile was

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"syscall"
 	"testing"
 
 	"github.com/gdsfs/gdsfs/gpu"
@@ -63,5 +64,24 @@ func TestEventsFollowAnEntry(t *testing.T) {
 	}
 	if !errors.Is(fail.Err, gpu.ErrOutOfMemory) || fail.Bytes != 100 {
 		t.Fatalf("failed event %+v", fail)
+	}
+}
+
+// TestQueuedFileNotStagedIsHeard: a queued file reads as loading; when
+// its staging fails before an entry is made (here: it does not exist),
+// subscribers hear that it is absent, and why, so a waiter on it wakes.
+func TestQueuedFileNotStagedIsHeard(t *testing.T) {
+	opts, io := testOptions()
+	c := newCache(t, t.TempDir(), opts, io)
+	rec := record(t, c)
+	if !c.Prefetch("missing") {
+		t.Fatal("prefetch refused")
+	}
+	e := rec.waitFor(t, "missing", StateAbsent)
+	if !errors.Is(e.Err, syscall.ENOENT) || e.Reason == "" {
+		t.Fatalf("absent event %+v: want ENOENT and a reason", e)
+	}
+	if state, _ := c.Attr("missing"); state != StateAbsent {
+		t.Fatalf("state %q after the event", state)
 	}
 }

@@ -33,11 +33,17 @@ func (c *Cache) prefetchWorker() {
 		case rel := <-c.queue:
 			// rel stays in queued until staged, so a queued file never
 			// reads as absent and is not queued twice meanwhile.
-			if _, err := c.stage(c.ctx, rel, false); err != nil {
+			_, err := c.stage(c.ctx, rel, false)
+			if err != nil {
 				c.log.Debug("prefetch", zap.String("path", rel), zap.Error(err))
 			}
 			c.mu.Lock()
 			delete(c.queued, rel)
+			if err != nil && c.entries[rel] == nil {
+				// It read as loading while queued; say it is not (no
+				// entry was made, so no other event says so).
+				c.emitLocked(Event{Rel: rel, State: StateAbsent, Err: err, Reason: "not staged: " + err.Error()})
+			}
 			c.mu.Unlock()
 			if c.hooks.prefetchDone != nil {
 				c.hooks.prefetchDone(rel)

@@ -7,14 +7,16 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
-	"golang.org/x/sys/unix"
 	"golang.org/x/term"
 
+	"github.com/gdsfs/gdsfs/client"
 	"github.com/gdsfs/gdsfs/internal/mountinfo"
+	"github.com/gdsfs/gdsfs/proto"
 )
 
 func warmupCmd() *cobra.Command {
@@ -46,7 +48,7 @@ if any failed, naming why.`,
 				fmt.Fprintf(os.Stderr, "queued %d files\n", len(files))
 				return nil
 			}
-			return waitResident(files, timeout)
+			return waitStaged(files, timeout)
 		},
 	}
 	c.Flags().BoolVar(&wait, "wait", false, "wait until every file is resident or failed")
@@ -118,18 +120,11 @@ func unwrapSyscall(err error) error {
 	return err
 }
 
-// stateOf reads user.gdsfs.state.
-func stateOf(path string) string {
-	buf := make([]byte, 4096)
-	n, err := unix.Getxattr(path, "user.gdsfs.state", buf)
-	if err != nil {
-		return "failed: " + err.Error()
-	}
-	return string(buf[:n])
-}
-
-// waitResident polls the files' state until each is resident or failed.
-func waitResident(files []warmFile, timeout time.Duration) error {
+// waitStaged waits until each file is resident, failed or absent
+// (dropped from the queue, or evicted to make room), through the daemon's
+// wait request: it answers when the file's state changes, nothing is
+// polled. Files are waited for in turn, on one connection per mount.
+func waitStaged(files []warmFile, timeout time.Duration) error {
 	var total int64
 	for _, f := range files {
 		total += f.size
@@ -138,30 +133,25 @@ func waitResident(files []warmFile, timeout time.Duration) error {
 	if term.IsTerminal(int(os.Stderr.Fd())) {
 		bar = progressbar.DefaultBytes(total, "staging")
 	}
-	pending := files
+	conns := map[string]*client.Conn{}
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
 	var failed []string
 	deadline := time.Now().Add(timeout)
-	for len(pending) > 0 {
-		var next []warmFile
-		for _, f := range pending {
-			switch st := stateOf(f.path); {
-			case st == "resident":
-				bar.Add64(f.size)
-			case strings.HasPrefix(st, "failed"), st == "absent":
-				// absent: dropped from the queue or evicted to make room.
-				failed = append(failed, f.rel+": "+st)
-				bar.Add64(f.size)
-			default:
-				next = append(next, f)
-			}
+	for i, f := range files {
+		r, err := waitOne(conns, f, time.Until(deadline))
+		switch {
+		case errors.Is(err, syscall.ETIMEDOUT):
+			return fmt.Errorf("warmup: %d files still loading after %s", len(files)-i, timeout)
+		case err != nil:
+			return fmt.Errorf("warmup %s: %w", f.path, err)
+		case r.State != proto.StateResident:
+			failed = append(failed, f.rel+": "+r.State)
 		}
-		pending = next
-		if len(pending) > 0 {
-			if time.Now().After(deadline) {
-				return fmt.Errorf("warmup: %d files still loading after %s", len(pending), timeout)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		bar.Add64(f.size)
 	}
 	bar.Finish()
 	fmt.Fprintln(os.Stderr)
@@ -170,4 +160,21 @@ func waitResident(files []warmFile, timeout time.Duration) error {
 	}
 	fmt.Fprintf(os.Stderr, "%d files resident\n", len(files))
 	return nil
+}
+
+// waitOne waits (at most left) until f is resident, failed or absent, on
+// its daemon's connection in conns (made on first use).
+func waitOne(conns map[string]*client.Conn, f warmFile, left time.Duration) (proto.Response, error) {
+	sock, rel, err := client.Locate(f.path)
+	if err != nil {
+		return proto.Response{}, err
+	}
+	c := conns[sock]
+	if c == nil {
+		if c, err = client.Dial(sock); err != nil {
+			return proto.Response{}, err
+		}
+		conns[sock] = c
+	}
+	return c.Wait(rel, []string{proto.StateResident, proto.StateFailed, proto.StateAbsent}, left)
 }

@@ -53,8 +53,10 @@ type Step struct {
 	// Closed: after the answer the daemon closes the connection.
 	Closed bool `json:"closed"`
 	// Client is the client call that makes this request ("open a.bin",
-	// "close a.bin", "open_many a.bin b.bin", "stat a.bin"); exchanges
-	// and connects with ServerOnly are skipped by client replays.
+	// "close a.bin", "open_many a.bin b.bin", "stat a.bin", "wait a.bin
+	// resident,failed 5000" (states, timeout in ms), "wait_stat
+	// leases_active 1 5000" (key, value, timeout in ms)); exchanges and
+	// connects with ServerOnly are skipped by client replays.
 	Client     string `json:"client"`
 	ServerOnly bool   `json:"server_only"`
 	// ClientErr: the client call fails with this errno.

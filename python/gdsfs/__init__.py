@@ -6,6 +6,7 @@ staged bytes in place (GPU memory via CUDA VMM import, or host memfds).
         t = lease.tensor(torch.float16, (1024, 1024))   # zero-copy
     t = gdsfs.load("/mnt/gdsfs/shard-0001.bin")          # lease lives with t
     leases = gdsfs.open_many(paths)                      # one round trip
+    gdsfs.wait("/mnt/gdsfs/shard-0002.bin", timeout=60)  # until resident or failed
 
     import gdsfs.torch                                   # leases ahead of a loop
     for t in gdsfs.torch.leased(paths, torch.float16): ...
@@ -18,6 +19,7 @@ proto/PROTOCOL.md.
 from ._lease import Lease, disconnect, load, open, open_many, stat
 from ._mount import locate
 from ._proto import NotMountedError
+from ._wait import wait, wait_stat
 
-__all__ = ["Lease", "NotMountedError", "disconnect", "load", "locate", "open", "open_many", "stat"]
+__all__ = ["Lease", "NotMountedError", "disconnect", "load", "locate", "open", "open_many", "stat", "wait", "wait_stat"]
 __version__ = "0.2.0"

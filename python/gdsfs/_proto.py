@@ -10,9 +10,18 @@ import os
 import socket
 import threading
 
-__all__ = ["Conn", "NotMountedError", "daemon_error"]
+__all__ = ["Conn", "NotMountedError", "daemon_error", "wait_request", "wait_stat_request",
+           "WAIT_STATES", "WAIT_STAT_KEYS", "MAX_WAIT_MS"]
 
 MAX_FDS = 253  # the kernel's limit of descriptors in one SCM_RIGHTS message
+# wait: the states a wait may end on (a file queued or loading reads as
+# "loading", which is what a wait waits through; "failed: REASON" is failed).
+WAIT_STATES = ("absent", "failed", "resident")
+# wait_stat: the daemon's lease counters (its stats.json keys) one may wait
+# on; ipc_open_connections leaves out the asking connection.
+WAIT_STAT_KEYS = ("ipc_open_connections", "lease_held_bytes", "lease_held_files",
+                  "lease_holding_connections", "leases_active")
+MAX_WAIT_MS = 3600 * 1000  # the longest timeout_ms one wait may ask
 _INT = array.array("i").itemsize
 _CMSG_SPACE = socket.CMSG_SPACE(MAX_FDS * _INT)
 _RECV_FLAGS = getattr(socket, "MSG_CMSG_CLOEXEC", 0)
@@ -63,6 +72,29 @@ def daemon_error(resp, path):
     err = OSError(num, msg) if path is None else OSError(num, msg, os.fspath(path))
     err.gdsfs_answer = True  # the daemon said so; not a broken connection
     return err
+
+
+def wait_ms(seconds):
+    """timeout_ms for a timeout in seconds: 1 to MAX_WAIT_MS."""
+    return min(max(int(round(seconds * 1000)), 1), MAX_WAIT_MS)
+
+
+def wait_request(path, until, ms):
+    """A wait request: answered when path's state is one of until."""
+    until = [until] if isinstance(until, str) else list(until)
+    bad = [u for u in until if u not in WAIT_STATES]
+    if not until or bad:
+        raise ValueError("gdsfs: wait until %r: want some of %s" % (until, ", ".join(WAIT_STATES)))
+    return {"op": "wait", "path": path, "until": until, "timeout_ms": ms}
+
+
+def wait_stat_request(key, value, ms):
+    """A wait_stat request: answered when the counter key equals value."""
+    if key not in WAIT_STAT_KEYS:
+        raise ValueError("gdsfs: wait_stat key %r: want one of %s" % (key, ", ".join(WAIT_STAT_KEYS)))
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError("gdsfs: wait_stat value %r: want an int, 0 or more" % (value,))
+    return {"op": "wait_stat", "key": key, "value": value, "timeout_ms": ms}
 
 
 def _wrap(e, what):

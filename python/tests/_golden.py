@@ -214,6 +214,12 @@ class golden:
                         st_ = gdsfs.stat(args[0], socket=sock, timeout=20)
                         with lock:
                             tc.assertEqual(st_["size"], len(files[words[1]]))
+                    elif op == "wait":  # wait P STATE,STATE MS
+                        st_ = gdsfs.wait(args[0], words[2].split(","), timeout=int(words[3]) / 1000.0, socket=sock)
+                        with lock:
+                            tc.assertEqual(st_["size"], len(files[words[1]]))
+                    elif op == "wait_stat":  # wait_stat KEY VALUE MS
+                        gdsfs.wait_stat(root, words[1], int(words[2]), timeout=int(words[3]) / 1000.0, socket=sock)
                     else:
                         tc.fail("%s:%d: unknown client call %r" % (name, st["line"], call))
                 except OSError as e:

@@ -8,8 +8,10 @@ daemon binary is $GDSFS_BIN, else built once per run with
 import atexit
 import json
 import os
+import select
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -121,16 +123,39 @@ class Mount:
         args += [self.src, self.mnt]
         self.log_path = os.path.join(self.dir, "daemon.log")
         self._log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + 30
-        while not os.path.exists(os.path.join(self.mnt, ".gdsfs", "version")):
-            if self.proc.poll() is not None:
-                self._log.close()
-                raise AssertionError("gdsfs exited (%s) before mounting:\n%s" % (self.proc.returncode, self.log()))
-            if time.monotonic() > deadline:
-                self.stop()
-                raise AssertionError("gdsfs mount did not come up in 30s:\n" + self.log())
-            time.sleep(0.02)
+        # The daemon says READY=1 on $NOTIFY_SOCKET once it serves, as it
+        # tells systemd: wait for that, or for its exit.
+        notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        try:
+            notify.bind(os.path.join(self.dir, "notify"))
+            env = dict(os.environ, NOTIFY_SOCKET=os.path.join(self.dir, "notify"))
+            self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+            self._wait_ready(notify, 30)
+        finally:
+            notify.close()
+
+    def _wait_ready(self, notify, timeout):
+        pidfd = os.pidfd_open(self.proc.pid)  # readable once the daemon exits
+        try:
+            deadline = time.monotonic() + timeout
+            while True:
+                left = deadline - time.monotonic()
+                ready = select.select([notify, pidfd], [], [], max(left, 0))[0]
+                if pidfd in ready:
+                    self.proc.wait()
+                    self._log.close()
+                    raise AssertionError("gdsfs exited (%s) before mounting:\n%s" % (self.proc.returncode, self.log()))
+                if not ready:
+                    self.stop()
+                    raise AssertionError("gdsfs did not say READY=1 in %ds:\n%s" % (timeout, self.log()))
+                fields = notify.recv(4096).decode(errors="replace").split("\n")
+                if "READY=1" in fields:
+                    if "MAINPID=%d" % self.proc.pid not in fields:
+                        self.stop()
+                        raise AssertionError("READY=1 not from the daemon (pid %d): %r" % (self.proc.pid, fields))
+                    return
+        finally:
+            os.close(pidfd)
 
     def log(self):
         try:
@@ -178,14 +203,18 @@ class Mount:
         return self.wait_stat("leases_active", n, timeout)
 
     def wait_stat(self, key, want, timeout=15):
-        """Poll stats.json until key is want (the daemon answers releases
-        and closes asynchronously); return the last value."""
-        deadline = time.monotonic() + timeout
-        while True:
-            got = self.stats()[key]
-            if got == want or time.monotonic() > deadline:
-                return got
-            time.sleep(0.05)
+        """Wait until the daemon's lease counter key (leases_active,
+        lease_held_bytes, ipc_open_connections, ...) is want, through the
+        daemon's wait_stat request (gdsfs.wait_stat: it answers when the
+        counter changes; the daemon ends connections asynchronously).
+        Return want, or the value in stats.json when it did not come."""
+        import gdsfs
+
+        try:
+            gdsfs.wait_stat(self.mnt, key, want, timeout=timeout, socket=self.sock)
+            return want
+        except TimeoutError:
+            return self.stats()[key]
 
 
 def start_mount(tc, **kw):

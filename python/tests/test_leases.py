@@ -88,6 +88,19 @@ class FastPathTests(unittest.TestCase):
         self.assertEqual(self.m.wait_stat("lease_held_bytes", 0), 0)
         self.assertEqual(self.m.wait_leases(0), 0)
 
+    def test_wait_for_staging(self):
+        """gdsfs.wait returns once the daemon says the file is staged, and
+        raises TimeoutError when the state asked for does not come."""
+        p = self.m.write("w.bin", blob(3 * CHUNK + 1, 80))
+        with open(self.m.path(".gdsfs/prefetch"), "w") as f:
+            f.write("w.bin\n")
+        st = gdsfs.wait(p, timeout=20)
+        self.assertEqual((st["state"], st["size"], st["load_path"]), ("resident", 3 * CHUNK + 1, "host"))
+        q = self.m.write("never.bin", blob(100, 81))
+        with self.assertRaises(TimeoutError):
+            gdsfs.wait(q, until=("failed",), timeout=0.05)
+        self.assertEqual(gdsfs.wait(q, until="absent", timeout=20)["state"], "absent")
+
     def test_golden_transcripts_against_the_daemon(self):
         """proto/testdata through this client's framing against the real
         daemon (each transcript on a mount of its own)."""

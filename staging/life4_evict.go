@@ -126,8 +126,8 @@ func (c *Cache) Evict(rel string) error {
 func (c *Cache) dropLocked(e *entry, reason string) gpu.Region {
 	if c.entries[e.rel] == e {
 		delete(c.entries, e.rel)
-		c.emitLocked(e.eventLocked(StateAbsent, reason))
 		c.leftLocked(e)
+		c.emitLocked(e.eventLocked(StateAbsent, reason))
 	}
 	e.detached = true
 	c.unindexLocked(e)
@@ -184,8 +184,8 @@ func (c *Cache) detachVictimsLocked(victims []*entry) []gpu.Region {
 	for _, v := range victims {
 		if c.entries[v.rel] == v {
 			delete(c.entries, v.rel)
-			c.emitLocked(v.eventLocked(StateAbsent, "evicted"))
 			c.leftLocked(v)
+			c.emitLocked(v.eventLocked(StateAbsent, "evicted"))
 		}
 		v.detached, v.reserved, v.fds, v.state = true, 0, 0, StateAbsent
 		c.unindexLocked(v)

@@ -19,6 +19,10 @@ package staging
 //   - is not held back by staging.defer_while_read: the files it asks for
 //     are ahead of the reader, not being read (a file open through the
 //     mount is left to its readers' last close).
+//
+// The runner is told of a read-ahead entry's changes (Started, Loaded,
+// Declined, Evicted) under Cache.mu before subscribers get the event, so
+// whoever waits for an event finds the runner already told.
 
 import (
 	"context"
@@ -84,6 +88,9 @@ func (c *Cache) startReadAhead(cfg Config, replay *readahead.Trace) {
 // Replay stages rels in their order through the read-ahead window (a
 // trace written to .gdsfs/replay, or staging.replay). It never blocks.
 func (c *Cache) Replay(rels []string) { c.ra.Replay(rels) }
+
+// Source is the directory files are staged from (SOURCE).
+func (c *Cache) Source() string { return c.root.Path() }
 
 // Trace is the access trace; nil when staging.trace_entries is 0.
 func (c *Cache) Trace() *readahead.Recorder { return c.ra.Trace() }
@@ -221,8 +228,8 @@ func (c *Cache) startReadAheadLocked(it readahead.Item, o *opened) (*entry, []gp
 	e.ra.low.Store(true)
 	c.entries[rel] = e
 	c.indexLocked(e)
-	c.emitLocked(e.eventLocked(StateLoading, "read-ahead"))
 	c.ra.Started(rel) // with the entry: an access racing with it finds it loading, a hit
+	c.emitLocked(e.eventLocked(StateLoading, "read-ahead"))
 	return e, regions, 0
 }
 
@@ -271,21 +278,14 @@ func (c *Cache) readAheadVictimsLocked(s *slot, need int64, fds int, window []re
 // next demand tries again) and the runner hears Declined, unless the load
 // was cancelled. It returns the region to free. Cache.mu must be held.
 func (c *Cache) publishReadAheadLocked(e *entry, region gpu.Region, note string, err error) gpu.Region {
+	// The runner hears first, subscribers after: whoever waits for an
+	// event finds the runner told.
 	cancelled := e.ra.ctx.Err() != nil
 	if err == nil && !e.detached && !cancelled {
-		c.residentLocked(e, region, note)
 		c.ra.Loaded(e.rel)
+		c.residentLocked(e, region, note)
 		return nil
 	}
-	if c.entries[e.rel] == e {
-		reason := "read-ahead cancelled"
-		if !cancelled {
-			reason = fmt.Sprintf("read-ahead failed: %v", err)
-		}
-		c.dropLocked(e, reason) // loading: keeps its reservation, returned below
-	}
-	e.state, e.region = StateAbsent, region
-	free := c.releaseLocked(e)
 	switch {
 	case cancelled:
 	case errors.Is(err, gpu.ErrOutOfMemory):
@@ -296,13 +296,21 @@ func (c *Cache) publishReadAheadLocked(e *entry, region gpu.Region, note string,
 		}
 		c.declineReadAhead(e.rel, readahead.NotStaged)
 	}
-	return free
+	if c.entries[e.rel] == e {
+		reason := "read-ahead cancelled"
+		if !cancelled {
+			reason = fmt.Sprintf("read-ahead failed: %v", err)
+		}
+		c.dropLocked(e, reason) // loading: keeps its reservation, returned below
+	}
+	e.state, e.region = StateAbsent, region
+	return c.releaseLocked(e)
 }
 
 // declineReadAhead answers a read-ahead request the cache did not take.
 func (c *Cache) declineReadAhead(rel string, why readahead.Why) {
+	c.ra.Declined(rel, why)
 	if c.hooks.declined != nil {
 		c.hooks.declined(rel, why)
 	}
-	c.ra.Declined(rel, why)
 }

@@ -48,6 +48,18 @@ func (r *recorder) snapshot() []Event {
 	return slices.Clone(r.all)
 }
 
+// recv receives from ch; the deadline only turns a hang into a failure.
+func recv[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(20 * time.Second):
+		t.Fatalf("no %s", what)
+		panic("unreachable")
+	}
+}
+
 // waitUntil waits until ok holds for the events delivered so far. The
 // deadline only turns a hang into a failure.
 func (r *recorder) waitUntil(t *testing.T, ok func([]Event) bool) {
@@ -85,7 +97,7 @@ func TestJumpCancelsReadAhead(t *testing.T) {
 		rec.waitFor(t, rel, StateLoading)
 	}
 	for range 4 {
-		<-copies.started // each worker holds a task
+		recv(t, copies.started, "copy started") // each worker holds a task
 	}
 	c.Opened(raName(30)) // a jump
 	drain(c)
@@ -129,7 +141,7 @@ func TestDemandJoinPromotesReadAhead(t *testing.T) {
 		gens[rel] = rec.waitFor(t, rel, StateLoading).Generation
 	}
 	got := acquireAsync(c, context.Background(), raName(5))
-	if rel := <-joined; rel != raName(5) {
+	if rel := recv(t, joined, "join"); rel != raName(5) {
 		t.Fatalf("%s joined, want %s", rel, raName(5))
 	}
 	c.readAhead(readahead.Plan{Cancel: raNames(4, 8)})
@@ -139,7 +151,7 @@ func TestDemandJoinPromotesReadAhead(t *testing.T) {
 		}
 	}
 	close(release)
-	r := <-got
+	r := recv(t, got, "lease")
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
@@ -171,13 +183,13 @@ func TestDemandOvertakesReadAhead(t *testing.T) {
 		c.Opened(raName(i))
 	}
 	drain(c)
-	<-copies.started // the worker holds d/f04's first task
+	recv(t, copies.started, "copy started") // the worker holds d/f04's first task
 	done := make(chan error, 1)
 	go func() { _, err := c.Stage(context.Background(), "x/demand"); done <- err }()
-	for rel := <-queued; rel != "x/demand"; rel = <-queued {
+	for rel := recv(t, queued, "queued load"); rel != "x/demand"; rel = recv(t, queued, "queued load") {
 	}
 	close(release)
-	if err := <-done; err != nil {
+	if err := recv(t, done, "staging of x/demand"); err != nil {
 		t.Fatal(err)
 	}
 	rec.waitFor(t, raName(4), StateResident)
@@ -206,18 +218,18 @@ func TestPromotedLoadOvertakesReadAhead(t *testing.T) {
 		c.Opened(raName(i))
 	}
 	drain(c)
-	<-queued
-	<-queued
-	<-copies.started
+	recv(t, queued, "queued load")
+	recv(t, queued, "queued load")
+	recv(t, copies.started, "copy started")
 	held := copies.order()[0].size // the load whose first task the worker holds
 	heldTasks, other, otherTasks := int64(8), raName(5), int64(9)
 	if held == 9*raSize {
 		heldTasks, other, otherTasks = 9, raName(4), 8
 	}
 	got := acquireAsync(c, context.Background(), other)
-	<-joined
+	recv(t, joined, "join")
 	close(release)
-	r := <-got
+	r := recv(t, got, "lease")
 	if r.err != nil {
 		t.Fatal(r.err)
 	}

@@ -260,7 +260,7 @@ func TestReadAheadNeverEvictsLeasedOrHotter(t *testing.T) {
 	}
 	c.Opened("o/2") // used after the access that planned them: hotter
 	drain(c)
-	if why := <-declined; why != readahead.NoRoom {
+	if why := recv(t, declined, "read-ahead declined"); why != readahead.NoRoom {
 		t.Fatalf("declined for %d, want NoRoom", why)
 	}
 	for _, rel := range []string{"o/0", "o/1", "o/3"} {

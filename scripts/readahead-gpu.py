@@ -15,6 +15,7 @@ read rate is measured in the same run (page cache dropped, --io-threads
 readers over the same shards). Target: with read-ahead, shards / epoch time
 >= 0.9 of that rate.
 
+    make gpu-bundle    # where Go is: builds .bin/gdsfs
     python3 scripts/readahead-gpu.py --bin .bin/gdsfs [--work /var/tmp/gdsfs-readahead]
 
 Needs root (FUSE mount, drop_caches), torch, and the gdsfs Python package
@@ -22,8 +23,10 @@ Needs root (FUSE mount, drop_caches), torch, and the gdsfs Python package
 every shard's checksum must match in every case, and the trace must list
 every shard; it exits 1 if a check or a target fails, 2 if the binary has
 no read-ahead (configuration keys missing). Dry run on a machine with no
-GPU: --device host --shards 16 --shard-mib 1 --no-drop --dry-run (targets
-are reported, not enforced).
+GPU: --device host --shards 64 --shard-mib 1 --workers 4 --no-drop --dry-run
+(targets are reported, not enforced; the times are the host's, not a
+disk's). --workers 1 is the case where "off" pays the sum of per-shard
+waits.
 """
 
 import argparse

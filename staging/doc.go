@@ -11,7 +11,9 @@
 // (room, allocation, the read onto the device, with loader.go's workers),
 // life3_publish.go (the load's end made visible), life4_evict.go (the entry
 // leaves). lease.go pins resident entries; events.go tells subscribers of
-// every state change (Cache.Subscribe).
+// every state change (Cache.Subscribe); readahead.go stages the files a
+// reader will open next (internal/readahead predicts them), at a priority
+// below every demand and within room no demand needs.
 //
 // It must never hand out stale bytes: an entry whose file changed is
 // invalidated before anyone sees it again, and an entry is resident only

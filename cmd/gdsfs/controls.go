@@ -11,6 +11,7 @@ import (
 	"github.com/gdsfs/gdsfs/fs"
 	"github.com/gdsfs/gdsfs/gpu/cuda"
 	"github.com/gdsfs/gdsfs/internal/access"
+	"github.com/gdsfs/gdsfs/internal/readahead"
 )
 
 // controls are the files of MOUNTPOINT/.gdsfs/; srv is the mount they
@@ -26,7 +27,28 @@ func (d *daemon) controls(srv *fs.Server) []fs.Control {
 		{Name: "socket", Read: func(access.Cred) []byte { return []byte(d.ipc.Path() + "\n") }},
 		{Name: "prefetch", Write: d.prefetch},
 		{Name: "evict", Write: func(_ access.Cred, rel string) error { return d.cache.Evict(rel) }},
+		{Name: "trace", Read: func(c access.Cred) []byte { return d.traceText(c, srv.Mountpoint()) }},
+		{Name: "replay", Write: func(_ access.Cred, rel string) error { d.cache.Replay([]string{rel}); return nil }},
 	}
+}
+
+// traceText is the access trace in the trace format (readahead.Trace),
+// for root only: it names what every user opened. Others, and a daemon
+// recording none (staging.trace_entries: 0), get the header and why.
+func (d *daemon) traceText(c access.Cred, mnt string) []byte {
+	var b bytes.Buffer
+	rec, src := d.cache.Trace(), d.cache.Source()
+	if rec != nil && c.UID == 0 {
+		rec.Trace(mnt, src).WriteTo(&b)
+		return b.Bytes()
+	}
+	fmt.Fprintf(&b, "# gdsfs-trace %d\n# mount: %s\n# source: %s\n", readahead.TraceVersion, mnt, src)
+	if rec == nil {
+		b.WriteString("# no trace recorded: staging.trace_entries is 0\n")
+	} else {
+		b.WriteString("# readable by root only\n")
+	}
+	return b.Bytes()
 }
 
 // prefetch checks that rel can be staged, then queues it; a full queue is
@@ -54,6 +76,8 @@ var sections = []struct {
 		"descriptors_used", "descriptor_budget", "descriptor_reserve"}},
 	{"io", []string{"bytes_cufile", "bytes_posix", "bytes_host", "cufile_mode", "cufile_fallbacks", "cufile_last_error",
 		"io_threads", "io_bounce_bytes"}},
+	{"readahead", []string{"readahead_issued", "readahead_hits", "readahead_wasted_bytes", "readahead_cancelled",
+		"readahead_declined", "readahead_dropped", "replay_pending", "replay_skipped"}},
 	{"leases", []string{"leases_active", "leases_total", "leases_pinned", "lease_denied", "lease_held_bytes",
 		"lease_held_files", "lease_holding_connections", "ipc_connections", "ipc_open_connections", "ipc_requests",
 		"ipc_bad_requests", "ipc_accept_errors", "ipc_timeouts", "ipc_refused", "autoload_fallbacks",

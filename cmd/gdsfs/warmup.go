@@ -22,19 +22,33 @@ import (
 func warmupCmd() *cobra.Command {
 	var wait bool
 	var timeout time.Duration
+	var trace string
 	c := &cobra.Command{
-		Use:   "warmup [--wait] PATH...",
+		Use:   "warmup [--wait] PATH... | warmup --trace FILE [--wait] [MOUNTPOINT]",
 		Short: "Stage files (directories: every file under them) of a gdsfs mount",
 		Long: `Writes each file to its mount's .gdsfs/prefetch. With --wait it waits until
 each is resident or failed (a progress bar on a terminal) and exits non-zero
-if any failed, naming why.`,
+if any failed, naming why.
+
+With --trace FILE (a trace as MOUNTPOINT/.gdsfs/trace writes it) it writes
+the trace's paths to the mount's .gdsfs/replay instead: they are staged in
+the trace's order, staging.readahead_files at a time, as far as the cache
+has room. MOUNTPOINT defaults to the trace's "# mount:". A path the caller
+may not read fails alone; failures are named and the exit status is
+non-zero.`,
 		Args: func(cmd *cobra.Command, args []string) error {
+			if trace != "" {
+				return traceArgs(args)
+			}
 			if len(args) == 0 {
 				return usageError{errors.New("warmup: want at least one PATH under a gdsfs mount")}
 			}
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if trace != "" {
+				return warmupTrace(trace, args, wait, timeout)
+			}
 			files, err := warmupFiles(args)
 			if err != nil {
 				return err
@@ -53,6 +67,7 @@ if any failed, naming why.`,
 	}
 	c.Flags().BoolVar(&wait, "wait", false, "wait until every file is resident or failed")
 	c.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "longest --wait waits")
+	c.Flags().StringVar(&trace, "trace", "", "stage the paths of this trace file in its order (.gdsfs/replay)")
 	return c
 }
 

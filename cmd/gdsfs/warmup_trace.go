@@ -49,7 +49,7 @@ func warmupTrace(file string, args []string, wait bool, timeout time.Duration) e
 		fmt.Fprintf(os.Stderr, "replaying %d files in the trace's order\n", len(files))
 		return nil
 	}
-	return waitResident(files, timeout)
+	return waitStaged(files, timeout)
 }
 
 // traceMount is MOUNTPOINT, else the trace's "# mount:"; it must be a

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gdsfs/gdsfs/internal/units"
+	"github.com/gdsfs/gdsfs/proto"
 )
 
 //go:embed contention.py
@@ -207,37 +208,87 @@ func (c *contention) consumers(ctx context.Context, script string) ([]consumerRe
 // settle waits until no lease is active (bounded), evicts every file and
 // returns the daemon's usage and the leases_active it saw last.
 func (c *contention) settle(ctx context.Context) (procUsage, int64, error) {
+	w, err := c.m.waiter()
+	if err != nil {
+		return procUsage{}, 0, err
+	}
+	defer w.close()
 	var active int64
-	err := poll(ctx, time.Minute, 50*time.Millisecond, c.m.d.exited, func() (bool, error) {
-		st, err := c.m.stats()
+	err = w.zero(ctx, proto.StatLeasesActive, time.Minute)
+	if timedOut(err) {
+		var st map[string]any
+		st, err = c.m.stats()
 		active = statInt(st, "leases_active")
-		return active == 0, err
-	})
+	}
 	switch {
-	case err != nil && active == 0: // the stats could not be read
+	case err != nil:
 		return procUsage{}, active, err
 	case active != 0: // leased files cannot be evicted: the check reports it
-		u, err := usageOf(c.m.d.cmd.Process.Pid)
+		u, err := c.usage()
 		return u, active, err
 	}
-	err = poll(ctx, 30*time.Second, 50*time.Millisecond, c.m.d.exited, func() (bool, error) {
-		err := c.m.control("evict", c.rels)
-		if err != nil && !errors.Is(err, unix.EBUSY) && !errors.Is(err, unix.ENOENT) {
-			return false, fmt.Errorf("evict: %w", err)
-		}
-		states, err := c.m.states()
-		for _, r := range c.rels {
-			if s := states[r]; s == "resident" || s == "loading" {
-				return false, err
-			}
-		}
-		return true, err
-	})
-	if err != nil {
+	if err := c.evictAll(ctx, w, time.Now().Add(30*time.Second)); err != nil {
 		return procUsage{}, active, fmt.Errorf("empty the cache: %w", err)
 	}
-	u, err := usageOf(c.m.d.cmd.Process.Pid)
+	u, err := c.usage()
 	return u, active, err
+}
+
+// usage is the daemon's, less the descriptor of settle's own connection
+// (answered, so accepted; open until settle returns).
+func (c *contention) usage() (procUsage, error) {
+	u, err := usageOf(c.m.d.cmd.Process.Pid)
+	if err == nil {
+		u.FDs--
+	}
+	return u, err
+}
+
+// evictAll evicts every file and waits until each reads absent (or
+// failed). The consumers' connections held the files until they closed;
+// lease_held_files reaching 0 says the daemon has seen them close. A file
+// still loading is evicted again once loaded.
+func (c *contention) evictAll(ctx context.Context, w *waiter, deadline time.Time) error {
+	err := w.zero(ctx, proto.StatHeldFiles, time.Until(deadline))
+	if timedOut(err) {
+		return errors.New("the consumers' connections still hold files")
+	} else if err != nil {
+		return err
+	}
+	ev, err := c.m.controlFile("evict")
+	if err != nil {
+		return err
+	}
+	defer ev.Close()
+	for _, r := range c.rels {
+		if err := evictOne(ctx, w, ev, r, deadline); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// evictOne writes rel to .gdsfs/evict (ev) until it reads absent or
+// failed: a file loading (EBUSY) is evicted again once resident.
+func evictOne(ctx context.Context, w *waiter, ev *os.File, rel string, deadline time.Time) error {
+	until := []string{proto.StateAbsent, proto.StateResident, proto.StateFailed}
+	for tries := 1; ; tries++ {
+		_, err := ev.WriteString(rel + "\n")
+		if err != nil && !errors.Is(err, unix.EBUSY) && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("evict: %w", err)
+		}
+		state, err := w.state(ctx, rel, until, deadline)
+		switch {
+		case timedOut(err):
+			return fmt.Errorf("%s: not evicted by the deadline", rel)
+		case err != nil:
+			return err
+		case state == proto.StateAbsent || isFailed(state):
+			return nil
+		case tries == 3:
+			return fmt.Errorf("%s: still %s after evicting it %d times", rel, state, tries)
+		}
+	}
 }
 
 // contentionChecks: every acquire, every byte, leases and resources back.

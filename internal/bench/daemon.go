@@ -2,7 +2,6 @@ package bench
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -44,9 +43,9 @@ const (
 	stopTimeout  = 15 * time.Second
 )
 
-// startDaemon runs argv and waits until ready reports the mount
-// served. On error nothing of it is left running or mounted.
-func startDaemon(ctx context.Context, name, mnt, logPath string, argv []string, ready func() bool) (*daemon, error) {
+// startDaemon runs argv and waits, as ready says, until it serves mnt.
+// On error nothing of it is left running or mounted.
+func startDaemon(ctx context.Context, name, mnt, logPath string, argv []string, ready readiness) (*daemon, error) {
 	logf, err := os.Create(logPath)
 	if err != nil {
 		return nil, fmt.Errorf("%s: daemon log: %w", name, err)
@@ -56,15 +55,34 @@ func startDaemon(ctx context.Context, name, mnt, logPath string, argv []string, 
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// Pdeathsig: should the bench die, the daemon unmounts on SIGTERM.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+	var notify *notifyListener
+	if ready.notify {
+		if notify, err = listenNotify(); err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+notify.path())
+	}
 	if err := cmd.Start(); err != nil {
+		if notify != nil {
+			notify.close()
+		}
 		return nil, fmt.Errorf("%s: start %s: %w", name, argv[0], err)
 	}
 	d := &daemon{name: name, mnt: mnt, logPath: logPath, cmd: cmd, exited: make(chan struct{})}
 	go func() {
 		d.waitErr = cmd.Wait()
 		close(d.exited)
+		if notify != nil {
+			notify.close() // open until now: gdsfs says STOPPING=1 there
+		}
 	}()
-	err = poll(ctx, mountTimeout, 20*time.Millisecond, d.exited, func() (bool, error) { return ready(), nil })
+	wctx, cancel := context.WithTimeoutCause(ctx, mountTimeout, fmt.Errorf("not done after %v", mountTimeout))
+	defer cancel()
+	if notify != nil {
+		err = notify.waitNotified(wctx, cmd.Process.Pid, d.exited)
+	} else {
+		err = waitMounted(wctx, mnt, ready.fstype, d.exited)
+	}
 	switch {
 	case err == nil:
 		return d, nil
@@ -75,21 +93,12 @@ func startDaemon(ctx context.Context, name, mnt, logPath string, argv []string, 
 	}
 }
 
-// ready reports whether fsys serves mnt: gdsfs answers .gdsfs/version, the
-// loopback shows in mountinfo and answers a stat of its root.
-func (fsys mountFS) ready(mnt string) func() bool {
-	return func() bool {
-		fstype, ok := mountinfo.MountedAt(mnt)
-		if !ok {
-			return false
-		}
-		if fsys.gdsfs {
-			_, err := os.Stat(filepath.Join(mnt, ".gdsfs", "version"))
-			return err == nil
-		}
-		_, err := os.Stat(mnt)
-		return fstype == "fuse.loopback" && err == nil
+// readiness: gdsfs says READY=1; the loopback shows in the mount table.
+func (fsys mountFS) readiness() readiness {
+	if fsys.gdsfs {
+		return readiness{notify: true}
 	}
+	return readiness{fstype: "fuse.loopback"}
 }
 
 // startFailure explains a daemon that exited before mounting. gdsfs with
@@ -217,44 +226,4 @@ func readStats(mnt string) (mountStats, error) {
 		return st, fmt.Errorf("read stats: %s: %w", path, err)
 	}
 	return st, nil
-}
-
-// cacheState is the state MOUNT/.gdsfs/cache lists for rel ("" when
-// it is not listed).
-func cacheState(mnt, rel string) (string, error) {
-	b, err := os.ReadFile(filepath.Join(mnt, ".gdsfs", "cache"))
-	if err != nil {
-		return "", fmt.Errorf("read the staging cache listing: %w", err)
-	}
-	for _, line := range bytes.Split(b, []byte("\n")) {
-		// path size state load_path load_gbps leases device note
-		f := strings.Split(string(line), "\t")
-		if len(f) >= 3 && f[0] == rel {
-			return f[2], nil
-		}
-	}
-	return "", nil
-}
-
-// poll calls check every interval until it reports done or fails,
-// ctx ends, exited closes (errExited) or limit passes.
-func poll(ctx context.Context, limit, interval time.Duration, exited <-chan struct{}, check func() (bool, error)) error {
-	deadline := time.NewTimer(limit)
-	defer deadline.Stop()
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
-	for {
-		if done, err := check(); done || err != nil {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-exited:
-			return errExited
-		case <-deadline.C:
-			return fmt.Errorf("not done after %v", limit)
-		case <-tick.C:
-		}
-	}
 }

@@ -24,7 +24,10 @@
 // The Python helpers are files beside this one, embedded and written out
 // when run; they use only the public client API (gdsfs.open, load, stat,
 // disconnect) and feature-detect the newer parts (open_many, gdsfs.torch).
-// Waiting on a mount run by another process polls its control files
-// (staging.Cache.Subscribe is in-process only). Nothing here is imported
-// by the daemon's own code paths.
+// Waiting on a daemon run as another process uses the events it gives
+// (wait.go): READY=1 on $NOTIFY_SOCKET for gdsfs, the mount table's change
+// notice for the loopback example, and the lease socket's wait and
+// wait_stat for files staged or evicted and leases ended. Nothing is
+// polled on a timer. Nothing here is imported by the daemon's own code
+// paths.
 package bench

@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -19,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gdsfs/gdsfs/internal/mountinfo"
+	"github.com/gdsfs/gdsfs/proto"
 )
 
 // makeFile makes path with size pseudo-random bytes (seeded by its name,
@@ -98,6 +98,7 @@ func makeSet(base, dir, prefix string, n int, size int64) ([]string, error) {
 // benchMount is a gdsfs daemon this bench started (self-exec) over src.
 type benchMount struct {
 	name, src, mnt string
+	socket         string // its lease socket
 	d              *daemon
 }
 
@@ -114,81 +115,91 @@ func startMount(ctx context.Context, dir, name, src string, sets []string) (*ben
 	if err != nil {
 		return nil, err
 	}
-	argv := []string{exe, "mount", "--set", "ipc.socket=" + filepath.Join(dir, name+".sock")}
+	socket := filepath.Join(dir, name+".sock")
+	argv := []string{exe, "mount", "--set", "ipc.socket=" + socket}
 	for _, s := range sets {
 		argv = append(argv, "--set", s)
 	}
 	argv = append(argv, src, mnt)
-	d, err := startDaemon(ctx, "gdsfs ("+name+")", mnt, filepath.Join(dir, name+".log"), argv, mountFS{gdsfs: true}.ready(mnt))
+	d, err := startDaemon(ctx, "gdsfs ("+name+")", mnt, filepath.Join(dir, name+".log"), argv, readiness{notify: true})
 	if err != nil {
 		return nil, err
 	}
-	return &benchMount{name: name, src: src, mnt: mnt, d: d}, nil
+	return &benchMount{name: name, src: src, mnt: mnt, socket: socket, d: d}, nil
 }
 
 func (m *benchMount) stop() error { return m.d.stop() }
 
 func (m *benchMount) path(rel string) string { return filepath.Join(m.mnt, rel) }
 
-// states is the state of each entry .gdsfs/cache lists.
-func (m *benchMount) states() (map[string]string, error) {
-	f, err := os.Open(filepath.Join(m.mnt, ".gdsfs", "cache"))
-	if err != nil {
-		return nil, fmt.Errorf("read the staging cache listing: %w", err)
-	}
-	defer f.Close()
-	out := map[string]string{}
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		// path size state load_path load_gbps leases device note
-		fields := strings.Split(s.Text(), "\t")
-		if len(fields) >= 3 && !strings.HasPrefix(fields[0], "#") {
-			out[fields[0]] = fields[2]
-		}
-	}
-	return out, s.Err()
+// waiter is a connection to the mount's lease socket for waiting on it.
+func (m *benchMount) waiter() (*waiter, error) { return dialWaiter(m.socket, m.d.exited) }
+
+// controlFile opens .gdsfs/NAME for writing, one line per write: a
+// write's error is that line's (EAGAIN: the prefetch queue is full).
+func (m *benchMount) controlFile(name string) (*os.File, error) {
+	return os.OpenFile(filepath.Join(m.mnt, ".gdsfs", name), os.O_WRONLY, 0)
 }
 
-// control writes one line per rel to .gdsfs/NAME; the first failing
-// line's error is returned (the others are still acted on).
-func (m *benchMount) control(name string, rels []string) error {
-	if len(rels) == 0 {
-		return nil
-	}
-	return os.WriteFile(filepath.Join(m.mnt, ".gdsfs", name), []byte(strings.Join(rels, "\n")+"\n"), 0)
-}
+// stageTries bounds how often stageAll asks for one file.
+const stageTries = 3
 
-// stageAll prefetches rels and waits until every one is resident. A file
-// dropped from the prefetch queue (full) is asked for again; a failed one
-// is an error.
+// stageAll prefetches rels through .gdsfs/prefetch and waits on the
+// lease socket until each is resident. A file the prefetch queue drops
+// (full: EAGAIN) is asked for again once the oldest file asked before it
+// is settled. One that reads absent after it was asked (dropped before
+// its load, or evicted since) is asked for again, up to stageTries times
+// in all; a failed one is an error.
 func (m *benchMount) stageAll(ctx context.Context, rels []string, limit time.Duration) error {
-	pending := map[string]bool{}
-	for _, r := range rels {
-		pending[r] = true
+	deadline := time.Now().Add(limit)
+	w, err := m.waiter()
+	if err != nil {
+		return fmt.Errorf("stage %d files on %s: %w", len(rels), m.mnt, err)
 	}
-	err := poll(ctx, limit, 50*time.Millisecond, m.d.exited, func() (bool, error) {
-		states, err := m.states()
-		if err != nil {
-			return false, err
-		}
-		var ask []string
-		for r := range pending {
-			switch st := states[r]; {
-			case st == "resident":
-				delete(pending, r)
-			case strings.HasPrefix(st, "failed"):
-				return false, fmt.Errorf("%s: %s", r, st)
-			case st != "loading" && len(ask) < 256:
-				ask = append(ask, r)
+	defer w.close()
+	pf, err := m.controlFile("prefetch")
+	if err != nil {
+		return fmt.Errorf("stage %d files on %s: %w", len(rels), m.mnt, err)
+	}
+	defer pf.Close()
+	todo := append([]string{}, rels...)
+	var asked []string // in the queue or staged: settled oldest first
+	tries := map[string]int{}
+	resident := 0
+	fail := func(err error) error {
+		return fmt.Errorf("stage %d files on %s (%d not resident): %w", len(rels), m.mnt, len(rels)-resident, err)
+	}
+	for len(todo) > 0 || len(asked) > 0 {
+		if len(todo) > 0 {
+			_, err := pf.WriteString(todo[0] + "\n")
+			switch {
+			case err == nil:
+				tries[todo[0]]++
+				asked, todo = append(asked, todo[0]), todo[1:]
+				continue
+			case !errors.Is(err, unix.EAGAIN):
+				return fail(fmt.Errorf("prefetch: %w", err))
+			case len(asked) == 0:
+				return fail(fmt.Errorf("prefetch %s: the queue is full of files this bench did not ask for", todo[0]))
 			}
 		}
-		if err := m.control("prefetch", ask); err != nil && !errors.Is(err, unix.EAGAIN) {
-			return false, fmt.Errorf("prefetch: %w", err)
+		rel := asked[0]
+		asked = asked[1:]
+		state, err := w.state(ctx, rel, []string{proto.StateResident, proto.StateFailed, proto.StateAbsent}, deadline)
+		switch {
+		case timedOut(err):
+			return fail(fmt.Errorf("not done after %v", limit))
+		case err != nil:
+			return fail(err)
+		case state == proto.StateResident:
+			resident++
+		case isFailed(state):
+			return fail(fmt.Errorf("%s: %s", rel, state))
+		case tries[rel] >= stageTries:
+			return fail(fmt.Errorf("%s: still %s after %d prefetches", rel, state, tries[rel]))
+		default:
+			todo = append(todo, rel)
 		}
-		return len(pending) == 0, nil
-	})
-	if err != nil {
-		return fmt.Errorf("stage %d files on %s (%d not resident): %w", len(rels), m.mnt, len(pending), err)
 	}
 	return nil
 }

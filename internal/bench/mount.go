@@ -83,16 +83,18 @@ type mountFS struct {
 	name        string   // table row
 	argv        []string // the daemon's command line; nil for native
 	gdsfs       bool     // answers MOUNT/.gdsfs/*
+	socket      string   // gdsfs: its lease socket
 	passthrough bool     // gdsfs: asked for fuse.passthrough=on
 	unavailable string   // why it cannot be measured at all
 }
 
 func (b *mountBench) filesystems() []mountFS {
 	gdsfsFS := func(key, name, pt string) mountFS {
+		socket := filepath.Join(b.dir, key+".sock")
 		return mountFS{
-			key: key, name: name, gdsfs: true, passthrough: pt == "on",
+			key: key, name: name, gdsfs: true, passthrough: pt == "on", socket: socket,
 			argv: []string{b.self, "mount", "--set", "fuse.passthrough=" + pt,
-				"--set", "ipc.socket=" + filepath.Join(b.dir, key+".sock"), b.source, b.mountpoint(key)},
+				"--set", "ipc.socket=" + socket, b.source, b.mountpoint(key)},
 		}
 	}
 	lb := mountFS{key: "loopback", name: "go-fuse loopback",
@@ -154,7 +156,7 @@ func (b *mountBench) mount(ctx context.Context, fsys mountFS) (*subject, error) 
 	if err := os.MkdirAll(s.root, 0o755); err != nil {
 		return nil, fmt.Errorf("%s: mountpoint: %w", fsys.name, err)
 	}
-	d, err := startDaemon(ctx, fsys.name, s.root, filepath.Join(b.dir, fsys.key+".log"), fsys.argv, fsys.ready(s.root))
+	d, err := startDaemon(ctx, fsys.name, s.root, filepath.Join(b.dir, fsys.key+".log"), fsys.argv, fsys.readiness())
 	var un *unavailableError
 	switch {
 	case errors.As(err, &un):

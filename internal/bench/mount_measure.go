@@ -9,10 +9,11 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gdsfs/gdsfs/proto"
 )
 
 // mountBench is one run of `gdsfs bench mount`: its directory and files.
@@ -149,28 +150,43 @@ func (b *mountBench) warmUpAll(ctx context.Context) error {
 	return nil
 }
 
-// waitStaged waits until gdsfs's staging cache lists the big file
-// resident (or failed). One that never gets there is a note, not an error.
+// waitStaged waits on the lease socket until gdsfs's staging cache has
+// the big file resident (or failed). One that never gets there is a
+// note, not an error.
 func (b *mountBench) waitStaged(ctx context.Context, s *subject) error {
 	// Staging reads at disk or page-cache speed; allow for a slow disk.
 	limit := max(time.Minute, time.Duration(b.opts.Size/(50<<20))*time.Second)
-	var state string
-	err := poll(ctx, limit, 50*time.Millisecond, nil, func() (bool, error) {
-		var err error
-		state, err = cacheState(s.root, bigName)
-		return state == "resident" || strings.HasPrefix(state, "failed"), err
-	})
+	state, err := stagedState(ctx, s, limit)
 	switch {
 	case ctx.Err() != nil:
 		return ctx.Err()
-	case err != nil && state == "":
+	case err != nil && (state == "" || state == proto.StateAbsent):
 		s.row.Notes = append(s.row.Notes, fmt.Sprintf("staging: %s never listed in .gdsfs/cache (%v)", bigName, err))
 	case err != nil:
 		s.row.Notes = append(s.row.Notes, fmt.Sprintf("staging: %s still %s (%v)", bigName, state, err))
-	case state != "resident":
+	case state != proto.StateResident:
 		s.row.Notes = append(s.row.Notes, "staging: "+state)
 	}
 	return nil
+}
+
+// stagedState waits up to limit for the big file to be resident or
+// failed; past limit it is the state then, with an error.
+func stagedState(ctx context.Context, s *subject, limit time.Duration) (string, error) {
+	w, err := dialWaiter(s.fs.socket, s.d.exited)
+	if err != nil {
+		return "", err
+	}
+	defer w.close()
+	state, err := w.state(ctx, bigName, []string{proto.StateResident, proto.StateFailed}, time.Now().Add(limit))
+	if !timedOut(err) {
+		return state, err
+	}
+	state, err = w.stat(ctx, bigName)
+	if err != nil {
+		return "", err
+	}
+	return state, fmt.Errorf("not done after %v", limit)
 }
 
 // measureReads reads the big file natively once (so SOURCE's page cache

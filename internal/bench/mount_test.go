@@ -12,8 +12,7 @@ import (
 func startFake(t *testing.T, ctx context.Context, script string) (*daemon, error) {
 	t.Helper()
 	dir := t.TempDir()
-	never := func() bool { return false }
-	return startDaemon(ctx, "fake", dir, filepath.Join(dir, "log"), []string{"/bin/sh", "-c", script}, never)
+	return startDaemon(ctx, "fake", dir, filepath.Join(dir, "log"), []string{"/bin/sh", "-c", script}, readiness{notify: true})
 }
 
 func TestMbStartDaemonExits(t *testing.T) {

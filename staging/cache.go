@@ -13,6 +13,7 @@ import (
 
 	"github.com/gdsfs/gdsfs/gpu"
 	"github.com/gdsfs/gdsfs/internal/access"
+	"github.com/gdsfs/gdsfs/internal/readahead"
 	"github.com/gdsfs/gdsfs/internal/units"
 )
 
@@ -27,6 +28,9 @@ type Config struct {
 	// NoFile is the descriptor limit the budget is taken from (fdbudget.go);
 	// 0: this process's soft RLIMIT_NOFILE.
 	NoFile uint64
+	// manualReadAhead leaves the read-ahead runner unstarted: tests carry
+	// out its plans themselves (c.readAhead(c.ra.Drain())).
+	manualReadAhead bool
 }
 
 // Cache stages files of SOURCE onto devices.
@@ -38,8 +42,8 @@ type Config struct {
 // entry leaves: evicted, invalidated, freed). Leases (lease.go) pin
 // resident entries in between.
 //
-// Lock order: Cache.mu, then events.mu. No I/O or device call is made with
-// mu held.
+// Lock order: Cache.mu, then events.mu or the read-ahead runner's locks
+// (leaves). No I/O or device call is made with mu held.
 type Cache struct {
 	opts    Options
 	io      IOOptions
@@ -56,6 +60,7 @@ type Cache struct {
 	events    *events
 	watch     *watcher
 	hooks     hooks
+	ra        *readahead.Runner // read-ahead and the access trace (readahead.go)
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -77,11 +82,13 @@ type Cache struct {
 // hooks let tests see points that are not state changes. Nil in
 // production; set before the cache is used.
 type hooks struct {
-	joined       func(rel string) // a request joined a load in flight
-	prefetchDone func(rel string) // a prefetch worker finished with rel
-	racyWait     func(rel string) // a load starts waiting out the racy window
-	directOpen   func(rel string) // a load is about to open rel again with O_DIRECT
-	waiting      func(rel string) // a request (again) sleeps, waiting for room
+	joined       func(rel string)                    // a request joined a load in flight
+	prefetchDone func(rel string)                    // a prefetch worker finished with rel
+	racyWait     func(rel string)                    // a load starts waiting out the racy window
+	directOpen   func(rel string)                    // a load is about to open rel again with O_DIRECT
+	waiting      func(rel string)                    // a request (again) sleeps, waiting for room
+	queued       func(rel string, low bool)          // a load's tasks were queued for the workers
+	declined     func(rel string, why readahead.Why) // the cache declined a read-ahead request
 }
 
 // New opens the cache and starts its workers; they stop when ctx is done
@@ -108,6 +115,10 @@ func New(ctx context.Context, cfg Config) (*Cache, error) {
 			return nil, fmt.Errorf("staging: %w", err)
 		}
 	}
+	replay, err := readTrace(cfg)
+	if err != nil {
+		return nil, err
+	}
 	root, ownRoot := cfg.Root, false
 	if root == nil {
 		if root, err = access.OpenRoot(cfg.Source); err != nil {
@@ -123,6 +134,7 @@ func New(ctx context.Context, cfg Config) (*Cache, error) {
 		entries: map[string]*entry{}, queued: map[string]bool{}, byFID: map[fid]map[*entry]struct{}{},
 		waiters: list.New(), readers: map[string]*readers{},
 	}
+	c.ra = newRunner(cfg, root, c.log)
 	c.log.Info("io", zap.Int("num_threads", int(c.io.NumThreads)), zap.Stringer("bounce_size", units.Size(c.io.BounceSize)),
 		zap.Bool("threads_auto", cfg.IO.NumThreads.Auto()), zap.Bool("bounce_auto", cfg.IO.BounceSize.Auto()))
 	c.fdBudget, c.fdReserve = fdBudget(cfg.NoFile)
@@ -144,6 +156,7 @@ func New(ctx context.Context, cfg Config) (*Cache, error) {
 		c.wg.Add(1)
 		go c.prefetchWorker()
 	}
+	c.startReadAhead(cfg, replay)
 	return c, nil
 }
 

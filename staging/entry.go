@@ -60,6 +60,7 @@ type entry struct {
 	slot   *slot
 	gen    uint64
 	done   chan struct{} // closed when the load finished (resident or failed)
+	ra     *raLoad       // started by read-ahead (readahead.go); nil: by a demand
 
 	// guarded by Cache.mu
 	state    string
@@ -75,6 +76,13 @@ type entry struct {
 	elem     *list.Element // in slot.lru while resident and attached
 	loadDur  time.Duration
 	changed  bool // loading: a change event came; the load must not publish
+	// lastUse is the read-ahead clock's tick of the latest open, lease or
+	// staging that used e; for a read-ahead entry nobody used yet, its
+	// item's Heat (readahead.MayEvict).
+	lastUse uint64
+	// readahead: started by read-ahead and nobody used it yet. Cleared by
+	// the first demand use (usedLocked), which promotes a load in flight.
+	readahead bool
 }
 
 // opened is a file a request opened, with what staging needs of it.

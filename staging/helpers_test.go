@@ -28,6 +28,7 @@ type fakeDevice struct {
 	allocs   atomic.Int32
 	alloc    func(size int64) (gpu.Region, error) // nil: the host's
 	copyHook func() error                         // called on every CopyAsync; its error fails the copy
+	copyTo   func(dst gpu.Region, off int64)      // called on every CopyAsync with where it copies to
 	waitHook func(i int) error                    // called on every Wait; its error is the copy's
 	cufile   gpu.CuFile                           // nil: no cuFile
 	copy     func(dst, src gpu.Region) error      // nil: the host's Copy
@@ -108,6 +109,9 @@ func (w *fakeWorker) Wait(i int) error {
 }
 
 func (w *fakeWorker) CopyAsync(dst gpu.Region, off int64, i, n int) error {
+	if w.d.copyTo != nil {
+		w.d.copyTo(dst, off)
+	}
 	if w.d.copyHook != nil {
 		if err := w.d.copyHook(); err != nil {
 			return err

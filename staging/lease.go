@@ -38,7 +38,11 @@ type Request struct {
 }
 
 // Acquire stages req.Rel if needed (waiting, bounded by ctx) and leases it.
+// Every acquire (a repeat lease on a cached connection too) is an access
+// read-ahead learns from, told before waiting: the next files start
+// loading while the asker waits for this one.
 func (c *Cache) Acquire(ctx context.Context, req Request) (*Lease, error) {
+	at := c.ra.Leased(req.Rel)
 	var want *unix.Stat_t
 	if req.File != nil {
 		want = new(unix.Stat_t)
@@ -47,7 +51,7 @@ func (c *Cache) Acquire(ctx context.Context, req Request) (*Lease, error) {
 		}
 	}
 	for {
-		e, err := c.ensure(ctx, req.Rel, true)
+		e, err := c.ensure(ctx, req.Rel, true, at)
 		if err != nil {
 			return nil, err
 		}

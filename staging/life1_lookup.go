@@ -20,10 +20,11 @@ import (
 
 // Opened is the FUSE open trigger: with staging.prefetch=open it stages
 // rel once its readers are done (readers.go), or at once without
-// staging.defer_while_read; otherwise it only drops a stale entry. It
-// never blocks.
+// staging.defer_while_read; otherwise it only drops a stale entry. Either
+// way the open feeds read-ahead (readahead.go). It never blocks.
 func (c *Cache) Opened(rel string) {
 	c.watch.drain()
+	c.used(rel, c.ra.Opened(rel))
 	switch {
 	case c.opts.Prefetch == PrefetchOpen && c.opts.DeferWhileRead:
 		c.openedDeferred(rel)
@@ -46,8 +47,9 @@ func (c *Cache) Stage(ctx context.Context, rel string) (Info, error) {
 }
 
 // stage is Stage; wait says whether to wait for room (room.go).
+// A staging is a use of the file, not an access read-ahead learns from.
 func (c *Cache) stage(ctx context.Context, rel string, wait bool) (Info, error) {
-	e, err := c.ensure(ctx, rel, wait)
+	e, err := c.ensure(ctx, rel, wait, c.ra.Tick())
 	if err != nil {
 		return Info{}, err
 	}
@@ -61,7 +63,8 @@ func (c *Cache) stage(ctx context.Context, rel string, wait bool) (Info, error) 
 
 // Attr answers the user.gdsfs.state and user.gdsfs.path xattrs, after
 // checking that the staged bytes still match the file. A file waiting in
-// the prefetch queue is loading.
+// the prefetch queue, or that a replayed trace has yet to stage, is
+// loading.
 func (c *Cache) Attr(rel string) (state, path string) {
 	c.watch.drain()
 	c.checkIdentity(rel)
@@ -69,7 +72,7 @@ func (c *Cache) Attr(rel string) (state, path string) {
 	defer c.mu.Unlock()
 	e := c.entries[rel]
 	switch {
-	case e == nil && c.queued[rel]:
+	case e == nil && (c.queued[rel] || c.ra.Wanted(rel)):
 		return StateLoading, "" // queued: it will load
 	case e == nil:
 		return StateAbsent, ""
@@ -98,12 +101,13 @@ func (c *Cache) Eligible(rel string) error {
 // ensure returns rel's resident entry, pinned (the caller unpins it or
 // turns the pin into a lease), loading it if needed. Concurrent
 // callers for one file share one load (single flight); each waits bounded
-// by its own ctx, while the load itself belongs to the cache. Change
+// by its own ctx, while the load itself belongs to the cache; at is the
+// read-ahead clock's tick of the request (the entry's last use). Change
 // events queued before the call are handled first, so a write that
 // completed before it is never answered with the old bytes. A load that
 // saw its file change is retried, maxAttempts in all, then EAGAIN. With
 // wait, a request that finds no room waits for it (room.go).
-func (c *Cache) ensure(ctx context.Context, rel string, wait bool) (*entry, error) {
+func (c *Cache) ensure(ctx context.Context, rel string, wait bool, at uint64) (*entry, error) {
 	var w *waiter // in line for room
 	defer func() {
 		if w != nil {
@@ -120,7 +124,7 @@ func (c *Cache) ensure(ctx context.Context, rel string, wait bool) (*entry, erro
 			return nil, err
 		}
 		size := o.id.size
-		e, err := c.lookupOrStart(rel, o, wait, &w)
+		e, err := c.lookupOrStart(rel, o, wait, &w, at)
 		if errors.Is(err, errWaitRoom) {
 			if err := c.awaitRoom(ctx, w, rel, size); err != nil {
 				return nil, err
@@ -193,8 +197,9 @@ func (c *Cache) openEligible(rel string) (*opened, error) {
 // lookupOrStart returns the entry for o: an existing resident or loading
 // one, or a new one whose load it starts with o.f. It takes o.f: it is
 // closed unless a load uses it. When there is no room it answers
-// errWaitRoom with the request in line as *w (wait), or ENOSPC.
-func (c *Cache) lookupOrStart(rel string, o *opened, wait bool, w **waiter) (*entry, error) {
+// errWaitRoom with the request in line as *w (wait), or ENOSPC. The entry
+// is used at tick at: a read-ahead load it joins is promoted.
+func (c *Cache) lookupOrStart(rel string, o *opened, wait bool, w **waiter, at uint64) (*entry, error) {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -203,6 +208,7 @@ func (c *Cache) lookupOrStart(rel string, o *opened, wait bool, w **waiter) (*en
 	}
 	e, stale := c.existingLocked(rel, o, *w)
 	if e != nil {
+		c.usedLocked(e, at)
 		joined := e.state == StateLoading
 		c.mu.Unlock()
 		o.f.Close()
@@ -214,7 +220,7 @@ func (c *Cache) lookupOrStart(rel string, o *opened, wait bool, w **waiter) (*en
 	var victims []gpu.Region
 	var err error
 	if c.mayReserveLocked(*w) {
-		e, victims, err = c.startLocked(rel, o)
+		e, victims, err = c.startLocked(rel, o, at)
 	} else {
 		err = errNoSpace(rel, o.id.size) // others wait for room first
 	}

@@ -20,9 +20,10 @@ import (
 )
 
 // startLocked creates a loading entry on the slot with the most room,
-// evicting as needed. It returns the evicted regions for the caller to free
+// evicting as needed; at is the read-ahead clock's tick of the request
+// (its last use). It returns the evicted regions for the caller to free
 // after unlocking. Cache.mu must be held.
-func (c *Cache) startLocked(rel string, o *opened) (*entry, []gpu.Region, error) {
+func (c *Cache) startLocked(rel string, o *opened, at uint64) (*entry, []gpu.Region, error) {
 	id := o.id
 	best, room := c.slots[0], int64(-1)
 	for _, s := range c.slots {
@@ -49,7 +50,7 @@ func (c *Cache) startLocked(rel string, o *opened) (*entry, []gpu.Region, error)
 	c.gen++
 	e := &entry{
 		rel: rel, id: id, fid: o.fid, events: o.events, slot: best, gen: c.gen,
-		done: make(chan struct{}), state: StateLoading, reserved: need, fds: fds,
+		done: make(chan struct{}), state: StateLoading, reserved: need, fds: fds, lastUse: at,
 	}
 	c.entries[rel] = e
 	c.indexLocked(e)
@@ -86,7 +87,7 @@ func (c *Cache) load(e *entry, f *os.File) {
 
 // alloc allocates e's region. When the device is out of memory (other
 // processes use it too), it evicts unleased entries of e's slot one by one
-// and tries again.
+// and tries again; a read-ahead load evicts nothing for it and fails.
 func (c *Cache) alloc(e *entry) (gpu.Region, error) {
 	for {
 		r, err := e.slot.dev.Alloc(e.id.size)
@@ -94,6 +95,10 @@ func (c *Cache) alloc(e *entry) (gpu.Region, error) {
 			return r, err
 		}
 		c.mu.Lock()
+		if e.readahead {
+			c.mu.Unlock()
+			return nil, err
+		}
 		var victim *entry
 		for el := e.slot.lru.Back(); el != nil && victim == nil; el = el.Prev() {
 			if v := el.Value.(*entry); !v.heldLocked() {
@@ -139,7 +144,7 @@ func (c *Cache) fill(e *entry, f *os.File, region gpu.Region) (path, note string
 		}
 		note = cfNote
 	}
-	j := &job{region: region, size: e.id.size, f: f}
+	j := &job{rel: e.rel, region: region, size: e.id.size, f: f, ra: e.ra}
 	if c.wantDirect(f, e.id.size) {
 		df, derr := c.openDirect(e)
 		switch {
@@ -189,7 +194,7 @@ func (c *Cache) fillCuFile(e *entry, f *os.File, region gpu.Region, cf gpu.CuFil
 	h, rerr := cf.Register(int(reg.Fd()))
 	if rerr == nil {
 		defer h.Close()
-		return true, note, e.slot.loader.run(&job{region: region, size: e.id.size, cf: h})
+		return true, note, e.slot.loader.run(&job{rel: e.rel, region: region, size: e.id.size, cf: h, ra: e.ra})
 	}
 	if c.io.CompatMode == CompatOff {
 		return true, "", fmt.Errorf("io.compat_mode is off: %w", rerr)

@@ -16,7 +16,8 @@ import (
 
 // publish records the end of e's load and wakes its waiters. Subscribers
 // hear resident or failed, unless the entry was dropped while it loaded
-// (they heard absent then).
+// (they heard absent then). A read-ahead load nobody joined ends in
+// publishReadAheadLocked (readahead.go).
 func (c *Cache) publish(e *entry, region gpu.Region, path, note string, err error, dur time.Duration) {
 	var free gpu.Region
 	c.mu.Lock()
@@ -24,7 +25,10 @@ func (c *Cache) publish(e *entry, region gpu.Region, path, note string, err erro
 		err = fmt.Errorf("a change event came: %w", errFileChanged)
 	}
 	e.path, e.loadDur = path, dur
+	ahead := e.readahead
 	switch {
+	case ahead:
+		free = c.publishReadAheadLocked(e, region, note, err)
 	case err != nil:
 		e.state, e.reason, e.err = StateFailed, err.Error(), fmt.Errorf("stage %s: %w", e.rel, err)
 		free = region
@@ -39,19 +43,31 @@ func (c *Cache) publish(e *entry, region gpu.Region, path, note string, err erro
 		free = region
 		c.releaseLocked(e)
 	default:
-		e.state, e.reason, e.region = StateResident, note, region
-		e.elem = e.slot.lru.PushFront(e)
-		c.stats.addBytes(path, e.id.size)
-		c.emitLocked(e.eventLocked(StateResident, note))
+		c.residentLocked(e, region, note)
 	}
 	close(e.done)
 	c.wakeLocked() // resident: evictable once unleased
 	c.mu.Unlock()
-	c.freeRegion(free)
-	if err != nil {
-		c.log.Warn("load failed", zap.String("path", e.rel), zap.Error(err))
-	} else {
-		c.log.Debug("staged", zap.String("path", e.rel), zap.String("load_path", path),
-			zap.Int64("bytes", e.id.size), zap.Duration("took", dur))
+	if e.ra != nil {
+		e.ra.cancel() // the load is over: release its context
 	}
+	c.freeRegion(free)
+	switch {
+	case err != nil && ahead:
+		c.log.Debug("read-ahead load ended", zap.String("path", e.rel), zap.Error(err))
+	case err != nil:
+		c.log.Warn("load failed", zap.String("path", e.rel), zap.Error(err))
+	default:
+		c.log.Debug("staged", zap.String("path", e.rel), zap.String("load_path", path),
+			zap.Int64("bytes", e.id.size), zap.Duration("took", dur), zap.Bool("read_ahead", ahead))
+	}
+}
+
+// residentLocked makes e resident with region: it joins its slot's LRU.
+// Cache.mu must be held.
+func (c *Cache) residentLocked(e *entry, region gpu.Region, note string) {
+	e.state, e.reason, e.region = StateResident, note, region
+	e.elem = e.slot.lru.PushFront(e)
+	c.stats.addBytes(e.path, e.id.size)
+	c.emitLocked(e.eventLocked(StateResident, note))
 }

@@ -17,6 +17,7 @@ import (
 // write, truncation, attribute change, unlink or rename): its entry is
 // dropped so no later lease sees the old bytes. It never blocks on a load.
 func (c *Cache) Changed(rel string) {
+	c.ra.Changed(rel) // its directory is listed again when next needed
 	c.mu.Lock()
 	var r gpu.Region
 	if e := c.entries[rel]; e != nil {
@@ -35,6 +36,7 @@ func (c *Cache) changedFID(id fid) {
 	var free []gpu.Region
 	for e := range c.byFID[id] {
 		c.stats.changeEvents.Add(1)
+		c.ra.Changed(e.rel)
 		free = append(free, c.invalidateLocked(e, "modified (change event)"))
 	}
 	c.mu.Unlock()
@@ -125,6 +127,7 @@ func (c *Cache) dropLocked(e *entry, reason string) gpu.Region {
 	if c.entries[e.rel] == e {
 		delete(c.entries, e.rel)
 		c.emitLocked(e.eventLocked(StateAbsent, reason))
+		c.leftLocked(e)
 	}
 	e.detached = true
 	c.unindexLocked(e)
@@ -182,6 +185,7 @@ func (c *Cache) detachVictimsLocked(victims []*entry) []gpu.Region {
 		if c.entries[v.rel] == v {
 			delete(c.entries, v.rel)
 			c.emitLocked(v.eventLocked(StateAbsent, "evicted"))
+			c.leftLocked(v)
 		}
 		v.detached, v.reserved, v.fds, v.state = true, 0, 0, StateAbsent
 		c.unindexLocked(v)

@@ -1,9 +1,11 @@
 package staging
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -15,17 +17,22 @@ import (
 
 // job is one file's load: its tasks run on the slot's workers.
 type job struct {
+	rel    string // for hooks and logs
 	region gpu.Region
 	size   int64
 	f      *os.File         // POSIX path
 	direct bool             // f has O_DIRECT
 	cf     gpu.CuFileHandle // cuFile path when not nil
-	wg     sync.WaitGroup   // one per task
+	ra     *raLoad          // a read-ahead load's priority and cancellation; nil: demand
+	next   int64            // offset of the next task to hand out; guarded by loader.mu
+	left   atomic.Int64     // tasks not finished
+	done   chan struct{}    // closed when every task finished
 	failed atomic.Bool      // a task failed: skip the rest
 	errMu  sync.Mutex       // guards err
 	err    error            // the first task error
 }
 
+// finish ends one task of j; the last closes j.done.
 func (j *job) finish(err error) {
 	if err != nil {
 		j.errMu.Lock()
@@ -35,7 +42,22 @@ func (j *job) finish(err error) {
 		j.errMu.Unlock()
 		j.failed.Store(true)
 	}
-	j.wg.Done()
+	if j.left.Add(-1) == 0 {
+		close(j.done)
+	}
+}
+
+// low reports whether j's tasks yield to demand tasks: a read-ahead load
+// nobody has joined.
+func (j *job) low() bool { return j.ra != nil && j.ra.low.Load() }
+
+// ctx is what ends j early: the cache closing, or a read-ahead load's
+// cancellation.
+func (j *job) ctx(c *Cache) context.Context {
+	if j.ra != nil {
+		return j.ra.ctx
+	}
+	return c.ctx
 }
 
 type task struct {
@@ -47,14 +69,20 @@ type task struct {
 
 // loader runs tasks on io.num_threads workers, each owning a gpu.Worker
 // (a stream and two bounce buffers of io.bounce_size) made when it starts.
+// Jobs take turns, one task each; a job at demand priority always goes
+// before a read-ahead job (job.low), so a read-ahead load only uses
+// workers demand leaves idle.
 type loader struct {
-	c     *Cache
-	slot  *slot
-	tasks chan *task // unbuffered: a sent task is always finished by a worker
+	c    *Cache
+	slot *slot
+	wake chan struct{} // capacity 1: tasks are waiting
+
+	mu   sync.Mutex
+	jobs []*job // jobs with tasks not handed out yet, in turn order
 }
 
 func newLoader(c *Cache, s *slot) *loader {
-	l := &loader{c: c, slot: s, tasks: make(chan *task)}
+	l := &loader{c: c, slot: s, wake: make(chan struct{}, 1)}
 	for range int(c.io.NumThreads) {
 		c.wg.Add(1)
 		go l.work()
@@ -62,20 +90,82 @@ func newLoader(c *Cache, s *slot) *loader {
 	return l
 }
 
-// run splits j into tasks and waits for all of them.
+// run splits j into tasks, queues them and waits for all of them. When j's
+// context ends first (the cache closes, a read-ahead load is cancelled),
+// the tasks not handed out yet fail with its error.
 func (l *loader) run(j *job) error {
 	ts := int64(l.c.io.TaskSize)
-	for off := int64(0); off < j.size; off += ts {
-		j.wg.Add(1)
-		select {
-		case l.tasks <- &task{j: j, off: off, n: int(min(ts, j.size-off))}:
-		case <-l.c.ctx.Done():
-			j.finish(fmt.Errorf("cache closing: %w", l.c.ctx.Err()))
-			off = j.size
-		}
+	n := (j.size + ts - 1) / ts
+	if n == 0 {
+		return nil
 	}
-	j.wg.Wait()
+	j.done = make(chan struct{})
+	j.left.Store(n)
+	l.mu.Lock()
+	l.jobs = append(l.jobs, j)
+	l.mu.Unlock()
+	l.signal()
+	if l.c.hooks.queued != nil {
+		l.c.hooks.queued(j.rel, j.low())
+	}
+	ctx := j.ctx(l.c)
+	select {
+	case <-j.done:
+	case <-ctx.Done():
+		l.withdraw(j, ctx.Err())
+		<-j.done
+	}
 	return j.err
+}
+
+// withdraw fails j's tasks not handed out yet with err.
+func (l *loader) withdraw(j *job, err error) {
+	what := "cache closing"
+	if j.ra != nil {
+		what = "read-ahead cancelled"
+	}
+	l.mu.Lock()
+	left := int64(0)
+	if i := slices.Index(l.jobs, j); i >= 0 {
+		l.jobs = slices.Delete(l.jobs, i, i+1)
+		ts := int64(l.c.io.TaskSize)
+		left = (j.size - j.next + ts - 1) / ts
+		j.next = j.size
+	}
+	l.mu.Unlock()
+	for range left {
+		j.finish(fmt.Errorf("%s: %w", what, err))
+	}
+}
+
+// take hands out the next task: of the first job in turn at demand
+// priority, else of the first read-ahead job. That job goes to the back
+// of the turn. nil: no task is waiting.
+func (l *loader) take() *task {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.jobs) == 0 {
+		return nil
+	}
+	i := max(0, slices.IndexFunc(l.jobs, func(j *job) bool { return !j.low() }))
+	j := l.jobs[i]
+	t := &task{j: j, off: j.next, n: int(min(int64(l.c.io.TaskSize), j.size-j.next))}
+	j.next += int64(t.n)
+	l.jobs = slices.Delete(l.jobs, i, i+1)
+	if j.next < j.size {
+		l.jobs = append(l.jobs, j)
+	}
+	if len(l.jobs) > 0 {
+		l.signal() // another idle worker may take the next
+	}
+	return t
+}
+
+func (l *loader) signal() {
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
 }
 
 // piece is one bounce buffer's worth of a task, in flight to the device.
@@ -132,15 +222,14 @@ func (l *loader) work() {
 		}
 	}()
 	for {
-		var t *task
-		select {
-		case t = <-l.tasks:
-		default:
+		t := l.take()
+		if t == nil {
 			if wk.w != nil {
 				wk.flush() // idle: complete copies before blocking
 			}
 			select {
-			case t = <-l.tasks:
+			case <-l.wake:
+				continue
 			case <-l.c.ctx.Done():
 				return
 			}
@@ -148,6 +237,8 @@ func (l *loader) work() {
 		switch {
 		case t.j.failed.Load():
 			t.j.finish(nil)
+		case t.j.ra != nil && t.j.ra.ctx.Err() != nil:
+			t.j.finish(fmt.Errorf("read-ahead cancelled: %w", t.j.ra.ctx.Err()))
 		case t.j.cf != nil:
 			t.j.finish(t.readCuFile())
 		case wk.err != nil:

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/gdsfs/gdsfs/internal/readahead"
 	"github.com/gdsfs/gdsfs/internal/units"
 )
 
@@ -61,6 +62,20 @@ type Options struct {
 	// WarmChunks: chunks of ChunkSize a GPU keeps allocated ahead of need
 	// (gpu.Options.WarmChunks).
 	WarmChunks int `yaml:"warm_chunks"`
+	// Read-ahead across files and access traces (readahead.go): the files
+	// and bytes planned ahead of readers at once (0 files: off), the
+	// accesses recorded in .gdsfs/trace (0: none), and a trace staged in
+	// its order at start ("": none).
+	ReadAheadFiles int        `yaml:"readahead_files"`
+	ReadAheadBytes units.Size `yaml:"readahead_bytes"`
+	TraceEntries   int        `yaml:"trace_entries"`
+	Replay         string     `yaml:"replay"`
+}
+
+// ReadAhead is the read-ahead keys as readahead.Options.
+func (o *Options) ReadAhead() readahead.Options {
+	return readahead.Options{Files: o.ReadAheadFiles, Bytes: o.ReadAheadBytes,
+		TraceEntries: o.TraceEntries, Replay: o.Replay}
 }
 
 // IOOptions is the io section of config.yaml: how a file is loaded.
@@ -124,7 +139,7 @@ func (o *Options) Validate() error {
 	if o.RacyWindow < 0 || o.RacyWindow > time.Minute {
 		return fmt.Errorf("staging.racy_window: %s is outside 0..1m", o.RacyWindow)
 	}
-	return nil
+	return o.ReadAhead().Validate()
 }
 
 // Validate checks the io options, naming the key at fault.

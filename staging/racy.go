@@ -43,10 +43,14 @@ func (c *Cache) waitRacy(e *entry) error {
 	}
 	t := time.NewTimer(safe.Sub(now))
 	defer t.Stop()
+	ctx, what := c.ctx, "cache closing"
+	if e.ra != nil {
+		ctx, what = e.ra.ctx, "read-ahead cancelled"
+	}
 	select {
 	case <-t.C:
 		return nil
-	case <-c.ctx.Done():
-		return fmt.Errorf("cache closing: %w", c.ctx.Err())
+	case <-ctx.Done():
+		return fmt.Errorf("%s: %w", what, ctx.Err())
 	}
 }

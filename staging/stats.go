@@ -3,6 +3,8 @@ package staging
 import (
 	"sync"
 	"sync/atomic"
+
+	"github.com/gdsfs/gdsfs/internal/readahead"
 )
 
 // counters are the cache's cumulative counts.
@@ -83,6 +85,9 @@ type Stats struct {
 	DescriptorsUsed   int `json:"descriptors_used"`
 	DescriptorBudget  int `json:"descriptor_budget"`
 	DescriptorReserve int `json:"descriptor_reserve"`
+	// The read-ahead counters (readahead_*, replay_*), at the top level of
+	// stats.json.
+	readahead.Stats
 }
 
 // Stats returns the current counters.
@@ -100,6 +105,7 @@ func (c *Cache) Stats() Stats {
 		RoomWaits: s.roomWaits.Load(), DeferredOpens: s.deferredOpens.Load(), IOThreads: int(c.io.NumThreads), IOBounceBytes: int64(c.io.BounceSize),
 		DescriptorBudget: c.fdBudget, DescriptorReserve: c.fdReserve,
 	}
+	out.Stats = c.ra.Stats()
 	s.errMu.Lock()
 	out.CuFileLastError = s.lastCuFileErr
 	s.errMu.Unlock()

@@ -135,6 +135,13 @@ func (c *fakeCache) check() {
 	if fb != r.replay.bytes {
 		c.t.Fatalf("replay flight holds %d bytes, counted %d", fb, r.replay.bytes)
 	}
+	r.replay.wantMu.Lock()
+	for rel := range r.replay.wanted {
+		if !r.replay.pending[rel] && r.replay.flight[rel] == nil {
+			c.t.Fatalf("%s: Wanted, but neither pending nor in the replay's flight", rel)
+		}
+	}
+	r.replay.wantMu.Unlock()
 	if n > files || sum+fb > bytes {
 		c.t.Fatalf("window holds %d files, %d bytes: over the bound of %d files, %d bytes", n, sum+fb, files, bytes)
 	}

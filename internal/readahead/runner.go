@@ -101,9 +101,14 @@ func (r *Runner) Evicted(rel string) { r.push(event{kind: evEvicted, ev: Event{R
 func (r *Runner) Changed(rel string) { r.push(event{kind: evChanged, ev: Event{Rel: rel}}) }
 
 // Replay stages rels in order through the window (ReadAhead.Replay).
+// They are Wanted from now on, until staged, declined or accessed.
 func (r *Runner) Replay(rels []string) {
+	r.ra.replay.want(rels)
 	r.push(event{kind: evReplay, ev: Event{At: r.Tick()}, rels: rels})
 }
+
+// Wanted is ReadAhead.Wanted.
+func (r *Runner) Wanted(rel string) bool { return r.ra.Wanted(rel) }
 
 // push queues a cache event; these are never dropped (each answers a
 // request of a Plan, so there are no more of them than requests).

@@ -5,59 +5,6 @@ import (
 	"sort"
 )
 
-// replay is a trace being staged in its order, paced by the window: at
-// most the window's files and bytes are in flight (asked for and not yet
-// loaded) at once; loaded files leave the flight, so the whole trace is
-// staged, as far as room allows, without flooding the device.
-type replay struct {
-	queue   []string        // rels not yet asked for, in order
-	pending map[string]bool // rels in queue nobody accessed since
-	heat    uint64
-	flight  map[string]*item // asked for, not yet loaded or declined
-	bytes   int64            // sizes in flight, added up
-}
-
-func (p *replay) active() bool { return len(p.pending) > 0 || len(p.flight) > 0 }
-
-// accessed takes rel off the queue: its reader got there first.
-func (p *replay) accessed(rel string) { delete(p.pending, rel) }
-
-// stop drops what was not asked for yet (no room is left for it).
-func (p *replay) stop() { p.queue, p.pending = nil, nil }
-
-// unflight takes it out of the replay's flight, if it is in it.
-func (r *ReadAhead) unflight(it *item) {
-	if !it.replay {
-		return
-	}
-	it.replay = false
-	delete(r.replay.flight, it.Rel)
-	r.replay.bytes -= it.Size
-}
-
-// Replay stages rels in their order through the window, and learns the
-// order (Learn). at is the replay's tick: every item it plans has that
-// Heat. Rels already queued are not queued again.
-func (r *ReadAhead) Replay(rels []string, at uint64) Plan {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.learnLocked(rels)
-	if r.replay.pending == nil {
-		r.replay.pending = map[string]bool{}
-	}
-	if r.replay.flight == nil {
-		r.replay.flight = map[string]*item{}
-	}
-	for _, rel := range rels {
-		if !r.replay.pending[rel] {
-			r.replay.pending[rel] = true
-			r.replay.queue = append(r.replay.queue, rel)
-		}
-	}
-	r.replay.heat = at
-	return r.replan(at)
-}
-
 // budget is the window's bound: read-ahead off still paces a replay one
 // file at a time.
 func (r *ReadAhead) budget() (files int, bytes int64) {
@@ -189,40 +136,6 @@ func (r *ReadAhead) shrink(d *dirState, keep map[string]bool, p *Plan) {
 		delete(r.items, it.Rel)
 	}
 	d.window = nil
-}
-
-// pace asks for the replay's next files while its flight stays within
-// files and bytes.
-func (r *ReadAhead) pace(files int, bytes int64, p *Plan) {
-	q := &r.replay
-	_, limit := r.budget()
-	for len(q.queue) > 0 && len(q.flight) < files {
-		rel := q.queue[0]
-		if !q.pending[rel] || r.items[rel] != nil {
-			q.queue = q.queue[1:]
-			delete(q.pending, rel)
-			continue
-		}
-		dir, name := split(rel)
-		size, listed := r.listed(r.dir(dir), name).size(name)
-		if !listed || size > limit {
-			q.queue = q.queue[1:]
-			delete(q.pending, rel)
-			r.stats.replaySkipped.Add(1)
-			continue
-		}
-		if q.bytes+size > bytes {
-			break
-		}
-		q.queue = q.queue[1:]
-		delete(q.pending, rel)
-		it := &item{Item: Item{Rel: rel, Size: size, Heat: q.heat}, replay: true}
-		r.items[rel] = it
-		q.flight[rel] = it
-		q.bytes += size
-		p.Stage = append(p.Stage, it.Item)
-		r.stats.issued.Add(1)
-	}
 }
 
 // publish stores the window for MayEvict and the gauges for Stats.

@@ -169,6 +169,40 @@ func TestReplayPacedByTheWindow(t *testing.T) {
 	}
 }
 
+// TestReplayWanted: a replayed file is Wanted from the moment the runner
+// is given it until it is staged, declined, skipped or accessed (the cache
+// shows it as loading meanwhile).
+func TestReplayWanted(t *testing.T) {
+	r := newRunner(t, Options{Files: 2, Bytes: 1 << 30}, nil)
+	trace := seq("d", 5, 6, 7, 8)
+	r.Replay(append(trace, "d/missing"))
+	for _, rel := range append(trace, "d/missing") {
+		if !r.Wanted(rel) {
+			t.Fatalf("%s not Wanted before the detector saw the replay", rel)
+		}
+	}
+	p := r.Drain()
+	if got := rels(p.Stage); !slices.Equal(got, seq("d", 5, 6)) {
+		t.Fatalf("asked for %v, want d/5, d/6", got)
+	}
+	r.Started(name("d", 5))
+	r.Loaded(name("d", 5))
+	r.Declined(name("d", 6), NotStaged)
+	r.Opened(name("d", 7)) // the reader got there first
+	r.Drain()
+	for rel, want := range map[string]bool{name("d", 5): false, name("d", 6): false, name("d", 7): false,
+		name("d", 8): true, "d/missing": false} {
+		if r.Wanted(rel) != want {
+			t.Fatalf("%s: Wanted %v, want %v", rel, !want, want)
+		}
+	}
+	r.Declined(name("d", 8), NoRoom) // the replay stops
+	r.Drain()
+	if r.Wanted(name("d", 8)) {
+		t.Fatal("d/8 still Wanted after the replay stopped")
+	}
+}
+
 func TestReplayStopsWhenTheCacheHasNoRoom(t *testing.T) {
 	c := newFake(t, Options{Files: 2, Bytes: 1 << 30}, Tuning{}, map[string][]Entry{"d": shards(10, 100)})
 	c.apply(c.ra.Replay(seq("d", span(0, 10)...), c.tick()))

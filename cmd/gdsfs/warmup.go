@@ -15,17 +15,26 @@ import (
 	"golang.org/x/term"
 
 	"github.com/gdsfs/gdsfs/internal/mountinfo"
+	"github.com/gdsfs/gdsfs/staging"
 )
 
 func warmupCmd() *cobra.Command {
 	var wait bool
 	var timeout time.Duration
+	var gpus string
 	c := &cobra.Command{
-		Use:   "warmup [--wait] PATH...",
+		Use:   "warmup [--wait] [--gpus all|0,1|GPU-...] PATH...",
 		Short: "Stage files (directories: every file under them) of a gdsfs mount",
 		Long: `Writes each file to its mount's .gdsfs/prefetch. With --wait it waits until
 each is resident or failed (a progress bar on a terminal) and exits non-zero
-if any failed, naming why.`,
+if any failed, naming why.
+
+--gpus stages a replica of each file on every device named: ordinals of the
+mount's staging.gpus, device names (GPU-<uuid>, hostN) or all, comma
+separated (the prefetch line "PATH<TAB>gpus=LIST"). A file staged on none of
+them is read once from SOURCE: each GPU reads a share over its own host link
+and the GPUs exchange the rest device to device (split ingest, where the GPUs
+have peer access). With --wait, every replica named must end resident.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return usageError{errors.New("warmup: want at least one PATH under a gdsfs mount")}
@@ -33,12 +42,19 @@ if any failed, naming why.`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			var devs []string
+			if cmd.Flags().Changed("gpus") {
+				var err error
+				if devs, err = staging.ParseDevices(gpus); err != nil {
+					return usageError{fmt.Errorf("--gpus: %w", err)}
+				}
+			}
 			files, err := warmupFiles(args)
 			if err != nil {
 				return err
 			}
 			for _, f := range files {
-				if err := prefetchOne(f); err != nil {
+				if err := prefetchOne(f, devs); err != nil {
 					return err
 				}
 			}
@@ -46,11 +62,15 @@ if any failed, naming why.`,
 				fmt.Fprintf(os.Stderr, "queued %d files\n", len(files))
 				return nil
 			}
-			return waitResident(files, timeout)
+			if err := waitResident(files, timeout); err != nil {
+				return err
+			}
+			return checkReplicas(files, devs)
 		},
 	}
 	c.Flags().BoolVar(&wait, "wait", false, "wait until every file is resident or failed")
 	c.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "longest --wait waits")
+	c.Flags().StringVar(&gpus, "gpus", "", "stage a replica on each of these devices: all, or ordinals / names, comma separated")
 	return c
 }
 
@@ -95,12 +115,18 @@ func warmupFiles(args []string) ([]warmFile, error) {
 	return out, nil
 }
 
-func prefetchOne(f warmFile) error {
+// prefetchOne writes f to its mount's .gdsfs/prefetch, with the devices
+// (none: where staging puts it).
+func prefetchOne(f warmFile, devs []string) error {
 	ctl, err := os.OpenFile(filepath.Join(f.mnt, ".gdsfs", "prefetch"), os.O_WRONLY, 0)
 	if err != nil {
 		return fmt.Errorf("%s: %w", f.mnt, err)
 	}
-	_, err = ctl.WriteString(f.rel + "\n")
+	line := f.rel
+	if len(devs) > 0 {
+		line += "\tgpus=" + strings.Join(devs, ",")
+	}
+	_, err = ctl.WriteString(line + "\n")
 	if cerr := ctl.Close(); err == nil {
 		err = cerr
 	}

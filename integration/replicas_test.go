@@ -162,3 +162,96 @@ func fileSum(t *testing.T, path string) string {
 	s := sha256.Sum256(b)
 	return hex.EncodeToString(s[:])
 }
+
+// Placement through the mount: a file staged on host0 only, leased by a
+// consumer on host1, is copied there device to device under placement
+// replica (each replica counted on its own device) and served from host0
+// under node; a file staged nowhere is staged on the device asked under
+// both.
+func TestLeasePlacementOnHostDevices(t *testing.T) {
+	const size = 1<<20 + 13
+	for _, tc := range []struct {
+		placement, device string
+		onHost1           float64 // files staged on host1 after the lease
+	}{
+		{"replica", "host1", 1},
+		{"node", "host0", 0},
+	} {
+		t.Run(tc.placement, func(t *testing.T) {
+			src := t.TempDir()
+			randomFile(t, filepath.Join(src, "a.bin"), size, 21)
+			randomFile(t, filepath.Join(src, "b.bin"), size, 22)
+			want := fileSum(t, filepath.Join(src, "a.bin"))
+			m := startMount(t, src, "staging.device=host", "staging.host_devices=2", "staging.capacity=16MiB",
+				"staging.prefetch=manual", "staging.placement="+tc.placement, "staging.racy_window=0s")
+			sh(t, fmt.Sprintf("%s warmup --wait --gpus 0 %s", bins.gdsfs, m.path("a.bin")))
+			if d := deviceOf(t, m, "host1"); d["staged_files"].(float64) != 0 {
+				t.Fatalf("warmup --gpus 0 staged on host1 too: %v", d)
+			}
+			r := leaseOn(t, "host1", m.path("a.bin"))
+			if r["device"] != tc.device || r["sha256"] != want {
+				t.Errorf("a lease on host1: %v, want device %s and the file's sha256", r, tc.device)
+			}
+			h0, h1 := deviceOf(t, m, "host0"), deviceOf(t, m, "host1")
+			if h0["staged_files"].(float64) != 1 || h1["staged_files"].(float64) != tc.onHost1 {
+				t.Errorf("staged files host0 %v, host1 %v; want 1 and %v", h0["staged_files"], h1["staged_files"], tc.onHost1)
+			}
+			if tc.onHost1 == 1 && (h1["bytes_peer"].(float64) != size || h1["used_bytes"].(float64) < size || h1["bytes_read"].(float64) != 0) {
+				t.Errorf("host1 %v: want the replica copied from host0 and counted on host1", h1)
+			}
+			if r := leaseOn(t, "host1", m.path("b.bin")); r["device"] != "host1" {
+				t.Errorf("a file staged nowhere, leased on host1, went to %v", r["device"])
+			}
+		})
+	}
+}
+
+// Capacity is per device: making room on host0 evicts host0's replica
+// only; host1's is still served, without a load.
+func TestReplicaEvictedOnOneDevice(t *testing.T) {
+	const size = 3 << 20
+	src := t.TempDir()
+	randomFile(t, filepath.Join(src, "a.bin"), size, 23)
+	randomFile(t, filepath.Join(src, "b.bin"), size, 24)
+	m := startMount(t, src, "staging.device=host", "staging.host_devices=2", "staging.capacity=5MiB",
+		"staging.prefetch=manual", "staging.racy_window=0s")
+	sh(t, fmt.Sprintf("%s warmup --wait --gpus all %s", bins.gdsfs, m.path("a.bin")))
+	sh(t, fmt.Sprintf("%s warmup --wait --gpus host0 %s", bins.gdsfs, m.path("b.bin")))
+	h0, h1 := deviceOf(t, m, "host0"), deviceOf(t, m, "host1")
+	if h0["evictions"].(float64) != 1 || h1["evictions"].(float64) != 0 || h1["staged_files"].(float64) != 1 {
+		t.Fatalf("host0 %v\nhost1 %v\nwant a.bin evicted from host0 only", h0, h1)
+	}
+	if cache := m.control("cache"); replicaLine(cache, "a.bin", "host0") || !replicaLine(cache, "a.bin", "host1") {
+		t.Errorf("cache: want a.bin on host1 only:\n%s", cache)
+	}
+	misses := statsOf(t, m)["misses"].(float64)
+	if r := leaseOn(t, "host1", m.path("a.bin")); r["device"] != "host1" {
+		t.Errorf("a.bin on host1 after host0's eviction: %v", r)
+	}
+	if got := statsOf(t, m)["misses"].(float64); got != misses {
+		t.Errorf("misses %v -> %v: host1's replica was staged again", misses, got)
+	}
+}
+
+// leaseOn leases path on device with the Go client (leasecheck) and
+// returns its JSON line.
+func leaseOn(t *testing.T, device, path string) map[string]any {
+	t.Helper()
+	out, err := exec.Command(bins.leasecheck, "-devices", device, path).Output()
+	var r map[string]any
+	if err != nil || json.Unmarshal(out, &r) != nil {
+		t.Fatalf("leasecheck -devices %s %s: %v %s", device, path, err, out)
+	}
+	return r
+}
+
+// replicaLine says whether .gdsfs/cache's text has a line of rel on
+// device.
+func replicaLine(cache, rel, device string) bool {
+	for _, line := range strings.Split(cache, "\n") {
+		if f := strings.Split(line, "\t"); len(f) > 6 && f[0] == rel && f[6] == device {
+			return true
+		}
+	}
+	return false
+}

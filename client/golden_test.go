@@ -59,6 +59,7 @@ func replayClient(t *testing.T, tr golden.Transcript) {
 	}
 	defer ln.Close()
 	t.Setenv("GDSFS_SOCKET", sock)
+	t.Setenv("GDSFS_DEVICE", "none") // transcripts name devices explicitly
 	DropCache()
 	defer DropCache()
 	d := &fakeDaemon{t: t, tr: tr, root: root, ln: ln, files: map[string][]byte{}, b: golden.Bindings{}, next: 100, done: make(chan error, 1)}
@@ -94,12 +95,19 @@ func replayClient(t *testing.T, tr golden.Transcript) {
 func (d *fakeDaemon) call(st golden.Step, leases map[string]*Lease) error {
 	f := strings.Fields(st.Client)
 	abs := func(p string) string { return filepath.Join(d.root, p) }
+	var opts []LeaseOption
+	key := func(p string) string { return p }
+	if dev, ok := strings.CutPrefix(f[len(f)-1], "device="); ok {
+		f = f[:len(f)-1]
+		opts = append(opts, OnDevice(dev))
+		key = func(p string) string { return p + " device=" + dev }
+	}
 	var err error
 	switch f[0] {
 	case "open":
 		var l *Lease
-		if l, err = Open(abs(f[1])); err == nil {
-			leases[f[1]] = l
+		if l, err = Open(abs(f[1]), opts...); err == nil {
+			leases[key(f[1])] = l
 			err = d.check(f[1], l)
 		}
 	case "open_many":
@@ -108,17 +116,17 @@ func (d *fakeDaemon) call(st golden.Step, leases map[string]*Lease) error {
 			ps = append(ps, abs(p))
 		}
 		var ls []*Lease
-		if ls, err = OpenMany(ps); err == nil {
+		if ls, err = OpenMany(ps, opts...); err == nil {
 			for i, l := range ls {
-				leases[f[1+i]] = l
+				leases[key(f[1+i])] = l
 				if err = d.check(f[1+i], l); err != nil {
 					break
 				}
 			}
 		}
 	case "close":
-		l := leases[f[1]]
-		delete(leases, f[1])
+		l := leases[key(f[1])]
+		delete(leases, key(f[1]))
 		if l == nil {
 			return fmt.Errorf("no lease of %s to close", f[1])
 		}

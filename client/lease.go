@@ -84,9 +84,10 @@ func (l *Lease) Close() error {
 
 // Acquire leases path (relative to the mount, or absolute under it) on c
 // and maps it. The daemon holds the file until c is closed; the lease's
-// Close unmaps it and ends the lease id.
-func (c *Conn) Acquire(path string) (*Lease, error) {
-	resp, files, err := c.roundTrip(proto.Request{Op: proto.OpAcquire, Path: path})
+// Close unmaps it and ends the lease id. opts: OnDevice (default
+// DefaultDevice).
+func (c *Conn) Acquire(path string, opts ...LeaseOption) (*Lease, error) {
+	resp, files, err := c.roundTrip(proto.Request{Op: proto.OpAcquire, Path: path, Device: deviceFor(opts)})
 	if err != nil {
 		return nil, err
 	}
@@ -105,9 +106,11 @@ func (c *Conn) Acquire(path string) (*Lease, error) {
 // mount, staging it first if needed. A file this process has leased before
 // and still keeps mapped (see Close) is leased again in one round trip,
 // with no descriptors, if it has not changed; a changed one is mapped
-// anew.
-func Open(path string) (*Lease, error) {
-	loc, err := locateCached(path)
+// anew. opts: OnDevice (default DefaultDevice: the lease is of the
+// replica on the GPU this process runs on, where the daemon stages onto
+// several).
+func Open(path string, opts ...LeaseOption) (*Lease, error) {
+	loc, err := locateOn(path, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -127,7 +130,7 @@ func Open(path string) (*Lease, error) {
 // repeat leases an unchanged file on the connection that holds its
 // mapping.
 func repeat(f *mapped, loc location) (*Lease, error) {
-	resp, files, err := f.conn.c.roundTrip(proto.Request{Op: proto.OpAcquire, Path: loc.rel, Generation: f.g.Generation})
+	resp, files, err := f.conn.c.roundTrip(proto.Request{Op: proto.OpAcquire, Path: loc.rel, Generation: f.g.Generation, Device: loc.device})
 	if err != nil {
 		return nil, err
 	}
@@ -164,14 +167,16 @@ func openFresh(path string, loc location) (*Lease, error) {
 	if err != nil && loc.remembered {
 		// The daemon restarted or the mount moved: look again, once.
 		forget()
+		dev := loc.device
 		if loc, err = locateCached(path); err == nil {
+			loc.device = dev
 			c, err = Dial(loc.socket)
 		}
 	}
 	if err != nil {
 		return nil, err
 	}
-	resp, files, err := c.roundTrip(proto.Request{Op: proto.OpAcquire, Path: loc.rel})
+	resp, files, err := c.roundTrip(proto.Request{Op: proto.OpAcquire, Path: loc.rel, Device: loc.device})
 	if err != nil {
 		c.Close()
 		return nil, err

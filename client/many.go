@@ -51,12 +51,14 @@ func (b *batch) fail(err error) ([]*Lease, error) {
 // holds that batch until its last lease closes. It is all or nothing: if
 // any file fails, the leases already made are closed and the error names
 // the file.
-func OpenMany(paths []string) ([]*Lease, error) {
+//
+// opts: OnDevice (default DefaultDevice), for every file.
+func OpenMany(paths []string, opts ...LeaseOption) ([]*Lease, error) {
 	b := &batch{paths: paths, out: make([]*Lease, len(paths))}
 	var fresh []item
 	groups := map[*holder][]item{}
 	for i, p := range paths {
-		loc, err := locateCached(p)
+		loc, err := locateOn(p, opts)
 		if err != nil {
 			return b.fail(err)
 		}
@@ -99,7 +101,7 @@ func OpenMany(paths []string) ([]*Lease, error) {
 // returns the items to lease afresh: changed files, or all of them when
 // the connection failed.
 func (b *batch) repeat(h *holder, items []item) ([]item, error) {
-	req := proto.Request{Op: proto.OpAcquireMany}
+	req := proto.Request{Op: proto.OpAcquireMany, Device: items[0].loc.device}
 	for _, it := range items {
 		req.Paths = append(req.Paths, it.loc.rel)
 		req.Generations = append(req.Generations, it.f.g.Generation)
@@ -168,7 +170,7 @@ func openBatch(paths []string, items []item, out []*Lease) error {
 	if err != nil {
 		return err
 	}
-	req := proto.Request{Op: proto.OpAcquireMany}
+	req := proto.Request{Op: proto.OpAcquireMany, Device: items[0].loc.device}
 	for _, it := range items {
 		req.Paths = append(req.Paths, it.loc.rel)
 	}

@@ -34,7 +34,7 @@ func mapGrant(g *proto.Grant, files []*os.File) (mapping, error) {
 		return nil, &Error{Code: proto.EPROTO, Msg: fmt.Sprintf("size %d outside chunks of %d bytes", g.Size, total)}
 	}
 	writable := g.Sharing == proto.SharingPrivate
-	if g.Device == proto.DeviceHost {
+	if proto.IsHost(g.Device) {
 		return mapHost(files, lens, g.Size, writable)
 	}
 	return mapCUDA(g.Device, files, lens, g.Size, writable)

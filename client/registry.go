@@ -44,13 +44,22 @@ type registry struct {
 	located map[string][2]string
 }
 
-// location is where a path is leased from.
+// location is where a path is leased from, and on which device.
 type location struct {
 	socket, rel string
-	remembered  bool // from the per-directory memory, not looked up now
+	device      string // the device requests name ("": none)
+	remembered  bool   // from the per-directory memory, not looked up now
 }
 
-func (l location) key() string { return l.socket + "\x00" + l.rel }
+// key identifies a mapping: a lease on another device is another one.
+func (l location) key() string { return l.socket + "\x00" + l.rel + "\x00" + l.device }
+
+// locateOn is locateCached with the device opts name.
+func locateOn(path string, opts []LeaseOption) (location, error) {
+	loc, err := locateCached(path)
+	loc.device = deviceFor(opts)
+	return loc, err
+}
 
 // locateCached is Locate, remembered per directory (reading mountinfo
 // and .gdsfs/socket costs more than a repeat lease).
@@ -254,5 +263,9 @@ func (r *registry) flushIdle(socket string) {
 
 // DropCache undoes every mapping kept for repeat leases (leases still
 // open are not touched) and closes the connections left holding nothing,
-// so the daemon counts none of it any more.
-func DropCache() { reg.flushIdle("") }
+// so the daemon counts none of it any more. The default device is looked
+// for again at the next lease (GDSFS_DEVICE may have changed).
+func DropCache() {
+	reg.flushIdle("")
+	forgetDefaultDevice()
+}

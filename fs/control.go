@@ -196,6 +196,7 @@ func (w *controlWriter) line(text string) syscall.Errno {
 		return 0
 	}
 	s := w.file.srv
+	text, args := splitArgs(text, w.file.ctl.WriteArgs != nil)
 	rel, err := s.relPath(text)
 	if err != nil {
 		s.log.Info("control write refused: " + err.Error())
@@ -209,9 +210,28 @@ func (w *controlWriter) line(text string) syscall.Errno {
 		s.log.Info("control write refused", zap.String("path", rel), zap.Error(err))
 		return s.errs.toErrno(err)
 	}
-	err = w.file.ctl.Write(w.cred, rel)
+	if args != "" {
+		err = w.file.ctl.WriteArgs(w.cred, rel, args)
+	} else {
+		err = w.file.ctl.Write(w.cred, rel)
+	}
 	f.Close()
 	return s.errs.toErrno(err)
+}
+
+// splitArgs splits "PATH<TAB>key=value" (when the control takes
+// arguments and the text after the last TAB is key=value with a key of
+// lowercase letters and _) into the path and the arguments.
+func splitArgs(text string, takes bool) (path, args string) {
+	i := strings.LastIndexByte(text, '\t')
+	if !takes || i < 0 {
+		return text, ""
+	}
+	key, _, ok := strings.Cut(text[i+1:], "=")
+	if !ok || key == "" || strings.TrimFunc(key, func(r rune) bool { return r >= 'a' && r <= 'z' || r == '_' }) != "" {
+		return text, ""
+	}
+	return strings.TrimSpace(text[:i]), text[i+1:]
 }
 
 // relPath turns a line written to a control file into a path relative to

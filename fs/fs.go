@@ -49,6 +49,11 @@ type Control struct {
 	// writer c (so c may read it; it is a regular file). Its error
 	// becomes the write's errno.
 	Write func(c access.Cred, rel string) error
+	// WriteArgs, when set, takes lines of the form "PATH<TAB>key=value"
+	// (e.g. "data/x.bin\tgpus=0,1") with args the text after the TAB;
+	// lines without one go to Write. Without it such a line names a path
+	// with a TAB in it, as before.
+	WriteArgs func(c access.Cred, rel, args string) error
 }
 
 // Config is what Mount needs.

@@ -25,9 +25,11 @@ const (
 type Device interface {
 	// Kind is KindCUDA or KindHost.
 	Kind() string
-	// Name identifies the device to consumers: "GPU-<uuid>" or "host".
+	// Name identifies the device to consumers: "GPU-<uuid>", "host", or
+	// "hostN" for one of several host devices (staging.host_devices).
 	Name() string
-	// Ordinal is the CUDA device ordinal, or -1 on the host backend.
+	// Ordinal is the CUDA device ordinal; on the host backend N for
+	// "hostN" and -1 for the one "host".
 	Ordinal() int
 	// Granularity is the allocation granularity; every chunk of a Region is
 	// a multiple of it.
@@ -89,6 +91,22 @@ type Worker interface {
 	Wait(i int) error
 	// Close waits for pending copies and frees the buffers and stream.
 	Close() error
+}
+
+// Peer is what a Device offers to copy between its Regions and those of
+// another device of the same backend: replicas of one file on several
+// GPUs are filled device to device (NVLink or PCIe peer-to-peer) instead
+// of from host memory. Both backends implement it; the host backend's
+// "peer copy" is a memcpy between regions.
+type Peer interface {
+	// PeerAccess says whether this device and other can copy between
+	// their regions directly, enabling it the first time (once per
+	// pair); when not, why. A device always has access to itself.
+	PeerAccess(other Device) (ok bool, why string)
+	// CopyRange copies n bytes at srcOff of src, a Region of this device
+	// or of a device PeerAccess allowed, to dstOff of dst, a Region of
+	// this device, and waits for the copy.
+	CopyRange(dst Region, dstOff int64, src Region, srcOff, n int64) error
 }
 
 // CuFile is a device's cuFile (GPUDirect Storage) driver.

@@ -40,7 +40,7 @@ type export struct {
 }
 
 func (cn *conn) acquire(req proto.Request) (proto.Response, []int) {
-	g, fds, err := cn.grant(req.Path, req.Generation)
+	g, fds, err := cn.grant(req.Path, req.Generation, req.Device)
 	if err != nil {
 		return cn.fail(err), nil
 	}
@@ -58,7 +58,7 @@ func (cn *conn) acquireMany(req proto.Request) (proto.Response, []int) {
 		if req.Generations != nil {
 			gen = req.Generations[i]
 		}
-		g, f, err := cn.grant(p, gen)
+		g, f, err := cn.grant(p, gen, req.Device)
 		if err != nil {
 			code, msg := errnoOf(err)
 			r.Files = append(r.Files, proto.Item{Errno: proto.ErrnoName(code), Error: msg})
@@ -72,8 +72,10 @@ func (cn *conn) acquireMany(req proto.Request) (proto.Response, []int) {
 
 // grant leases one file for this connection. gen is the generation the
 // client holds mapped from this connection (0: none): if it is still
-// current the answer reuses it (no descriptors); if not, ESTALE.
-func (cn *conn) grant(p string, gen uint64) (proto.Grant, []int, error) {
+// current the answer reuses it (no descriptors); if not, ESTALE. device
+// is where the client runs ("": not said): staging places the lease
+// (staging.Request.Device).
+func (cn *conn) grant(p string, gen uint64, device string) (proto.Grant, []int, error) {
 	s := cn.s
 	rel, err := cn.rel(p)
 	if err != nil {
@@ -88,7 +90,7 @@ func (cn *conn) grant(p string, gen uint64) (proto.Grant, []int, error) {
 	}
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.Options.AcquireTimeout)
-	l, err := s.cfg.Cache.Acquire(ctx, staging.Request{Rel: rel, File: f, Private: s.cfg.Options.Sharing == SharingPrivate})
+	l, err := s.cfg.Cache.Acquire(ctx, staging.Request{Rel: rel, File: f, Private: s.cfg.Options.Sharing == SharingPrivate, Device: device})
 	cancel()
 	f.Close()
 	if err != nil {

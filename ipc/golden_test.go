@@ -33,7 +33,7 @@ func TestGoldenTranscripts(t *testing.T) {
 
 func replayServer(t *testing.T, tr golden.Transcript) {
 	su := tr.Setup
-	f := start(t, su.Sharing, setup{chunk: su.ChunkSize, opts: func(o *ipc.Options) {
+	f := start(t, su.Sharing, setup{chunk: su.ChunkSize, devices: su.HostDevices, opts: func(o *ipc.Options) {
 		o.MaxRequest = units.Size(su.MaxRequest)
 		if su.CacheHeadroom != "" {
 			h, err := units.ParseShare(su.CacheHeadroom)

@@ -33,6 +33,7 @@ type fixture struct {
 type setup struct {
 	capacity int64 // default 64 MiB
 	chunk    int64 // default 64 KiB
+	devices  int   // host devices (0: one, "host")
 	log      *zap.Logger
 	opts     func(*ipc.Options)
 	before   func(*ipc.Server) // before Serve
@@ -73,7 +74,7 @@ func start(t *testing.T, sharing string, su setup) *fixture {
 		Options: staging.Options{Device: "host", GPUs: []int{0}, Capacity: units.Share{Bytes: units.Size(su.capacity)},
 			ChunkSize: units.Size(su.chunk), Prefetch: "manual", PrefetchQueue: 16, PrefetchWorkers: 1},
 		IO:      staging.IOOptions{CompatMode: "auto", TaskSize: 64 << 10, BounceSize: 64 << 10, NumThreads: 2, DirectIO: "off"},
-		Devices: []gpu.Device{host.Open(gpu.Options{ChunkSize: su.chunk})},
+		Devices: hostDevices(su.chunk, su.devices),
 		Log:     log,
 	})
 	if err != nil {
@@ -100,6 +101,15 @@ func start(t *testing.T, sharing string, su setup) *fixture {
 		cache.Close()
 	})
 	return f
+}
+
+// hostDevices is n host devices (0 or 1: one, "host") of chunk bytes.
+func hostDevices(chunk int64, n int) []gpu.Device {
+	var out []gpu.Device
+	for _, d := range host.OpenN(gpu.Options{ChunkSize: chunk}, n) {
+		out = append(out, d)
+	}
+	return out
 }
 
 func (f *fixture) write(t *testing.T, rel string, data []byte) string {

@@ -81,8 +81,23 @@ const (
 )
 
 // DeviceHost is Grant.Device for the host backend (memfds); a GPU is
-// "GPU-<uuid>".
+// "GPU-<uuid>". A daemon with several host devices (staging.host_devices)
+// names them "host0", "host1", ...: IsHost tells them all.
 const DeviceHost = "host"
+
+// IsHost says whether a grant's device is host memory ("host", "hostN").
+func IsHost(device string) bool {
+	rest, ok := strings.CutPrefix(device, DeviceHost)
+	if !ok {
+		return false
+	}
+	for _, c := range []byte(rest) {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
 
 // Request is one line a client sends. Which fields an op takes is checked
 // by Check; unknown fields are refused (EINVAL), so a client learns that a
@@ -94,6 +109,12 @@ type Request struct {
 	Path string `json:"path,omitempty"`
 	// acquire_many: the files, in order.
 	Paths []string `json:"paths,omitempty"`
+	// acquire, acquire_many: the device the client runs on ("GPU-<uuid>",
+	// "host", "hostN", or an ordinal of the daemon's staging.gpus): the
+	// lease is of the replica there where the daemon's placement allows
+	// (a preference: a device the daemon does not stage onto is served as
+	// if none was named); "" or absent: none.
+	Device string `json:"device,omitempty"`
 	// acquire: the generation the client has mapped from an earlier answer
 	// on this connection (the repeat-lease fast path); 0 or absent: none.
 	Generation uint64 `json:"generation,omitempty"`
@@ -224,15 +245,15 @@ func (r *Request) Check() error {
 		return Errorf(EINVAL, "%s: "+format, append([]any{r.Op}, a...)...)
 	}
 	has := map[string]bool{
-		"path": r.Path != "", "paths": r.Paths != nil, "generation": r.Generation != 0,
+		"path": r.Path != "", "paths": r.Paths != nil, "generation": r.Generation != 0, "device": r.Device != "",
 		"generations": r.Generations != nil, "lease": r.Lease != 0, "epoch": r.Epoch != 0,
 		"event": r.Event != "", "reason": r.Reason != "", "version": r.Version != 0,
 		"until": r.Until != nil, "key": r.Key != "", "value": r.Value != nil, "timeout_ms": r.TimeoutMS != 0,
 	}
 	allowed := map[string][]string{
 		OpHello:       {"version"},
-		OpAcquire:     {"path", "generation"},
-		OpAcquireMany: {"paths", "generations"},
+		OpAcquire:     {"path", "generation", "device"},
+		OpAcquireMany: {"paths", "generations", "device"},
 		OpRelease:     {"lease", "epoch"},
 		OpStat:        {"path"},
 		OpReport:      {"event", "reason"},
@@ -247,6 +268,9 @@ func (r *Request) Check() error {
 		if set && !contains(fields, k) {
 			return bad("field %q does not belong to this op", k)
 		}
+	}
+	if err := checkDevice(r.Device); err != nil {
+		return bad("%v", err)
 	}
 	switch r.Op {
 	case OpAcquire, OpStat:
@@ -327,6 +351,23 @@ func checkPath(op, p string) error {
 	for i := 0; i < len(p); i++ {
 		if p[i] == 0 {
 			return Errorf(EINVAL, "%s: a NUL byte in path %q", op, p)
+		}
+	}
+	return nil
+}
+
+// MaxDevice is the longest device a request may name.
+const MaxDevice = 128
+
+// checkDevice accepts "" or up to MaxDevice bytes of [A-Za-z0-9-]
+// ("GPU-<uuid>", "MIG-<uuid>", "host1", "0").
+func checkDevice(s string) error {
+	if len(s) > MaxDevice {
+		return fmt.Errorf("device of %d bytes; want at most %d", len(s), MaxDevice)
+	}
+	for _, c := range []byte(s) {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
+			return fmt.Errorf("device %q: only letters, digits and - are allowed (GPU-<uuid>, hostN, or an ordinal)", s)
 		}
 	}
 	return nil

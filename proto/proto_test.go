@@ -243,3 +243,29 @@ func truncChild() {
 
 	os.Exit(0)
 }
+
+// The device field: acquire and acquire_many take it, nothing else; a
+// device is letters, digits and dashes.
+func TestRequestDevice(t *testing.T) {
+	for _, tc := range []struct {
+		r  Request
+		ok bool
+	}{
+		{Request{Op: OpAcquire, Path: "a", Device: "GPU-5b3f0a1c-0000-1111-2222-333344445555"}, true},
+		{Request{Op: OpAcquire, Path: "a", Device: "host1"}, true},
+		{Request{Op: OpAcquireMany, Paths: []string{"a"}, Device: "0"}, true},
+		{Request{Op: OpAcquire, Path: "a", Device: "host 1"}, false},
+		{Request{Op: OpAcquire, Path: "a", Device: strings.Repeat("x", MaxDevice+1)}, false},
+		{Request{Op: OpStat, Path: "a", Device: "host1"}, false},
+		{Request{Op: OpRelease, Lease: 1, Device: "host1"}, false},
+	} {
+		if err := tc.r.Check(); (err == nil) != tc.ok {
+			t.Errorf("%+v: %v", tc.r, err)
+		}
+	}
+	for dev, want := range map[string]bool{"host": true, "host0": true, "host12": true, "hostx": false, "GPU-1": false, "": false} {
+		if IsHost(dev) != want {
+			t.Errorf("IsHost(%q) = %v", dev, !want)
+		}
+	}
+}

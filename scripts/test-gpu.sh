@@ -34,6 +34,8 @@ step "GPUDirect Storage proper where cuFile reports gds (skips, saying so, in co
 	"$here/gpustaging.test" -test.v -test.count=1 -test.run 'GDSMode'
 step "auto in the default machine state picks POSIX and says why" \
 	env GDSFS_EXPECT_AUTO=posix "$here/gpustaging.test" -test.v -test.count=1 -test.run 'AutoPicks'
+step "replicas on two GPUs: split ingest, peer copies, every byte (one GPU: SKIPPED: needs 2 GPUs)" \
+	"$here/gpustaging.test" -test.v -test.count=1 -test.run 'ReplicasTwoGPUs'
 step "mount on the GPU: open stages, the Go client maps the bytes" sh "$here/mount-gpu.sh" posix
 if [ "${GDSFS_PYTHON_TESTS:-1}" = 1 ]; then
 	step "python client on the GPU" env GDSFS_BIN="$here/gdsfs" PYTHONPATH="$repo/python" \

@@ -65,15 +65,17 @@ type Cache struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // prefetch workers, loads, loader workers
-	queue  chan string
+	queue  chan prefetchReq
 
-	mu      sync.Mutex
-	entries map[string]*entry           // attached entries by SOURCE-relative path
-	byFID   map[fid]map[*entry]struct{} // entries with change events, by file
-	queued  map[string]bool             // paths waiting in queue
-	readers map[string]*readers         // opens through the mount (readers.go)
-	waiters *list.List                  // of *waiter, waiting for room, first come first served
-	gen     uint64                      // last generation handed out
+	mu         sync.Mutex
+	entries    map[string]copies           // attached entries by SOURCE-relative path, one per slot at most
+	byFID      map[fid]map[*entry]struct{} // entries with change events, by file
+	queued     map[string]int              // prefetch requests waiting in queue (or being staged), by path
+	queuedOn   map[string]int              // those of them that name devices
+	queuedKeys map[string]bool             // the same requests by key (path and devices): duplicates are dropped
+	readers    map[string]*readers         // opens through the mount (readers.go)
+	waiters    *list.List                  // of *waiter, waiting for room, first come first served
+	gen        uint64                      // last generation handed out
 	// INVARIANT: 0 <= fdsUsed <= fdBudget.
 	fdsUsed int // descriptors reserved by entries and private copies
 	closed  bool
@@ -130,8 +132,8 @@ func New(ctx context.Context, cfg Config) (*Cache, error) {
 	c := &Cache{
 		opts: cfg.Options, io: cfg.IO.resolved(), root: root, ownRoot: ownRoot, filter: flt,
 		log: cfg.Log.Named("staging"), ctx: ctx, cancel: cancel, events: newEvents(),
-		queue:   make(chan string, cfg.Options.PrefetchQueue),
-		entries: map[string]*entry{}, queued: map[string]bool{}, byFID: map[fid]map[*entry]struct{}{},
+		queue:   make(chan prefetchReq, cfg.Options.PrefetchQueue),
+		entries: map[string]copies{}, queued: map[string]int{}, queuedOn: map[string]int{}, queuedKeys: map[string]bool{}, byFID: map[fid]map[*entry]struct{}{},
 		waiters: list.New(), readers: map[string]*readers{},
 	}
 	c.ra = newRunner(cfg, root, c.log)
@@ -161,19 +163,21 @@ func New(ctx context.Context, cfg Config) (*Cache, error) {
 }
 
 // openSlots makes one slot per device, its capacity a share of the
-// memory free now, and starts its loader.
+// memory free now, and starts its loader; then learns which pairs copy
+// replicas device to device (peers.go).
 func (c *Cache) openSlots(devs []gpu.Device) error {
-	for _, d := range devs {
+	for i, d := range devs {
 		free, _, err := d.MemInfo()
 		if err != nil {
 			return fmt.Errorf("staging: %s: %w", d.Name(), err)
 		}
 		capacity := c.opts.Capacity.Resolve(free)
-		s := &slot{dev: d, capacity: capacity, lru: list.New()}
+		s := &slot{dev: d, index: i, capacity: capacity, lru: list.New(), peer: make([]bool, len(devs))}
 		s.loader = newLoader(c, s)
 		c.slots = append(c.slots, s)
 		c.log.Info("device slot", zap.String("device", d.Name()), zap.Int64("capacity_bytes", capacity))
 	}
+	c.openPeers()
 	return nil
 }
 
@@ -193,13 +197,15 @@ func (c *Cache) Close() error {
 	c.watch.close()
 	c.mu.Lock()
 	var regions []gpu.Region
-	for _, e := range c.entries {
-		if e.region != nil {
-			regions = append(regions, e.region)
-			e.region = nil
+	for _, cs := range c.entries {
+		for _, e := range cs {
+			if e != nil && e.region != nil {
+				regions = append(regions, e.region)
+				e.region = nil
+			}
 		}
 	}
-	c.entries = map[string]*entry{}
+	c.entries = map[string]copies{}
 	c.mu.Unlock()
 	for _, r := range regions {
 		c.freeRegion(r)

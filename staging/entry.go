@@ -25,6 +25,8 @@ const (
 	PathCuFile = "cufile"
 	PathPOSIX  = "posix"
 	PathHost   = "host"
+	// PathPeer: copied device to device from a replica on another device.
+	PathPeer = "peer"
 )
 
 // identity is what makes staged bytes valid for a file: if any field
@@ -61,6 +63,9 @@ type entry struct {
 	gen    uint64
 	done   chan struct{} // closed when the load finished (resident or failed)
 	ra     *raLoad       // started by read-ahead (readahead.go); nil: by a demand
+	// src is the replica on another device this one is copied from
+	// (peers.go), pinned by it until its load ends; nil: read from SOURCE.
+	src *entry
 
 	// guarded by Cache.mu
 	state    string
@@ -83,6 +88,9 @@ type entry struct {
 	// readahead: started by read-ahead and nobody used it yet. Cleared by
 	// the first demand use (usedLocked), which promotes a load in flight.
 	readahead bool
+	// peerBytes of the file came device to device from other replicas,
+	// the rest from SOURCE. Written by the load before it publishes.
+	peerBytes int64
 }
 
 // opened is a file a request opened, with what staging needs of it.
@@ -131,14 +139,19 @@ func (e *entry) infoLocked() Info {
 	}
 }
 
-// Entries describes every attached entry, sorted by path.
+// Entries describes every attached entry (one per replica), sorted by
+// path, then in staging.gpus order.
 func (c *Cache) Entries() []Info {
 	c.mu.Lock()
 	out := make([]Info, 0, len(c.entries))
-	for _, e := range c.entries {
-		out = append(out, e.infoLocked())
+	for _, cs := range c.entries {
+		for _, e := range cs {
+			if e != nil {
+				out = append(out, e.infoLocked())
+			}
+		}
 	}
 	c.mu.Unlock()
-	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Path < out[j].Path })
 	return out
 }

@@ -28,6 +28,10 @@ func errBusy(rel, why string) error {
 	return fmt.Errorf("%s: %s: %w", rel, why, syscall.EBUSY)
 }
 
+func errNoDevice(spec, have string) error {
+	return fmt.Errorf("no device %q among the staging devices (%s): %w", spec, have, syscall.EINVAL)
+}
+
 func errNotStaged(rel string) error {
 	return fmt.Errorf("%s: not staged: %w", rel, syscall.ENOENT)
 }

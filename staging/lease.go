@@ -35,6 +35,14 @@ type Request struct {
 	File *os.File
 	// Private gives the lease its own device copy.
 	Private bool
+	// Device is where the asker runs: "GPU-<uuid>", "host", "hostN" or
+	// an ordinal of staging.gpus. Under staging.placement replica the
+	// lease is of the replica there (made if needed: copied device to
+	// device from another replica, or staged); under node, of the copy
+	// wherever it is (staged there if it is nowhere yet). A device this
+	// cache does not stage onto is not an error: the lease is served as
+	// if none was named, and Lease.Device says where it is. "": none.
+	Device string
 }
 
 // Acquire stages req.Rel if needed (waiting, bounded by ctx) and leases it.
@@ -50,8 +58,12 @@ func (c *Cache) Acquire(ctx context.Context, req Request) (*Lease, error) {
 			return nil, fmt.Errorf("acquire %s: fstat: %w", req.Rel, err)
 		}
 	}
+	var p place
+	if req.Device != "" {
+		p.slot, _ = c.slotFor(req.Device)
+	}
 	for {
-		e, err := c.ensure(ctx, req.Rel, true, at)
+		e, err := c.ensure(ctx, req.Rel, p, true, at)
 		if err != nil {
 			return nil, err
 		}
@@ -178,7 +190,8 @@ func (l *Lease) Size() int64 { return l.e.id.size }
 // new one.
 func (l *Lease) Generation() uint64 { return l.e.gen }
 
-// Device names the device holding the bytes ("GPU-<uuid>" or "host").
+// Device names the device holding the bytes ("GPU-<uuid>", "host" or
+// "hostN").
 func (l *Lease) Device() string { return l.e.slot.dev.Name() }
 
 // Chunks returns the chunk lengths of the leased region.

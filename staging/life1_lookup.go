@@ -32,7 +32,7 @@ func (c *Cache) Opened(rel string) {
 		c.Prefetch(rel)
 	default:
 		c.mu.Lock()
-		_, staged := c.entries[rel]
+		staged := len(c.entries[rel]) > 0
 		c.mu.Unlock()
 		if staged {
 			c.checkIdentity(rel)
@@ -49,7 +49,12 @@ func (c *Cache) Stage(ctx context.Context, rel string) (Info, error) {
 // stage is Stage; wait says whether to wait for room (room.go).
 // A staging is a use of the file, not an access read-ahead learns from.
 func (c *Cache) stage(ctx context.Context, rel string, wait bool) (Info, error) {
-	e, err := c.ensure(ctx, rel, wait, c.ra.Tick())
+	return c.stageOne(ctx, rel, nil, wait, c.ra.Tick())
+}
+
+// stageOne makes rel resident on on (nil: anywhere) and describes it.
+func (c *Cache) stageOne(ctx context.Context, rel string, on *slot, wait bool, at uint64) (Info, error) {
+	e, err := c.ensure(ctx, rel, place{slot: on, exact: on != nil}, wait, at)
 	if err != nil {
 		return Info{}, err
 	}
@@ -70,14 +75,30 @@ func (c *Cache) Attr(rel string) (state, path string) {
 	c.checkIdentity(rel)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e := c.entries[rel]
-	switch {
-	case e == nil && (c.queued[rel] || c.ra.Wanted(rel)):
-		return StateLoading, "" // queued: it will load
-	case e == nil:
+	return c.attrLocked(rel)
+}
+
+// attrLocked is Attr without the checks. Cache.mu must be held.
+func (c *Cache) attrLocked(rel string) (state, path string) {
+	all := c.replicasLocked(rel)
+	if len(all) == 0 {
+		if c.queued[rel] > 0 || c.ra.Wanted(rel) {
+			return StateLoading, "" // queued: it will load
+		}
 		return StateAbsent, ""
 	}
+	// Several replicas: loading while a prefetch of it waits or any
+	// replica loads (warmup waits for them all), else resident if any is.
+	e := all[0]
+	for _, x := range all {
+		if x.state == StateLoading || x.state == StateResident && e.state != StateLoading {
+			e = x
+		}
+	}
 	info := e.infoLocked()
+	if c.queuedOn[rel] > 0 && info.State != StateLoading {
+		return StateLoading, info.LoadPath // replicas asked for are yet to load
+	}
 	return info.State, info.LoadPath
 }
 
@@ -98,8 +119,16 @@ func (c *Cache) Eligible(rel string) error {
 	return errTooLarge(rel, need, c.slots[0].capacity)
 }
 
-// ensure returns rel's resident entry, pinned (the caller unpins it or
-// turns the pin into a lease), loading it if needed. Concurrent
+// place is where a request wants its file: slot (nil: anywhere); exact:
+// there and nowhere else, whatever staging.placement says.
+type place struct {
+	slot  *slot
+	exact bool
+}
+
+// ensure returns rel's resident entry where p says (replicas.go), pinned
+// (the caller unpins it or turns the pin into a lease), loading it if
+// needed. Concurrent
 // callers for one file share one load (single flight); each waits bounded
 // by its own ctx, while the load itself belongs to the cache; at is the
 // read-ahead clock's tick of the request (the entry's last use). Change
@@ -107,7 +136,7 @@ func (c *Cache) Eligible(rel string) error {
 // completed before it is never answered with the old bytes. A load that
 // saw its file change is retried, maxAttempts in all, then EAGAIN. With
 // wait, a request that finds no room waits for it (room.go).
-func (c *Cache) ensure(ctx context.Context, rel string, wait bool, at uint64) (*entry, error) {
+func (c *Cache) ensure(ctx context.Context, rel string, p place, wait bool, at uint64) (*entry, error) {
 	var w *waiter // in line for room
 	defer func() {
 		if w != nil {
@@ -124,7 +153,7 @@ func (c *Cache) ensure(ctx context.Context, rel string, wait bool, at uint64) (*
 			return nil, err
 		}
 		size := o.id.size
-		e, err := c.lookupOrStart(rel, o, wait, &w, at)
+		e, err := c.lookupOrStart(rel, o, p, wait, &w, at)
 		if errors.Is(err, errWaitRoom) {
 			if err := c.awaitRoom(ctx, w, rel, size); err != nil {
 				return nil, err
@@ -194,24 +223,26 @@ func (c *Cache) openEligible(rel string) (*opened, error) {
 	return o, nil
 }
 
-// lookupOrStart returns the entry for o: an existing resident or loading
-// one, or a new one whose load it starts with o.f. It takes o.f: it is
-// closed unless a load uses it. When there is no room it answers
-// errWaitRoom with the request in line as *w (wait), or ENOSPC. The entry
-// is used at tick at: a read-ahead load it joins is promoted.
-func (c *Cache) lookupOrStart(rel string, o *opened, wait bool, w **waiter, at uint64) (*entry, error) {
+// lookupOrStart returns the entry for o where p says: an existing
+// resident or loading one, or a new one whose load it starts with o.f
+// (copied from a replica on another device where one can be). It takes
+// o.f: it is closed unless a load uses it. When there is no room it
+// answers errWaitRoom with the request in line as *w (wait), or ENOSPC.
+// The entry is used at tick at: a read-ahead load it joins is promoted.
+func (c *Cache) lookupOrStart(rel string, o *opened, p place, wait bool, w **waiter, at uint64) (*entry, error) {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
 		o.f.Close()
 		return nil, fmt.Errorf("stage %s: cache closed", rel)
 	}
-	e, stale := c.existingLocked(rel, o, *w)
+	e, stale := c.existingLocked(rel, o, p, *w)
 	if e != nil {
 		c.usedLocked(e, at)
 		joined := e.state == StateLoading
 		c.mu.Unlock()
 		o.f.Close()
+		c.freeRegions(stale)
 		if joined && c.hooks.joined != nil {
 			c.hooks.joined(rel)
 		}
@@ -220,7 +251,7 @@ func (c *Cache) lookupOrStart(rel string, o *opened, wait bool, w **waiter, at u
 	var victims []gpu.Region
 	var err error
 	if c.mayReserveLocked(*w) {
-		e, victims, err = c.startLocked(rel, o, at)
+		e, victims, err = c.startLocked(rel, o, p.slot, at)
 	} else {
 		err = errNoSpace(rel, o.id.size) // others wait for room first
 	}
@@ -236,10 +267,8 @@ func (c *Cache) lookupOrStart(rel string, o *opened, wait bool, w **waiter, at u
 		c.stats.noSpace.Add(1)
 	}
 	c.mu.Unlock()
-	c.freeRegion(stale)
-	for _, r := range victims {
-		c.freeRegion(r)
-	}
+	c.freeRegions(stale)
+	c.freeRegions(victims)
 	if err != nil {
 		o.f.Close()
 		return nil, err
@@ -248,29 +277,39 @@ func (c *Cache) lookupOrStart(rel string, o *opened, wait bool, w **waiter, at u
 	return e, nil
 }
 
-// existingLocked returns rel's entry, pinned, when o's file is resident
-// or loading (a hit, or a load to join; the request held as w leaves the
-// line). Otherwise it drops a stale or failed entry, whose region it
-// returns for the caller to free after unlocking. Cache.mu must be held.
-func (c *Cache) existingLocked(rel string, o *opened, w *waiter) (*entry, gpu.Region) {
-	e := c.entries[rel]
+// existingLocked returns the entry that serves a request for o's file
+// where p says, pinned, when one is resident or loading (a hit, or a load
+// to join; the request held as w leaves the line). Every replica of rel
+// that is stale (another identity) or failed is dropped on the way; their
+// regions are returned for the caller to free after unlocking. Cache.mu
+// must be held.
+func (c *Cache) existingLocked(rel string, o *opened, p place, w *waiter) (*entry, []gpu.Region) {
+	var live []*entry
+	var free []gpu.Region
+	for _, e := range c.replicasLocked(rel) {
+		switch {
+		case e.id != o.id:
+			c.stats.invalidations.Add(1)
+			free = append(free, c.dropLocked(e, "changed"))
+		case e.state == StateFailed: // try again
+			free = append(free, c.dropLocked(e, "failed load dropped"))
+		default:
+			live = append(live, e)
+		}
+	}
+	e := c.pickLocked(live, p.slot, p.exact)
 	switch {
 	case e == nil:
-		return nil, nil
-	case e.id != o.id:
-		c.stats.invalidations.Add(1)
-		return nil, c.dropLocked(e, "changed")
+		return nil, free
 	case e.state == StateResident:
 		e.slot.lru.MoveToFront(e.elem)
 		c.stats.hits.Add(1)
-	case e.state == StateLoading:
+	default:
 		c.stats.sharedLoads.Add(1)
-	default: // failed: try again
-		return nil, c.dropLocked(e, "failed load dropped")
 	}
 	e.pins++
 	c.leaveLocked(w)
-	return e, nil
+	return e, free
 }
 
 // checkIdentity drops the entry of rel if the file changed or vanished.
@@ -285,16 +324,17 @@ func (c *Cache) checkIdentity(rel string) {
 		f.Close()
 	}
 	c.mu.Lock()
-	e := c.entries[rel]
-	var r gpu.Region
-	if e != nil && e.state != StateLoading && (err != nil || e.id != id) {
-		reason := "changed"
-		if err != nil {
-			reason = "gone"
+	var free []gpu.Region
+	for _, e := range c.replicasLocked(rel) {
+		if e.state != StateLoading && (err != nil || e.id != id) {
+			reason := "changed"
+			if err != nil {
+				reason = "gone"
+			}
+			free = append(free, c.dropLocked(e, reason))
+			c.stats.invalidations.Add(1)
 		}
-		r = c.dropLocked(e, reason)
-		c.stats.invalidations.Add(1)
 	}
 	c.mu.Unlock()
-	c.freeRegion(r)
+	c.freeRegions(free)
 }

@@ -19,16 +19,21 @@ import (
 	"github.com/gdsfs/gdsfs/gpu"
 )
 
-// startLocked creates a loading entry on the slot with the most room,
-// evicting as needed; at is the read-ahead clock's tick of the request
-// (its last use). It returns the evicted regions for the caller to free
-// after unlocking. Cache.mu must be held.
-func (c *Cache) startLocked(rel string, o *opened, at uint64) (*entry, []gpu.Region, error) {
+// startLocked creates a loading entry on want, or (nil) on the slot
+// with the most room, evicting as needed; at is the read-ahead clock's
+// tick of the request (its last use). Where a replica of the file on
+// another device can be copied device to device, the new entry is filled
+// from it (e.src, pinned until the load ends). It returns the evicted
+// regions for the caller to free after unlocking. Cache.mu must be held.
+func (c *Cache) startLocked(rel string, o *opened, want *slot, at uint64) (*entry, []gpu.Region, error) {
 	id := o.id
-	best, room := c.slots[0], int64(-1)
-	for _, s := range c.slots {
-		if eb, _ := s.evictableLocked(); s.capacity-s.used+eb > room {
-			best, room = s, s.capacity-s.used+eb
+	best := want
+	if best == nil {
+		room := int64(-1)
+		for _, s := range c.slots {
+			if eb, _ := s.evictableLocked(); s.capacity-s.used+eb > room {
+				best, room = s, s.capacity-s.used+eb
+			}
 		}
 	}
 	need := best.need(id.size, int64(c.opts.ChunkSize))
@@ -47,32 +52,28 @@ func (c *Cache) startLocked(rel string, o *opened, at uint64) (*entry, []gpu.Reg
 	}
 	regions := c.detachVictimsLocked(victims)
 	c.stats.misses.Add(1)
-	c.gen++
 	e := &entry{
-		rel: rel, id: id, fid: o.fid, events: o.events, slot: best, gen: c.gen,
+		rel: rel, id: id, fid: o.fid, events: o.events, slot: best, gen: c.genLocked(rel, id),
 		done: make(chan struct{}), state: StateLoading, reserved: need, fds: fds, lastUse: at,
 	}
-	c.entries[rel] = e
+	if src := c.sourceLocked(rel, o, best); src != nil {
+		e.src = src
+		src.pins++
+		c.usedLocked(src, at) // a demand depends on it: promoted if read-ahead
+	}
+	c.attachLocked(e)
 	c.indexLocked(e)
 	c.emitLocked(e.eventLocked(StateLoading, ""))
 	return e, regions, nil
 }
 
-// load fills e from f and publishes the result. Without change events
-// for f's filesystem, it first waits out the racy window (racy.go).
+// load fills e from f (or from its source replica) and publishes the
+// result.
 func (c *Cache) load(e *entry, f *os.File) {
 	defer c.wg.Done()
 	defer f.Close()
 	start := time.Now()
-	err := c.waitRacy(e)
-	var region gpu.Region
-	if err == nil {
-		region, err = c.alloc(e)
-	}
-	path, note := "", ""
-	if err == nil {
-		path, note, err = c.fill(e, f, region)
-	}
+	path, note, region, err := c.loadInto(e, f)
 	if err == nil {
 		if now, _, ferr := fileIdentity(f); ferr != nil || now != e.id {
 			err = fmt.Errorf("its attributes changed: %w", errFileChanged)
@@ -83,6 +84,31 @@ func (c *Cache) load(e *entry, f *os.File) {
 	}
 	dur := time.Since(start)
 	c.publish(e, region, path, note, err, dur)
+}
+
+// loadInto allocates e's region and fills it: device to device from e's
+// source replica when it has one and that ends resident, otherwise from
+// f, after waiting out the racy window where the file's filesystem raises
+// no change events (racy.go).
+func (c *Cache) loadInto(e *entry, f *os.File) (path, note string, region gpu.Region, err error) {
+	if e.src != nil {
+		if region, err = c.alloc(e); err != nil {
+			c.unpin(e.src)
+			return "", "", nil, err
+		}
+		var done bool
+		if path, note, done, err = c.fillFromPeer(e, region); done {
+			return path, note, region, err
+		}
+	}
+	if err = c.waitRacy(e); err == nil && region == nil {
+		region, err = c.alloc(e)
+	}
+	if err != nil {
+		return "", note, region, err
+	}
+	p, n, err := c.fill(e, f, region)
+	return p, joinNote(note, n), region, err
 }
 
 // alloc allocates e's region. When the device is out of memory (other
@@ -109,6 +135,7 @@ func (c *Cache) alloc(e *entry) (gpu.Region, error) {
 		if victim != nil {
 			vr = c.dropLocked(victim, "evicted: the device is out of memory")
 			c.stats.evictions.Add(1)
+			victim.slot.evictions.Add(1)
 		}
 		c.mu.Unlock()
 		if victim == nil {
@@ -122,6 +149,15 @@ func (c *Cache) alloc(e *entry) (gpu.Region, error) {
 // It returns the path taken and, when that is not cuFile although cuFile
 // exists, why.
 func (c *Cache) fill(e *entry, f *os.File, region gpu.Region) (path, note string, err error) {
+	return c.fillSpan(e, f, region, span{0, e.id.size})
+}
+
+// span is a byte range of a file: [off, end).
+type span struct{ off, end int64 }
+
+// fillSpan is fill for the bytes of sp only (a share of a split ingest,
+// peers.go).
+func (c *Cache) fillSpan(e *entry, f *os.File, region gpu.Region, sp span) (path, note string, err error) {
 	dev := e.slot.dev
 	posix := PathPOSIX
 	if dev.Kind() == gpu.KindHost {
@@ -138,13 +174,13 @@ func (c *Cache) fill(e *entry, f *os.File, region gpu.Region) (path, note string
 	case c.io.CompatMode == CompatAuto && e.id.size < int64(c.io.GDSThreshold):
 		note = fmt.Sprintf("smaller than io.gds_threshold (%s)", c.io.GDSThreshold)
 	default:
-		done, cfNote, err := c.fillCuFile(e, f, region, cf)
+		done, cfNote, err := c.fillCuFile(e, f, region, cf, sp)
 		if done || err != nil {
 			return PathCuFile, cfNote, err
 		}
 		note = cfNote
 	}
-	j := &job{rel: e.rel, region: region, size: e.id.size, f: f, ra: e.ra}
+	j := &job{rel: e.rel, region: region, start: sp.off, size: sp.end, f: f, ra: e.ra}
 	if c.wantDirect(f, e.id.size) {
 		df, derr := c.openDirect(e)
 		switch {
@@ -161,7 +197,7 @@ func (c *Cache) fill(e *entry, f *os.File, region gpu.Region) (path, note string
 	if !j.direct {
 		// Start reading the whole file ahead: parallel tasks on one
 		// descriptor defeat the kernel's sequential read-ahead.
-		unix.Fadvise(int(f.Fd()), 0, e.id.size, unix.FADV_WILLNEED)
+		unix.Fadvise(int(f.Fd()), sp.off, sp.end-sp.off, unix.FADV_WILLNEED)
 	}
 	return posix, note, e.slot.loader.run(j)
 }
@@ -176,7 +212,7 @@ func (c *Cache) fill(e *entry, f *os.File, region gpu.Region) (path, note string
 // page cache. Where the filesystem refuses O_DIRECT, f. done is false when
 // registration was refused and the POSIX path should run; note then says
 // why.
-func (c *Cache) fillCuFile(e *entry, f *os.File, region gpu.Region, cf gpu.CuFile) (done bool, note string, err error) {
+func (c *Cache) fillCuFile(e *entry, f *os.File, region gpu.Region, cf gpu.CuFile, sp span) (done bool, note string, err error) {
 	reg := f
 	if cf.Mode() == "gds" || c.wantDirect(f, e.id.size) {
 		df, derr := c.openDirect(e)
@@ -194,7 +230,7 @@ func (c *Cache) fillCuFile(e *entry, f *os.File, region gpu.Region, cf gpu.CuFil
 	h, rerr := cf.Register(int(reg.Fd()))
 	if rerr == nil {
 		defer h.Close()
-		return true, note, e.slot.loader.run(&job{rel: e.rel, region: region, size: e.id.size, cf: h, ra: e.ra})
+		return true, note, e.slot.loader.run(&job{rel: e.rel, region: region, start: sp.off, size: sp.end, cf: h, ra: e.ra})
 	}
 	if c.io.CompatMode == CompatOff {
 		return true, "", fmt.Errorf("io.compat_mode is off: %w", rerr)

@@ -68,6 +68,9 @@ func (c *Cache) publish(e *entry, region gpu.Region, path, note string, err erro
 func (c *Cache) residentLocked(e *entry, region gpu.Region, note string) {
 	e.state, e.reason, e.region = StateResident, note, region
 	e.elem = e.slot.lru.PushFront(e)
-	c.stats.addBytes(e.path, e.id.size)
+	c.stats.addBytes(e.path, e.id.size-e.peerBytes)
+	c.stats.bytesPeer.Add(uint64(e.peerBytes))
+	e.slot.bytesRead.Add(uint64(e.id.size - e.peerBytes))
+	e.slot.bytesPeer.Add(uint64(e.peerBytes))
 	c.emitLocked(e.eventLocked(StateResident, note))
 }

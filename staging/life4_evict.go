@@ -7,6 +7,8 @@ package staging
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 
 	"go.uber.org/zap"
 
@@ -19,13 +21,13 @@ import (
 func (c *Cache) Changed(rel string) {
 	c.ra.Changed(rel) // its directory is listed again when next needed
 	c.mu.Lock()
-	var r gpu.Region
-	if e := c.entries[rel]; e != nil {
-		r = c.dropLocked(e, "changed through the mount")
+	var free []gpu.Region
+	for _, e := range c.replicasLocked(rel) {
+		free = append(free, c.dropLocked(e, "changed through the mount"))
 		c.stats.invalidations.Add(1)
 	}
 	c.mu.Unlock()
-	c.freeRegion(r)
+	c.freeRegions(free)
 }
 
 // changedFID handles a change event: the entries of that file are
@@ -97,25 +99,46 @@ func (c *Cache) unindexLocked(e *entry) {
 	}
 }
 
-// Evict drops rel unless it is leased or loading.
-func (c *Cache) Evict(rel string) error {
-	c.mu.Lock()
-	e := c.entries[rel]
-	switch {
-	case e == nil:
-		c.mu.Unlock()
-		return errNotStaged(rel)
-	case e.heldLocked():
-		c.mu.Unlock()
-		return errBusy(rel, fmt.Sprintf("%d leases and %d requests hold it", e.leases, e.pins))
-	case e.state == StateLoading:
-		c.mu.Unlock()
-		return errBusy(rel, "loading")
+// Evict drops rel's replicas unless they are leased or loading.
+func (c *Cache) Evict(rel string) error { return c.EvictOn(rel, nil) }
+
+// EvictOn drops rel's replicas on the devices devs names (none: on every
+// device), each unless it is leased or loading: those stay, and the
+// answer is then EBUSY naming them (the others were dropped). A file with
+// no replica there is ENOENT.
+func (c *Cache) EvictOn(rel string, devs []string) error {
+	on, err := c.slotsFor(devs)
+	if err != nil {
+		return err
 	}
-	r := c.dropLocked(e, "evicted on request")
-	c.stats.evictions.Add(1)
+	c.mu.Lock()
+	var free []gpu.Region
+	var busy []string
+	found := false
+	for _, e := range c.replicasLocked(rel) {
+		if len(on) > 0 && !slices.Contains(on, e.slot) {
+			continue
+		}
+		found = true
+		switch {
+		case e.heldLocked():
+			busy = append(busy, fmt.Sprintf("on %s %d leases and %d requests hold it", e.slot.dev.Name(), e.leases, e.pins))
+		case e.state == StateLoading:
+			busy = append(busy, "loading on "+e.slot.dev.Name())
+		default:
+			free = append(free, c.dropLocked(e, "evicted on request"))
+			c.stats.evictions.Add(1)
+			e.slot.evictions.Add(1)
+		}
+	}
 	c.mu.Unlock()
-	c.freeRegion(r)
+	c.freeRegions(free)
+	switch {
+	case !found:
+		return errNotStaged(rel)
+	case len(busy) > 0:
+		return errBusy(rel, strings.Join(busy, "; "))
+	}
 	return nil
 }
 
@@ -124,8 +147,7 @@ func (c *Cache) Evict(rel string) error {
 // after unlocking; otherwise the last Release frees it. Subscribers hear
 // that rel is absent, for reason. Cache.mu must be held.
 func (c *Cache) dropLocked(e *entry, reason string) gpu.Region {
-	if c.entries[e.rel] == e {
-		delete(c.entries, e.rel)
+	if c.unattachLocked(e) {
 		c.leftLocked(e)
 		c.emitLocked(e.eventLocked(StateAbsent, reason))
 	}
@@ -182,8 +204,8 @@ func (c *Cache) releaseLocked(e *entry) gpu.Region {
 func (c *Cache) detachVictimsLocked(victims []*entry) []gpu.Region {
 	var regions []gpu.Region
 	for _, v := range victims {
-		if c.entries[v.rel] == v {
-			delete(c.entries, v.rel)
+		v.slot.evictions.Add(1)
+		if c.unattachLocked(v) {
 			c.leftLocked(v)
 			c.emitLocked(v.eventLocked(StateAbsent, "evicted"))
 		}
@@ -194,6 +216,13 @@ func (c *Cache) detachVictimsLocked(victims []*entry) []gpu.Region {
 	}
 	c.stats.evictions.Add(uint64(len(victims)))
 	return regions
+}
+
+// freeRegions frees each of rs (nil ones: nothing).
+func (c *Cache) freeRegions(rs []gpu.Region) {
+	for _, r := range rs {
+		c.freeRegion(r)
+	}
 }
 
 // freeRegion frees r (nil: nothing). A failure is logged and counted

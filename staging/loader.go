@@ -19,7 +19,8 @@ import (
 type job struct {
 	rel    string // for hooks and logs
 	region gpu.Region
-	size   int64
+	start  int64            // the file's bytes [start, size) are loaded
+	size   int64            // (a share of a split ingest starts past 0)
 	f      *os.File         // POSIX path
 	direct bool             // f has O_DIRECT
 	cf     gpu.CuFileHandle // cuFile path when not nil
@@ -95,10 +96,11 @@ func newLoader(c *Cache, s *slot) *loader {
 // the tasks not handed out yet fail with its error.
 func (l *loader) run(j *job) error {
 	ts := int64(l.c.io.TaskSize)
-	n := (j.size + ts - 1) / ts
-	if n == 0 {
+	n := (j.size - j.start + ts - 1) / ts
+	if n <= 0 {
 		return nil
 	}
+	j.next = j.start
 	j.done = make(chan struct{})
 	j.left.Store(n)
 	l.mu.Lock()

@@ -15,6 +15,27 @@ const (
 	DeviceHost = "host"
 )
 
+// Placement policies (staging.placement): where a lease that names a
+// device is served from.
+const (
+	// PlacementReplica: on the device it names; a file staged elsewhere
+	// is copied there (a replica per requesting device).
+	PlacementReplica = "replica"
+	// PlacementNode: one copy per node; a lease gets the copy wherever it
+	// is, and a file not staged yet is staged on the device named.
+	PlacementNode = "node"
+)
+
+// Peer copy choices (staging.peer_copy).
+const (
+	// PeerAuto copies replicas device to device where the pair has peer
+	// access, and splits a file wanted on several devices between their
+	// host links (split ingest).
+	PeerAuto = "auto"
+	// PeerOff reads every replica from SOURCE.
+	PeerOff = "off"
+)
+
 // Prefetch triggers (staging.prefetch).
 const (
 	PrefetchOpen   = "open"
@@ -37,8 +58,15 @@ const (
 
 // Options is the staging section of config.yaml; errors name its keys.
 type Options struct {
-	Device          string      `yaml:"device"`
-	GPUs            []int       `yaml:"gpus"`
+	Device string `yaml:"device"`
+	GPUs   []int  `yaml:"gpus"`
+	// HostDevices is how many host devices (host0 .. hostN-1, each with
+	// the capacity) the host backend offers; 0 or 1: one, "host".
+	HostDevices int `yaml:"host_devices"`
+	// Placement is PlacementReplica ("" too) or PlacementNode.
+	Placement string `yaml:"placement"`
+	// PeerCopy is PeerAuto ("" too) or PeerOff.
+	PeerCopy        string      `yaml:"peer_copy"`
 	Capacity        units.Share `yaml:"capacity"`
 	ChunkSize       units.Size  `yaml:"chunk_size"`
 	MinFileSize     units.Size  `yaml:"min_file_size"`
@@ -104,6 +132,19 @@ func (o *Options) Validate() error {
 			return fmt.Errorf("staging.gpus: ordinal %d is negative or repeated", g)
 		}
 		seen[g] = true
+	}
+	if o.HostDevices < 0 || o.HostDevices > 64 {
+		return fmt.Errorf("staging.host_devices: %d is outside 0..64", o.HostDevices)
+	}
+	switch o.Placement {
+	case "", PlacementReplica, PlacementNode:
+	default:
+		return fmt.Errorf("staging.placement: %q is not one of replica, node", o.Placement)
+	}
+	switch o.PeerCopy {
+	case "", PeerAuto, PeerOff:
+	default:
+		return fmt.Errorf("staging.peer_copy: %q is not one of auto, off", o.PeerCopy)
 	}
 	if o.Capacity.Percent == 0 && o.Capacity.Bytes <= 0 {
 		return fmt.Errorf("staging.capacity: must be a positive size or percentage")

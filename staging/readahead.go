@@ -98,7 +98,7 @@ func (c *Cache) Trace() *readahead.Recorder { return c.ra.Trace() }
 // used records a demand use of rel's entry, if it has one, at tick at.
 func (c *Cache) used(rel string, at uint64) {
 	c.mu.Lock()
-	if e := c.entries[rel]; e != nil {
+	for _, e := range c.replicasLocked(rel) {
 		c.usedLocked(e, at)
 	}
 	c.mu.Unlock()
@@ -131,9 +131,11 @@ func (c *Cache) readAhead(p readahead.Plan) {
 	var free []gpu.Region
 	c.mu.Lock()
 	for _, rel := range p.Cancel {
-		if e := c.entries[rel]; e != nil && e.readahead && e.state == StateLoading {
-			e.ra.cancel()
-			free = append(free, c.dropLocked(e, "read-ahead cancelled"))
+		for _, e := range c.replicasLocked(rel) {
+			if e.readahead && e.state == StateLoading {
+				e.ra.cancel()
+				free = append(free, c.dropLocked(e, "read-ahead cancelled"))
+			}
 		}
 	}
 	closed := c.closed
@@ -184,13 +186,15 @@ func (c *Cache) readAheadLoad(it readahead.Item) {
 func (c *Cache) startReadAheadLocked(it readahead.Item, o *opened) (*entry, []gpu.Region, readahead.Why) {
 	rel := it.Rel
 	var regions []gpu.Region
-	if e := c.entries[rel]; e != nil {
+	for _, e := range c.replicasLocked(rel) { // on any device
 		switch {
 		case e.state == StateLoading || e.state == StateResident && e.id == o.id:
 			return nil, nil, readahead.Staged
 		case e.state == StateFailed && e.id == o.id:
 			return nil, nil, readahead.NotStaged // a demand retries it and shows why
 		}
+	}
+	for _, e := range c.replicasLocked(rel) {
 		c.stats.invalidations.Add(1)
 		regions = append(regions, c.dropLocked(e, "changed"))
 	}
@@ -218,15 +222,14 @@ func (c *Cache) startReadAheadLocked(it readahead.Item, o *opened) (*entry, []gp
 	s.used += need
 	c.fdsUsed += fds
 	regions = append(regions, c.detachVictimsLocked(victims)...)
-	c.gen++
 	e := &entry{
-		rel: rel, id: o.id, fid: o.fid, events: o.events, slot: s, gen: c.gen,
+		rel: rel, id: o.id, fid: o.fid, events: o.events, slot: s, gen: c.genLocked(rel, o.id),
 		done: make(chan struct{}), state: StateLoading, reserved: need, fds: fds,
 		lastUse: it.Heat, readahead: true, ra: &raLoad{},
 	}
 	e.ra.ctx, e.ra.cancel = context.WithCancel(c.ctx)
 	e.ra.low.Store(true)
-	c.entries[rel] = e
+	c.attachLocked(e)
 	c.indexLocked(e)
 	c.ra.Started(rel) // with the entry: an access racing with it finds it loading, a hit
 	c.emitLocked(e.eventLocked(StateLoading, "read-ahead"))
@@ -296,7 +299,7 @@ func (c *Cache) publishReadAheadLocked(e *entry, region gpu.Region, note string,
 		}
 		c.declineReadAhead(e.rel, readahead.NotStaged)
 	}
-	if c.entries[e.rel] == e {
+	if c.attachedLocked(e) {
 		reason := "read-ahead cancelled"
 		if !cancelled {
 			reason = fmt.Sprintf("read-ahead failed: %v", err)

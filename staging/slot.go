@@ -2,17 +2,28 @@ package staging
 
 import (
 	"container/list"
+	"sync/atomic"
 
 	"github.com/gdsfs/gdsfs/gpu"
 )
 
 // slot is one device's share of the cache: its capacity, the bytes held
-// and the LRU order of its evictable entries. All fields but dev,
-// capacity and loader are guarded by Cache.mu.
+// and the LRU order of its evictable entries. dev, index, capacity,
+// loader and peer are fixed once New returns; the counters are atomic;
+// the rest is guarded by Cache.mu.
 type slot struct {
 	dev      gpu.Device
+	index    int // in Cache.slots (staging.gpus order)
 	capacity int64
 	loader   *loader
+	// peer[j]: replicas are copied device to device between this slot
+	// and slot j (the pair has peer access and staging.peer_copy allows).
+	peer []bool
+
+	// per-device counters for stats
+	evictions atomic.Uint64
+	bytesRead atomic.Uint64 // staged from SOURCE onto this device
+	bytesPeer atomic.Uint64 // copied onto it from another device
 
 	// INVARIANT: 0 <= used <= capacity.
 	used int64      // bytes reserved by entries loading, resident or detached, and private copies

@@ -17,6 +17,7 @@ type counters struct {
 	leasesTotal                          atomic.Uint64
 	changeEvents, racyWaits, loadRetries atomic.Uint64
 	freeErrors, roomWaits, deferredOpens atomic.Uint64
+	bytesPeer, splitLoads                atomic.Uint64
 	leasesActive                         atomic.Int64
 
 	errMu         sync.Mutex
@@ -52,6 +53,8 @@ type Stats struct {
 	BytesCuFile     uint64 `json:"bytes_cufile"`
 	BytesPOSIX      uint64 `json:"bytes_posix"`
 	BytesHost       uint64 `json:"bytes_host"`
+	BytesPeer       uint64 `json:"bytes_peer"`  // copied device to device into replicas
+	SplitLoads      uint64 `json:"split_loads"` // files read once from SOURCE for several devices (split ingest)
 	Hits            uint64 `json:"hits"`
 	Misses          uint64 `json:"misses"`
 	SharedLoads     uint64 `json:"shared_loads"`
@@ -85,9 +88,29 @@ type Stats struct {
 	DescriptorsUsed   int `json:"descriptors_used"`
 	DescriptorBudget  int `json:"descriptor_budget"`
 	DescriptorReserve int `json:"descriptor_reserve"`
+	// Devices is each device's share, in staging.gpus order.
+	Devices []DeviceStats `json:"devices"`
 	// The read-ahead counters (readahead_*, replay_*), at the top level of
 	// stats.json.
 	readahead.Stats
+}
+
+// DeviceStats is one device's share of the cache.
+type DeviceStats struct {
+	Name          string `json:"name"`    // "GPU-<uuid>", "host", "hostN"
+	Ordinal       int    `json:"ordinal"` // as gpus= lists name it
+	CapacityBytes int64  `json:"capacity_bytes"`
+	UsedBytes     int64  `json:"used_bytes"`
+	ResidentBytes int64  `json:"resident_bytes"`
+	StagedFiles   int    `json:"staged_files"`
+	LoadingFiles  int    `json:"loading_files"`
+	LeasesPinned  int    `json:"leases_pinned"`
+	Evictions     uint64 `json:"evictions"`
+	BytesRead     uint64 `json:"bytes_read"` // staged from SOURCE onto it
+	BytesPeer     uint64 `json:"bytes_peer"` // copied onto it from other devices
+	// Peers are the devices replicas are copied from and to device to
+	// device.
+	Peers []string `json:"peers"`
 }
 
 // Stats returns the current counters.
@@ -96,6 +119,7 @@ func (c *Cache) Stats() Stats {
 	out := Stats{
 		Prefetches: s.prefetches.Load(), PrefetchDropped: s.prefetchDropped.Load(),
 		BytesCuFile: s.bytesCuFile.Load(), BytesPOSIX: s.bytesPOSIX.Load(), BytesHost: s.bytesHost.Load(),
+		BytesPeer: s.bytesPeer.Load(), SplitLoads: s.splitLoads.Load(),
 		Hits: s.hits.Load(), Misses: s.misses.Load(), SharedLoads: s.sharedLoads.Load(),
 		Evictions: s.evictions.Load(), Invalidations: s.invalidations.Load(), LoadErrors: s.loadErrors.Load(),
 		TooLarge: s.tooLarge.Load(), NoSpace: s.noSpace.Load(), CuFileFallbacks: s.cufileFallbacks.Load(),
@@ -111,26 +135,53 @@ func (c *Cache) Stats() Stats {
 	s.errMu.Unlock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, e := range c.entries {
-		switch e.state {
-		case StateResident:
-			out.StagedFiles++
-			out.ResidentBytes += e.id.size
-		case StateLoading:
-			out.LoadingFiles++
-		case StateFailed:
-			out.FailedFiles++
-		}
-	}
-	out.DescriptorsUsed = c.fdsUsed
-	out.PrefetchQueued = len(c.queued)
-	out.RoomWaiting = c.waiters.Len()
-	out.ReadersOpen = len(c.readers)
-	for _, sl := range c.slots {
+	out.Devices = make([]DeviceStats, len(c.slots))
+	for i, sl := range c.slots {
+		out.Devices[i] = c.slotStatsLocked(sl)
 		out.UsedBytes += sl.used
 		out.CapacityBytes += sl.capacity
 	}
+	for _, cs := range c.entries {
+		for _, e := range cs {
+			if e == nil {
+				continue
+			}
+			d := &out.Devices[e.slot.index]
+			d.LeasesPinned += e.leases
+			switch e.state {
+			case StateResident:
+				out.StagedFiles++
+				out.ResidentBytes += e.id.size
+				d.StagedFiles++
+				d.ResidentBytes += e.id.size
+			case StateLoading:
+				out.LoadingFiles++
+				d.LoadingFiles++
+			case StateFailed:
+				out.FailedFiles++
+			}
+		}
+	}
+	out.DescriptorsUsed = c.fdsUsed
+	out.PrefetchQueued = len(c.queuedKeys)
+	out.RoomWaiting = c.waiters.Len()
+	out.ReadersOpen = len(c.readers)
 	return out
+}
+
+// slotStatsLocked is s's DeviceStats without the entry counts. Cache.mu
+// must be held.
+func (c *Cache) slotStatsLocked(s *slot) DeviceStats {
+	d := DeviceStats{
+		Name: s.dev.Name(), Ordinal: slotOrdinal(s), CapacityBytes: s.capacity, UsedBytes: s.used,
+		Evictions: s.evictions.Load(), BytesRead: s.bytesRead.Load(), BytesPeer: s.bytesPeer.Load(), Peers: []string{},
+	}
+	for j, ok := range s.peer {
+		if ok {
+			d.Peers = append(d.Peers, c.slots[j].dev.Name())
+		}
+	}
+	return d
 }
 
 // checkInvariantsLocked panics if a slot's accounting is off. Tests call it;
@@ -138,9 +189,20 @@ func (c *Cache) Stats() Stats {
 func (c *Cache) checkInvariantsLocked() {
 	held := map[*slot]int64{}
 	fds := 0
-	for _, e := range c.entries {
-		held[e.slot] += e.reserved
-		fds += e.fds
+	for rel, cs := range c.entries {
+		if len(cs) != len(c.slots) {
+			panic("staging: a file's replicas are not one per slot")
+		}
+		for i, e := range cs {
+			if e == nil {
+				continue
+			}
+			if e.rel != rel || e.slot.index != i || e.detached {
+				panic("staging: an entry is attached under another path or slot, or detached")
+			}
+			held[e.slot] += e.reserved
+			fds += e.fds
+		}
 	}
 	if c.fdsUsed < 0 || c.fdsUsed > c.fdBudget || fds > c.fdsUsed {
 		panic("staging: descriptors used outside 0..budget, or entries hold more than counted")

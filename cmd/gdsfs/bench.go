@@ -22,7 +22,7 @@ func benchCmd() *cobra.Command {
 		Short: "Measure gdsfs against baselines taken in the same run",
 	}
 	c.AddCommand(benchMountCmd(), benchStageCmd(), benchLeaseCmd(), benchLeaseChildCmd(), benchLoaderCmd(),
-		benchContentionCmd(), benchScriptCmd("autoload"), benchScriptCmd("readahead"))
+		benchContentionCmd(), benchMultiGPUCmd(), benchScriptCmd("autoload"), benchScriptCmd("readahead"))
 	return c
 }
 
@@ -284,4 +284,38 @@ func (f sizeListFlag) Set(v string) error {
 	}
 	*f.s = out
 	return nil
+}
+
+func benchMultiGPUCmd() *cobra.Command {
+	o := bench.MultiGPUOptions{Size: 8 << 30, Consumers: true}
+	c := &cobra.Command{
+		Use:   "multigpu [--size 8GiB] [--dir /dev/shm/gdsfs-multigpu] [--runs 3] [--consumers=false] [--set key=value]...",
+		Short: "Two GPUs: peer copy and H2D baselines, split ingest vs staging twice, two files at once, consumers on each GPU",
+		Long:  bench.MultiGPUDoc,
+		Args:  exactArgs(),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := o.Validate(); err != nil {
+				return usageError{err}
+			}
+			cfg, err := bench.MultiGPUConfig(o.Sets)
+			if err != nil {
+				return usageError{err}
+			}
+			ctx, stop := benchContext()
+			defer stop()
+			return bench.MultiGPU(ctx, cfg, o)
+		},
+	}
+	f := c.Flags()
+	f.Var(sizeFlag{&o.Size}, "size", "size of each of the two files")
+	f.StringVar(&o.Dir, "dir", "/dev/shm/gdsfs-multigpu", "directory for the two files (memory, or a disk whose pages stay cached); kept")
+	f.StringVar(&o.Work, "work", "/var/tmp/gdsfs-multigpu", "directory for the mount, its socket and log, and the Python helper")
+	f.IntVar(&o.Runs, "runs", 3, "runs per measurement; the shortest is reported")
+	f.BoolVar(&o.Consumers, "consumers", true, "also mount --dir and run the consumer checks (root)")
+	f.StringVar(&o.Py.Bin, "python-bin", "", "Python interpreter (default: python3, or /usr/bin/python3 where only it has torch)")
+	f.StringVar(&o.Py.Pkg, "python", "", "directory holding the gdsfs Python package (default: python/ beside the binary's directory)")
+	f.StringArrayVar(&o.Sets, "set", nil, "config.yaml key, for the measurements and the mount (staging.device=host, staging.host_devices=2)")
+	f.BoolVar(&o.JSON, "json", false, "print the results as JSON")
+	f.StringVar(&o.Report, "report", "", "also append the results as one JSON line to `FILE`")
+	return c
 }

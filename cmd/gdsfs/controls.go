@@ -12,6 +12,7 @@ import (
 	"github.com/gdsfs/gdsfs/gpu/cuda"
 	"github.com/gdsfs/gdsfs/internal/access"
 	"github.com/gdsfs/gdsfs/internal/readahead"
+	"github.com/gdsfs/gdsfs/staging"
 )
 
 // controls are the files of MOUNTPOINT/.gdsfs/; srv is the mount they
@@ -25,8 +26,8 @@ func (d *daemon) controls(srv *fs.Server) []fs.Control {
 		{Name: "cache", Read: func(c access.Cred) []byte { return d.cacheText(c, srv.CanRead) }},
 		{Name: "version", Read: func(access.Cred) []byte { return []byte(d.version) }},
 		{Name: "socket", Read: func(access.Cred) []byte { return []byte(d.ipc.Path() + "\n") }},
-		{Name: "prefetch", Write: d.prefetch},
-		{Name: "evict", Write: func(_ access.Cred, rel string) error { return d.cache.Evict(rel) }},
+		{Name: "prefetch", Write: d.prefetch, WriteArgs: d.prefetchOn},
+		{Name: "evict", Write: func(_ access.Cred, rel string) error { return d.cache.Evict(rel) }, WriteArgs: d.evictOn},
 		{Name: "trace", Read: func(c access.Cred) []byte { return d.traceText(c, srv.Mountpoint()) }},
 		{Name: "replay", Write: func(_ access.Cred, rel string) error { d.cache.Replay([]string{rel}); return nil }},
 	}
@@ -51,6 +52,50 @@ func (d *daemon) traceText(c access.Cred, mnt string) []byte {
 	return b.Bytes()
 }
 
+// gpusArg parses a control line's arguments: "gpus=LIST" (ordinals of
+// staging.gpus, device names, or all).
+func gpusArg(args string) ([]string, error) {
+	list, ok := strings.CutPrefix(args, "gpus=")
+	if !ok {
+		return nil, fmt.Errorf("%q: the only argument is gpus=LIST: %w", args, syscall.EINVAL)
+	}
+	devs, err := staging.ParseDevices(list)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", err, syscall.EINVAL)
+	}
+	return devs, nil
+}
+
+// prefetchOn is prefetch for a line "PATH<TAB>gpus=LIST": a replica on
+// each device named (staging.Cache.StageOn).
+func (d *daemon) prefetchOn(_ access.Cred, rel, args string) error {
+	devs, err := gpusArg(args)
+	if err != nil {
+		return err
+	}
+	if err := d.cache.Eligible(rel); err != nil {
+		return err
+	}
+	ok, err := d.cache.PrefetchOn(rel, devs)
+	switch {
+	case err != nil:
+		return err
+	case !ok:
+		return fmt.Errorf("prefetch %s: queue full (staging.prefetch_queue): %w", rel, syscall.EAGAIN)
+	}
+	return nil
+}
+
+// evictOn is evict for a line "PATH<TAB>gpus=LIST": only the replicas on
+// the devices named.
+func (d *daemon) evictOn(_ access.Cred, rel, args string) error {
+	devs, err := gpusArg(args)
+	if err != nil {
+		return err
+	}
+	return d.cache.EvictOn(rel, devs)
+}
+
 // prefetch checks that rel can be staged, then queues it; a full queue is
 // EAGAIN. fs has checked that the writer may read rel.
 func (d *daemon) prefetch(_ access.Cred, rel string) error {
@@ -70,11 +115,11 @@ var sections = []struct {
 }{
 	{"fuse", []string{"opens", "reads_served", "bytes_served", "passthrough", "passthrough_reason"}},
 	{"staging", []string{"device", "staged_files", "loading_files", "failed_files", "resident_bytes", "used_bytes",
-		"capacity_bytes", "prefetches", "prefetch_dropped", "hits", "misses", "shared_loads", "evictions",
+		"capacity_bytes", "prefetches", "prefetch_dropped", "hits", "misses", "shared_loads", "split_loads", "evictions",
 		"invalidations", "load_errors", "too_large", "no_space", "free_errors", "change_detection", "change_events",
 		"racy_waits", "load_retries", "room_waits", "room_waiting", "deferred_opens", "readers_open",
 		"descriptors_used", "descriptor_budget", "descriptor_reserve"}},
-	{"io", []string{"bytes_cufile", "bytes_posix", "bytes_host", "cufile_mode", "cufile_fallbacks", "cufile_last_error",
+	{"io", []string{"bytes_cufile", "bytes_posix", "bytes_host", "bytes_peer", "cufile_mode", "cufile_fallbacks", "cufile_last_error",
 		"io_threads", "io_bounce_bytes"}},
 	{"readahead", []string{"readahead_issued", "readahead_hits", "readahead_wasted_bytes", "readahead_cancelled",
 		"readahead_declined", "readahead_dropped", "replay_pending", "replay_skipped"}},
@@ -137,6 +182,9 @@ func formatStats(m map[string]any) []byte {
 			}
 		}
 	}
+	if writeDevices(&b, m["devices"]) {
+		seen["devices"] = true
+	}
 	var rest []string
 	for k := range m {
 		if !seen[k] {
@@ -151,6 +199,29 @@ func formatStats(m map[string]any) []byte {
 		}
 	}
 	return b.Bytes()
+}
+
+// writeDevices prints stats.json's devices as a [devices] section: one
+// line per device, its name then its counters. false: none.
+func writeDevices(b *bytes.Buffer, v any) bool {
+	devs, ok := v.([]any)
+	if !ok {
+		return false
+	}
+	b.WriteString("\n[devices]\n")
+	for _, d := range devs {
+		if dm, ok := d.(map[string]any); ok {
+			name := dm["name"]
+			delete(dm, "name")
+			for k, x := range dm {
+				if f, ok := x.(float64); ok && f == float64(int64(f)) {
+					dm[k] = int64(f)
+				}
+			}
+			fmt.Fprintf(b, "%v %s\n", name, formatMap(dm))
+		}
+	}
+	return true
 }
 
 // cacheText is one line per entry the reader c may open for reading

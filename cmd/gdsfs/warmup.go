@@ -17,18 +17,26 @@ import (
 	"github.com/gdsfs/gdsfs/client"
 	"github.com/gdsfs/gdsfs/internal/mountinfo"
 	"github.com/gdsfs/gdsfs/proto"
+	"github.com/gdsfs/gdsfs/staging"
 )
 
 func warmupCmd() *cobra.Command {
 	var wait bool
 	var timeout time.Duration
-	var trace string
+	var trace, gpus string
 	c := &cobra.Command{
-		Use:   "warmup [--wait] PATH... | warmup --trace FILE [--wait] [MOUNTPOINT]",
+		Use:   "warmup [--wait] [--gpus all|0,1|GPU-...] PATH... | warmup --trace FILE [--wait] [MOUNTPOINT]",
 		Short: "Stage files (directories: every file under them) of a gdsfs mount",
 		Long: `Writes each file to its mount's .gdsfs/prefetch. With --wait it waits until
 each is resident or failed (a progress bar on a terminal) and exits non-zero
 if any failed, naming why.
+
+--gpus stages a replica of each file on every device named: ordinals of the
+mount's staging.gpus, device names (GPU-<uuid>, hostN) or all, comma
+separated (the prefetch line "PATH<TAB>gpus=LIST"). A file staged on none of
+them is read once from SOURCE: each GPU reads a share over its own host link
+and the GPUs exchange the rest device to device (split ingest, where the GPUs
+have peer access). With --wait, every replica named must end resident.
 
 With --trace FILE (a trace as MOUNTPOINT/.gdsfs/trace writes it) it writes
 the trace's paths to the mount's .gdsfs/replay instead: they are staged in
@@ -47,14 +55,24 @@ non-zero.`,
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if trace != "" {
+				if cmd.Flags().Changed("gpus") {
+					return usageError{errors.New("warmup: --trace and --gpus do not go together")}
+				}
 				return warmupTrace(trace, args, wait, timeout)
+			}
+			var devs []string
+			if cmd.Flags().Changed("gpus") {
+				var err error
+				if devs, err = staging.ParseDevices(gpus); err != nil {
+					return usageError{fmt.Errorf("--gpus: %w", err)}
+				}
 			}
 			files, err := warmupFiles(args)
 			if err != nil {
 				return err
 			}
 			for _, f := range files {
-				if err := prefetchOne(f); err != nil {
+				if err := prefetchOne(f, devs); err != nil {
 					return err
 				}
 			}
@@ -62,12 +80,16 @@ non-zero.`,
 				fmt.Fprintf(os.Stderr, "queued %d files\n", len(files))
 				return nil
 			}
-			return waitStaged(files, timeout)
+			if err := waitStaged(files, timeout); err != nil {
+				return err
+			}
+			return checkReplicas(files, devs)
 		},
 	}
 	c.Flags().BoolVar(&wait, "wait", false, "wait until every file is resident or failed")
 	c.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "longest --wait waits")
 	c.Flags().StringVar(&trace, "trace", "", "stage the paths of this trace file in its order (.gdsfs/replay)")
+	c.Flags().StringVar(&gpus, "gpus", "", "stage a replica on each of these devices: all, or ordinals / names, comma separated")
 	return c
 }
 
@@ -112,12 +134,18 @@ func warmupFiles(args []string) ([]warmFile, error) {
 	return out, nil
 }
 
-func prefetchOne(f warmFile) error {
+// prefetchOne writes f to its mount's .gdsfs/prefetch, with the devices
+// (none: where staging puts it).
+func prefetchOne(f warmFile, devs []string) error {
 	ctl, err := os.OpenFile(filepath.Join(f.mnt, ".gdsfs", "prefetch"), os.O_WRONLY, 0)
 	if err != nil {
 		return fmt.Errorf("%s: %w", f.mnt, err)
 	}
-	_, err = ctl.WriteString(f.rel + "\n")
+	line := f.rel
+	if len(devs) > 0 {
+		line += "\tgpus=" + strings.Join(devs, ",")
+	}
+	_, err = ctl.WriteString(line + "\n")
 	if cerr := ctl.Close(); err == nil {
 		err = cerr
 	}

@@ -14,7 +14,9 @@ type Report struct {
 	DriverRaw     int            `json:"driver_version_raw"` // cuDriverGetVersion, 13000
 	DeviceCount   int            `json:"device_count"`
 	Devices       []DeviceReport `json:"devices"`
-	CuFile        CuFileReport   `json:"cufile"`
+	// Peers is every pair of devices: peer access and the link.
+	Peers  []PeerReport `json:"peers"`
+	CuFile CuFileReport `json:"cufile"`
 }
 
 // DeviceReport describes one device.
@@ -42,7 +44,7 @@ type CuFileReport struct {
 // could not be learned is said in the report, each failure once (a
 // missing libcuda is r.Error; the cuFile mode then says only that).
 func Check() Report {
-	r := Report{Devices: []DeviceReport{}}
+	r := Report{Devices: []DeviceReport{}, Peers: []PeerReport{}}
 	if err := loadCUDA(); err != nil {
 		r.Error = err.Error()
 		r.CuFile = cufileLibrary()
@@ -61,15 +63,18 @@ func Check() Report {
 		r.Error = err.Error()
 	}
 	r.DeviceCount = n
+	var infos []deviceInfo
 	for i := 0; i < n; i++ {
 		dr := DeviceReport{Ordinal: i}
 		if info, err := queryDevice(i); err != nil {
 			dr.Error = err.Error()
 		} else {
 			dr.Name, dr.UUID, dr.TotalMemory = info.model, formatUUID(info.uuid), info.total
+			infos = append(infos, info)
 		}
 		r.Devices = append(r.Devices, dr)
 	}
+	r.Peers = checkPeers(infos)
 	r.CuFile = checkCuFile(n)
 	return r
 }
@@ -153,6 +158,9 @@ func (r Report) String() string {
 		}
 		line(fmt.Sprintf("device.%d", d.Ordinal),
 			fmt.Sprintf("%s %s %.1f GiB", d.UUID, d.Name, float64(d.TotalMemory)/(1<<30)))
+	}
+	for _, p := range r.Peers {
+		line(fmt.Sprintf("peer.%d-%d", p.A, p.B), p.Summary())
 	}
 	line("cufile.library", r.CuFile.Library)
 	if r.CuFile.LoadError != "" {

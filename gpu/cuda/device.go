@@ -36,6 +36,11 @@ type Device struct {
 	// mu guards closed only; it is never held across a driver call.
 	mu     sync.Mutex
 	closed bool
+
+	// peerMu guards peers; it is held across enabling a pair's peer
+	// access (once per pair, peer.go).
+	peerMu sync.Mutex
+	peers  map[*Device]string // peer device -> "" (access on) or why not
 }
 
 // Open opens CUDA device ordinal: it loads libcuda.so.1, retains the

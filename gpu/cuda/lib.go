@@ -14,9 +14,9 @@ import (
 	"unsafe"
 )
 
-// This file and libcufile.go are the only Go files that import "C". They
-// turn the shim's C calls into Go values and errors; everything else in
-// the package is plain Go.
+// This file, libcufile.go and libpeer.go are the only Go files that
+// import "C". They turn the shim's C calls into Go values and errors;
+// everything else in the package is plain Go.
 
 const errBufLen = 1024
 

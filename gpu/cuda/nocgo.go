@@ -23,9 +23,10 @@ func cufileVersion() (int, bool)          { return 0, false }
 func queryDevice(int) (deviceInfo, error) { return deviceInfo{}, errNoCgo }
 
 type deviceInfo struct {
-	uuid  [16]byte
-	model string
-	total int64
+	ordinal int
+	uuid    [16]byte
+	model   string
+	total   int64
 }
 
 type cuContext struct{}
@@ -69,3 +70,11 @@ func (*pipe) dtoh([]byte, uint64) error   { return errNoCgo }
 func (*pipe) free() error                 { return nil }
 
 type cufileHandle struct{}
+
+func devContext(deviceInfo) *cuContext                             { return &cuContext{} }
+func canAccessPeer(_, _ *cuContext) (bool, error)                  { return false, errNoCgo }
+func p2pRank(_, _ *cuContext) (int, error)                         { return 0, errNoCgo }
+func (*cuContext) enablePeer(*cuContext) error                     { return errNoCgo }
+func (*cuContext) setAccessFor(*cuContext, uint64, int64) error    { return errNoCgo }
+func copyPeer(*cuContext, uint64, *cuContext, uint64, int64) error { return errNoCgo }
+func nvmlLinks(_, _ string) (nvlinks, error)                       { return nvlinks{}, errNoCgo }

@@ -35,6 +35,9 @@ type Region struct {
 	registered bool       // chunks registered with cuFileBufRegister (gds mode)
 
 	exported atomic.Bool // a chunk left this process: never pooled again
+
+	accessMu sync.Mutex       // guards access
+	access   map[*Device]bool // other devices granted access (peer copies)
 }
 
 // Alloc returns a Region of at least size bytes, split into chunks of at

@@ -62,6 +62,11 @@ static struct {
 	CUresult (*EventDestroy)(CUevent e);
 	CUresult (*EventRecord)(CUevent e, CUstream s);
 	CUresult (*EventSynchronize)(CUevent e);
+	CUresult (*DeviceCanAccessPeer)(int *can, CUdevice dev, CUdevice peer);
+	CUresult (*DeviceGetP2PAttribute)(int *v, int attr, CUdevice src, CUdevice dst); /* optional */
+	CUresult (*CtxEnablePeerAccess)(CUcontext peer, unsigned int flags);
+	CUresult (*MemcpyPeerAsync)(CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src, CUcontext src_ctx, size_t n,
+				    CUstream s);
 } cu;
 
 static struct {
@@ -144,6 +149,11 @@ int gds_cuda_load(char *err, size_t errlen)
 	REQ(cu, EventDestroy, L, "cuEventDestroy_v2");
 	REQ(cu, EventRecord, L, "cuEventRecord");
 	REQ(cu, EventSynchronize, L, "cuEventSynchronize");
+	REQ(cu, DeviceCanAccessPeer, L, "cuDeviceCanAccessPeer");
+	REQ(cu, CtxEnablePeerAccess, L, "cuCtxEnablePeerAccess");
+	REQ(cu, MemcpyPeerAsync, L, "cuMemcpyPeerAsync");
+	/* Optional: cuDeviceGetP2PAttribute is newer than the rest. */
+	sym(cu.lib, NAMES("cuDeviceGetP2PAttribute"), (void **)&cu.DeviceGetP2PAttribute, L, NULL, 0);
 	return 0;
 fail:
 	dlclose(cu.lib);
@@ -332,6 +342,42 @@ CUresult gds_copy_dtoh(CUcontext ctx, void *dst, CUdeviceptr src, size_t n)
 {
 	SETCTX(ctx);
 	return cu.MemcpyDtoH(dst, src, n);
+}
+
+/* ---- peers ------------------------------------------------------------ */
+
+CUresult gds_can_access_peer(CUdevice dev, CUdevice peer, int *can)
+{
+	*can = 0;
+	return cu.DeviceCanAccessPeer(can, dev, peer);
+}
+
+CUresult gds_p2p_attr(CUdevice src, CUdevice dst, int attr, int *v)
+{
+	*v = 0;
+	if (cu.DeviceGetP2PAttribute == NULL)
+		return GDS_CUDA_ERROR_NOT_SUPPORTED;
+	return cu.DeviceGetP2PAttribute(v, attr, src, dst);
+}
+
+CUresult gds_enable_peer(CUcontext ctx, CUcontext peer)
+{
+	SETCTX(ctx);
+	CUresult r = cu.CtxEnablePeerAccess(peer, 0);
+	return r == GDS_CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED ? GDS_CUDA_SUCCESS : r;
+}
+
+CUresult gds_copy_peer(CUcontext dst_ctx, CUdeviceptr dst, CUcontext src_ctx, CUdeviceptr src, size_t n)
+{
+	CUstream s = NULL;
+	SETCTX(dst_ctx);
+	CUresult r = cu.StreamCreate(&s, GDS_CU_STREAM_NON_BLOCKING);
+	if (r != GDS_CUDA_SUCCESS)
+		return r;
+	r = cu.MemcpyPeerAsync(dst, dst_ctx, src, src_ctx, n, s);
+	CUresult w = cu.StreamSynchronize(s);
+	cu.StreamDestroy(s);
+	return r != GDS_CUDA_SUCCESS ? r : w;
 }
 
 /* ---- pipes ------------------------------------------------------------ */

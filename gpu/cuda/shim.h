@@ -56,6 +56,10 @@ typedef struct CUmemAccessDesc_st {
 #define GDS_CUDA_SUCCESS 0
 #define GDS_CUDA_ERROR_OUT_OF_MEMORY 2
 #define GDS_CUDA_ERROR_NO_DEVICE 100
+#define GDS_CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED 704
+#define GDS_CUDA_ERROR_NOT_SUPPORTED 801
+#define GDS_CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK 0x01
+#define GDS_CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED 0x02
 #define GDS_CU_MEM_ALLOCATION_TYPE_PINNED 0x1
 #define GDS_CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR 0x1
 #define GDS_CU_MEM_LOCATION_TYPE_DEVICE 0x1
@@ -174,6 +178,29 @@ CUresult gds_mem_import_fd(CUcontext ctx, int fd, CUmemGenericAllocationHandle *
 CUresult gds_copy_dtod(CUcontext ctx, CUdeviceptr dst, CUdeviceptr src, size_t n);
 CUresult gds_memset_zero(CUcontext ctx, CUdeviceptr dst, size_t n);
 CUresult gds_copy_dtoh(CUcontext ctx, void *dst, CUdeviceptr src, size_t n);
+
+/* ---- peers (two devices of one process) ------------------------------ */
+
+CUresult gds_can_access_peer(CUdevice dev, CUdevice peer, int *can);
+/* gds_p2p_attr is cuDeviceGetP2PAttribute (src != dst), or
+ * CUDA_ERROR_NOT_SUPPORTED where the driver lacks it. */
+CUresult gds_p2p_attr(CUdevice src, CUdevice dst, int attr, int *v);
+/* gds_enable_peer lets ctx's device reach peer's allocations
+ * (cuCtxEnablePeerAccess); already enabled is success. */
+CUresult gds_enable_peer(CUcontext ctx, CUcontext peer);
+/* gds_copy_peer copies n bytes from src (src_ctx's device) to dst
+ * (dst_ctx's device; the same context is allowed) with cuMemcpyPeerAsync
+ * on a stream of dst_ctx, and waits for it. */
+CUresult gds_copy_peer(CUcontext dst_ctx, CUdeviceptr dst, CUcontext src_ctx, CUdeviceptr src, size_t n);
+
+/* ---- NVML (nvml.c): NVLinks between two GPUs, where libnvidia-ml loads - */
+
+/* gds_nvml_links counts the active NVLinks of the GPU named uuid_a
+ * ("GPU-...") that reach the GPU named uuid_b directly, and those of each
+ * that reach an NVSwitch; nvlink_p2p is nvmlDeviceGetP2PStatus(NVLINK) ==
+ * OK. It returns 0, or -1 with a message in err (NVML missing or failing). */
+int gds_nvml_links(const char *uuid_a, const char *uuid_b, int *direct, int *switch_a, int *switch_b,
+		   int *nvlink_p2p, char *err, size_t errlen);
 
 /* ---- pipes: two pinned host buffers, one stream, two events ----------- */
 

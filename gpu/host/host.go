@@ -21,23 +21,44 @@ import (
 type Device struct {
 	chunkSize int64
 	page      int64
+	name      string // "host", or "hostN" when there are several
+	index     int    // -1 for the one host device; N for hostN
 }
 
-var _ gpu.Device = (*Device)(nil)
+var (
+	_ gpu.Device = (*Device)(nil)
+	_ gpu.Peer   = (*Device)(nil)
+)
 
 // Open returns the host device. opts.ChunkSize bounds one memfd.
 func Open(opts gpu.Options) *Device {
-	return &Device{chunkSize: opts.ChunkSize, page: int64(os.Getpagesize())}
+	return &Device{chunkSize: opts.ChunkSize, page: int64(os.Getpagesize()), name: gpu.KindHost, index: -1}
+}
+
+// OpenN returns n host devices, named host0 .. host<n-1> (one device, for
+// n == 1, is "host"): separate places with separate capacities, so
+// placement, replicas and eviction per device run without a GPU.
+func OpenN(opts gpu.Options, n int) []*Device {
+	if n <= 1 {
+		return []*Device{Open(opts)}
+	}
+	out := make([]*Device, n)
+	for i := range out {
+		out[i] = Open(opts)
+		out[i].name, out[i].index = fmt.Sprintf("%s%d", gpu.KindHost, i), i
+	}
+	return out
 }
 
 // Kind is gpu.KindHost.
 func (d *Device) Kind() string { return gpu.KindHost }
 
-// Name is "host".
-func (d *Device) Name() string { return "host" }
+// Name is "host", or "hostN" for one of several.
+func (d *Device) Name() string { return d.name }
 
-// Ordinal is -1: there is no CUDA device.
-func (d *Device) Ordinal() int { return -1 }
+// Ordinal is N for hostN, and -1 for the one host device: there is no
+// CUDA device.
+func (d *Device) Ordinal() int { return d.index }
 
 // Granularity is the page size.
 func (d *Device) Granularity() int64 { return d.page }
@@ -99,13 +120,36 @@ func (d *Device) Copy(dst, src gpu.Region) error {
 	if t.size < s.size {
 		return fmt.Errorf("copy: destination holds %d bytes, source %d", t.size, s.size)
 	}
-	buf := make([]byte, min(16<<20, max(s.size, 1)))
-	for off := int64(0); off < s.size; off += int64(len(buf)) {
-		n := min(int64(len(buf)), s.size-off)
-		if _, err := s.ReadAt(buf[:n], off); err != nil {
+	return d.CopyRange(dst, 0, src, 0, s.size)
+}
+
+// PeerAccess is true for any host device: regions are memory of one
+// process.
+func (d *Device) PeerAccess(other gpu.Device) (bool, string) {
+	if _, ok := other.(*Device); !ok {
+		return false, fmt.Sprintf("%s is not a host device", other.Name())
+	}
+	return true, ""
+}
+
+// CopyRange copies n bytes at srcOff of src to dstOff of dst, 16 MiB at a
+// time (the host backend's peer copy: a memcpy between regions).
+func (d *Device) CopyRange(dst gpu.Region, dstOff int64, src gpu.Region, srcOff, n int64) error {
+	s, ok1 := src.(*Region)
+	t, ok2 := dst.(*Region)
+	if !ok1 || !ok2 {
+		return fmt.Errorf("copy: region of another backend")
+	}
+	if srcOff < 0 || n < 0 || srcOff+n > s.size {
+		return fmt.Errorf("copy %d bytes at %d: outside the source's %d bytes", n, srcOff, s.size)
+	}
+	buf := make([]byte, min(16<<20, max(n, 1)))
+	for done := int64(0); done < n; done += int64(len(buf)) {
+		k := min(int64(len(buf)), n-done)
+		if _, err := s.ReadAt(buf[:k], srcOff+done); err != nil {
 			return fmt.Errorf("copy: %w", err)
 		}
-		if err := t.writeAt(buf[:n], off); err != nil {
+		if err := t.writeAt(buf[:k], dstOff+done); err != nil {
 			return fmt.Errorf("copy: %w", err)
 		}
 	}

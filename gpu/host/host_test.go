@@ -150,3 +150,52 @@ func TestMemInfo(t *testing.T) {
 		t.Fatalf("MemInfo = %d, %d, %v", free, total, err)
 	}
 }
+
+// Several host devices: named host0 .. hostN-1 with their ordinals, peers
+// of each other, their "peer copy" a memcpy between regions.
+func TestHostDevicesPeerCopy(t *testing.T) {
+	if one := OpenN(gpu.Options{ChunkSize: 1 << 16}, 1); len(one) != 1 || one[0].Name() != "host" || one[0].Ordinal() != -1 {
+		t.Fatalf("one host device: %v %q %d", len(one), one[0].Name(), one[0].Ordinal())
+	}
+	devs := OpenN(gpu.Options{ChunkSize: 1 << 16}, 3)
+	for i, d := range devs {
+		if want := "host" + string(rune('0'+i)); d.Name() != want || d.Ordinal() != i {
+			t.Errorf("device %d: %q ordinal %d", i, d.Name(), d.Ordinal())
+		}
+	}
+	a, b := devs[0], devs[2]
+	if ok, why := b.PeerAccess(a); !ok {
+		t.Fatalf("host devices are not peers: %s", why)
+	}
+	const size = 300000
+	data := pattern(size, 9)
+	src, err := a.Alloc(size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Free()
+	fill(t, a, src, data)
+	dst, err := b.Alloc(size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dst.Free()
+	for _, sp := range [][2]int64{{0, 131072}, {131072, size}} {
+		if err := b.CopyRange(dst, sp[0], src, sp[0], sp[1]-sp[0]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := make([]byte, size)
+	if _, err := dst.ReadAt(got, 0); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("copy differs (%v)", err)
+	}
+	if err := b.CopyRange(dst, 0, src, 1, size); err == nil {
+		t.Error("a copy past the source's end succeeded")
+	}
+	if err := dst.Seal(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.CopyRange(dst, 0, src, 0, 10); err == nil {
+		t.Error("a copy into a sealed region succeeded")
+	}
+}

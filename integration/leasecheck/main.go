@@ -13,6 +13,10 @@
 //	            an answer's descriptors are truncated (MSG_CTRUNC)
 //	-bench N    per PATH: the first lease's time, then the median and 90th
 //	            percentile of N repeat leases (Open to a pointer, Close), ms
+//	-devices L  lease each PATH on each device of the comma-separated list
+//	            (client.OnDevice: GPU-<uuid>, hostN, an ordinal), in this one
+//	            process; "asked" in the output is the device asked for (by
+//	            default the client's DefaultDevice)
 //
 // A failed lease prints "ERRNO path: message" on stderr and exits 3
 // (with -hold it waits for stdin first).
@@ -47,6 +51,7 @@ type result struct {
 	Generation uint64 `json:"generation"`
 	ReadOnly   bool   `json:"readonly"`
 	Reused     bool   `json:"reused"`
+	Asked      string `json:"asked"` // the device the lease asked for ("": none)
 }
 
 func main() {
@@ -57,6 +62,7 @@ func main() {
 	change := flag.String("change", "", "with -cycles: a SOURCE file to rewrite every 100 cycles")
 	nofile := flag.Int("nofile", -1, "leave only this many free descriptors (RLIMIT_NOFILE)")
 	bench := flag.Int("bench", 0, "time this many repeat leases of each PATH")
+	devices := flag.String("devices", "", "lease each PATH on each of these devices (comma separated)")
 	flag.Parse()
 	if *bench > 0 {
 		runBench(flag.Args(), *bench)
@@ -69,7 +75,12 @@ func main() {
 	if *nofile >= 0 {
 		limitFDs(*nofile)
 	}
-	leases, err := open(flag.Args(), *many)
+	if *many && strings.Contains(*devices, ",") {
+		fmt.Fprintln(os.Stderr, "-many leases on one device: give -devices one")
+		os.Exit(2)
+	}
+	reqs := requests(flag.Args(), *devices)
+	leases, err := open(reqs, *many)
 	if err != nil {
 		var errno syscall.Errno
 		name := "EIO"
@@ -84,7 +95,7 @@ func main() {
 		os.Exit(3)
 	}
 	for i, l := range leases {
-		r := result{flag.Arg(i), l.Size(), sum(l), l.Device(), l.Generation(), l.ReadOnly(), l.Reused()}
+		r := result{reqs[i].path, l.Size(), sum(l), l.Device(), l.Generation(), l.ReadOnly(), l.Reused(), reqs[i].device}
 		json.NewEncoder(os.Stdout).Encode(r)
 	}
 	if *write && len(leases) > 0 {
@@ -102,13 +113,36 @@ func main() {
 	}
 }
 
-func open(paths []string, many bool) ([]*client.Lease, error) {
+// request is one lease to make: a path on a device.
+type request struct{ path, device string }
+
+// requests is each path on each device of the list (none: the client's
+// default device).
+func requests(paths []string, devices string) []request {
+	devs := []string{client.DefaultDevice()}
+	if devices != "" {
+		devs = strings.Split(devices, ",")
+	}
+	var out []request
+	for _, d := range devs {
+		for _, p := range paths {
+			out = append(out, request{p, d})
+		}
+	}
+	return out
+}
+
+func open(reqs []request, many bool) ([]*client.Lease, error) {
 	if many {
-		return client.OpenMany(paths)
+		var paths []string
+		for _, r := range reqs {
+			paths = append(paths, r.path)
+		}
+		return client.OpenMany(paths, client.OnDevice(reqs[0].device))
 	}
 	var out []*client.Lease
-	for _, p := range paths {
-		l, err := client.Open(p)
+	for _, r := range reqs {
+		l, err := client.Open(r.path, client.OnDevice(r.device))
 		if err != nil {
 			return nil, err
 		}
@@ -133,7 +167,7 @@ func sum(l *client.Lease) string {
 
 // writeThrough flips the first byte of a host lease through its mapping.
 func writeThrough(l *client.Lease) {
-	if l.Device() != "host" {
+	if !strings.HasPrefix(l.Device(), "host") {
 		fmt.Fprintln(os.Stderr, "-write needs a host lease (GPU leases: see scripts/lease-gpu.sh)")
 		os.Exit(2)
 	}

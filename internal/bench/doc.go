@@ -18,6 +18,9 @@
 //     the pinned copy (loader.py).
 //   - Contention (bench contention): consumer processes leasing more than
 //     the capacity holds (contention.py).
+//   - MultiGPU (bench multigpu): two devices: H2D, peer copy and memcpy
+//     baselines, split ingest vs staging twice, two files at once vs one,
+//     and consumers per device through a mount (multigpu.py).
 //   - Script (bench autoload, bench readahead): the H200 scripts of issues
 //     14 and 10, embedded by package scripts.
 //

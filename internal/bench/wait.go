@@ -245,7 +245,12 @@ func (w *waiter) stat(ctx context.Context, rel string) (string, error) {
 
 // zero waits until the lease counter key is 0, for at most limit.
 func (w *waiter) zero(ctx context.Context, key string, limit time.Duration) error {
-	return w.do(ctx, func(c *client.Conn) error { return c.WaitStat(key, 0, limit) })
+	return w.count(ctx, key, 0, limit)
+}
+
+// count waits until the lease counter key is value, for at most limit.
+func (w *waiter) count(ctx context.Context, key string, value int64, limit time.Duration) error {
+	return w.do(ctx, func(c *client.Conn) error { return c.WaitStat(key, value, limit) })
 }
 
 // timedOut says whether err is a wait that ran out of time.

@@ -23,6 +23,7 @@ func Run(dir string) *Report {
 	r := &Report{System: system()}
 	cr := cuda.Check()
 	r.CUDA = cudaFields(cr)
+	r.Topology = topology(cr)
 	compatText, compatAllowed := cufileJSON()
 	r.CuFile = cufileFields(cr, compatText)
 	d := inspectDir(dir)
@@ -68,6 +69,22 @@ func cudaFields(cr cuda.Report) CUDA {
 		c.Devices = append(c.Devices, dev)
 	}
 	return c
+}
+
+// topology is every pair of GPUs the driver reports.
+func topology(cr cuda.Report) []Pair {
+	out := []Pair{}
+	for _, p := range cr.Peers {
+		access := "yes"
+		switch {
+		case p.Error != "":
+			access = "unknown (" + p.Error + "): replicas are staged from host"
+		case !p.Access():
+			access = fmt.Sprintf("no (gpu%d->gpu%d %v, gpu%d->gpu%d %v): replicas are staged from host", p.A, p.B, p.AtoB, p.B, p.A, p.BtoA)
+		}
+		out = append(out, Pair{A: p.A, B: p.B, PeerAccess: access, Link: p.Link, PerfRank: p.PerfRank})
+	}
+	return out
 }
 
 func cufileFields(cr cuda.Report, configText string) CuFile {

@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/gdsfs/gdsfs/gpu/cuda"
 )
 
 // The report on this machine: the verdict line first with its four
@@ -84,5 +86,30 @@ func TestPassthroughSupport(t *testing.T) {
 		if got := passthroughSupport(tc.kernel, tc.root); got != tc.want {
 			t.Errorf("passthroughSupport(%q, %v) = %q, want %q", tc.kernel, tc.root, got, tc.want)
 		}
+	}
+}
+
+// The topology section: each pair's peer access (and, without it, that
+// replicas are staged from host) and link, from the CUDA report.
+func TestTopology(t *testing.T) {
+	cr := cuda.Report{Peers: []cuda.PeerReport{
+		{A: 0, B: 1, AtoB: true, BtoA: true, Link: "NV18 through NVSwitch"},
+		{A: 0, B: 2, AtoB: true, BtoA: false, Link: "PCIe or unknown (NVML finds no NVLink between them)"},
+	}}
+	got := topology(cr)
+	if len(got) != 2 || got[0].PeerAccess != "yes" || got[0].Link != "NV18 through NVSwitch" {
+		t.Fatalf("%+v", got)
+	}
+	if !strings.HasPrefix(got[1].PeerAccess, "no") || !strings.Contains(got[1].PeerAccess, "staged from host") {
+		t.Errorf("a pair without access both ways: %+v", got[1])
+	}
+	r := &Report{Topology: got}
+	var b strings.Builder
+	r.WriteText(&b)
+	if !strings.Contains(b.String(), "gpu0-gpu1") || !strings.Contains(b.String(), "link NV18 through NVSwitch") {
+		t.Errorf("text:\n%s", b.String())
+	}
+	if topology(cuda.Report{}) == nil {
+		t.Error("no pairs must be an empty list, not null")
 	}
 }

@@ -16,6 +16,7 @@ type Report struct {
 	StagingDevice string   `json:"staging_device"`
 	System        System   `json:"system"`
 	CUDA          CUDA     `json:"cuda"`
+	Topology      []Pair   `json:"topology"` // every pair of GPUs; never null
 	CuFile        CuFile   `json:"cufile"`
 	Dir           Dir      `json:"dir"`
 	Advice        []string `json:"advice"`
@@ -44,6 +45,16 @@ type Device struct {
 	UUID    string `json:"uuid"`
 	Name    string `json:"name"`
 	Memory  string `json:"memory"`
+}
+
+// Pair is two GPUs: whether replicas are copied between them device to
+// device, and what joins them.
+type Pair struct {
+	A          int    `json:"a"`
+	B          int    `json:"b"`
+	PeerAccess string `json:"peer_access"` // "yes", or "no (why): replicas are staged from host"
+	Link       string `json:"link"`        // "NV18", "NV18 through NVSwitch", "PCIe or unknown (why)"
+	PerfRank   int    `json:"perf_rank"`   // cuDeviceGetP2PAttribute PERFORMANCE_RANK (lower is better)
 }
 
 // CuFile is libcufile, its configuration and nvidia-fs.
@@ -87,6 +98,14 @@ func (r *Report) WriteText(w io.Writer) error {
 		kv = append(kv, fmt.Sprintf("device.%d", d.Ordinal), fmt.Sprintf("%s %s %s", d.UUID, d.Name, d.Memory))
 	}
 	section("cuda", kv...)
+	kv = nil
+	for _, p := range r.Topology {
+		kv = append(kv, fmt.Sprintf("gpu%d-gpu%d", p.A, p.B), fmt.Sprintf("peer access %s; link %s; perf rank %d", p.PeerAccess, p.Link, p.PerfRank))
+	}
+	if len(kv) == 0 {
+		kv = []string{"pairs", fmt.Sprintf("none (%d GPUs): replicas need two", len(c.Devices))}
+	}
+	section("topology", kv...)
 	f := r.CuFile
 	section("cufile", "library", f.Library, "version", f.Version, "nvidia_fs", f.NvidiaFS, "cufile_json", f.ConfigFile,
 		"force_compat_mode_env", f.ForceCompat, "driver_open", f.DriverOpen, "mode", f.Mode)

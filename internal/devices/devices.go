@@ -21,7 +21,7 @@ import (
 func Open(o staging.Options, log *zap.Logger) ([]gpu.Device, error) {
 	opts := gpu.Options{ChunkSize: int64(o.ChunkSize), WarmChunks: o.WarmChunks}
 	if o.Device == staging.DeviceHost {
-		return []gpu.Device{host.Open(opts)}, nil
+		return hostDevices(opts, o.HostDevices), nil
 	}
 	var devs []gpu.Device
 	for _, ord := range o.GPUs {
@@ -35,9 +35,18 @@ func Open(o staging.Options, log *zap.Logger) ([]gpu.Device, error) {
 			return nil, fmt.Errorf("staging.device: cuda: GPU %d: %w", ord, err)
 		}
 		log.Info("no GPU answers; staging into host memory", zap.Int("gpu", ord), zap.Error(err))
-		return []gpu.Device{host.Open(opts)}, nil
+		return hostDevices(opts, o.HostDevices), nil
 	}
 	return devs, nil
+}
+
+// hostDevices is staging.host_devices host devices (one when 0 or 1).
+func hostDevices(opts gpu.Options, n int) []gpu.Device {
+	var out []gpu.Device
+	for _, d := range host.OpenN(opts, n) {
+		out = append(out, d)
+	}
+	return out
 }
 
 // Close closes every device.

@@ -26,6 +26,9 @@ type Setup struct {
 	ChunkSize     int64           `json:"chunk_size"`
 	MaxRequest    int64           `json:"max_request"`
 	CacheHeadroom string          `json:"cache_headroom"`
+	// HostDevices: the daemon stages onto this many host devices,
+	// host0 .. hostN-1 (0: one, "host").
+	HostDevices int `json:"host_devices"`
 }
 
 // File is a file's content: Size bytes of Content(Seed).
@@ -55,7 +58,9 @@ type Step struct {
 	// Client is the client call that makes this request ("open a.bin",
 	// "close a.bin", "open_many a.bin b.bin", "stat a.bin", "wait a.bin
 	// resident,failed 5000" (states, timeout in ms), "wait_stat
-	// leases_active 1 5000" (key, value, timeout in ms)); exchanges and
+	// leases_active 1 5000" (key, value, timeout in ms); a last word
+	// device=D asks for the lease on D, and names the lease for its close:
+	// "open a.bin device=host1", "close a.bin device=host1"); exchanges and
 	// connects with ServerOnly are skipped by client replays.
 	Client     string `json:"client"`
 	ServerOnly bool   `json:"server_only"`

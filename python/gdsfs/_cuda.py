@@ -159,6 +159,15 @@ class Driver:
                 self.CtxSetCurrent(prev.value)
 
 
+def device_uuid(drv, ordinal):
+    """The UUID of this process's CUDA device ordinal ("GPU-...")."""
+    dev = ctypes.c_int()
+    drv.check(drv.DeviceGet, ctypes.byref(dev), ordinal)
+    u = _UUID()
+    drv.check(drv.DeviceGetUuid, ctypes.byref(u), dev.value)
+    return format_uuid(u.bytes)
+
+
 _driver = None
 _driver_lock = threading.Lock()
 

@@ -11,6 +11,7 @@ import warnings
 import weakref
 
 from ._proto import Conn, daemon_error
+from ._device import resolve as _resolve_device
 from ._mount import locate
 from ._registry import Holder, registry, _is_gpu
 
@@ -389,10 +390,19 @@ def _retry(e):
     return True
 
 
-def _repeat(m, sock, rel, path):
+def _acquire(rel, dev, **extra):
+    """An acquire request for rel on device dev (None: none named)."""
+    req = {"op": "acquire", "path": rel}
+    req.update(extra)
+    if dev is not None:
+        req["device"] = dev
+    return req
+
+
+def _repeat(m, sock, rel, path, dev):
     """Lease an unchanged file again on the connection holding its mapping."""
     conn = m.holder.conn
-    resp, fds = conn.request({"op": "acquire", "path": rel, "generation": m.generation}, path=path)
+    resp, fds = conn.request(_acquire(rel, dev, generation=m.generation), path=path)
     if resp.get("reuse"):
         if resp.get("generation") != m.generation:
             conn.release(resp.get("lease", 0), resp.get("epoch"))
@@ -400,7 +410,7 @@ def _repeat(m, sock, rel, path):
                           % (path, resp.get("generation"), m.generation))
         return Lease(m, conn, resp, path)
     try:
-        nm = registry.adopt(m.holder, (sock, rel), resp, fds, path)
+        nm = registry.adopt(m.holder, (sock, rel, dev), resp, fds, path)
     except BaseException:
         conn.release(resp.get("lease", 0), resp.get("epoch"))
         raise
@@ -408,7 +418,7 @@ def _repeat(m, sock, rel, path):
     return Lease(nm, conn, resp, path)
 
 
-def _fresh(path, socket, timeout):
+def _fresh(path, socket, timeout, dev):
     """Lease path on a new connection."""
     sock, rel, remembered = _locate(path, socket)
     try:
@@ -420,8 +430,8 @@ def _fresh(path, socket, timeout):
         sock, rel, _ = _locate(path, socket)
         conn = Conn(sock, timeout)
     try:
-        resp, fds = conn.request({"op": "acquire", "path": rel}, path=path)
-        m = registry.adopt(Holder(conn), (sock, rel), resp, fds, path)
+        resp, fds = conn.request(_acquire(rel, dev), path=path)
+        m = registry.adopt(Holder(conn), (sock, rel, dev), resp, fds, path)
     except BaseException:
         conn.close()
         raise
@@ -430,24 +440,28 @@ def _fresh(path, socket, timeout):
     return Lease(m, conn, resp, path)
 
 
-def open(path, *, socket=None, timeout=None):  # noqa: A001 (gdsfs.open)
+def open(path, *, socket=None, timeout=None, device=None):  # noqa: A001 (gdsfs.open)
     """Lease the staged bytes of path, a file under a gdsfs mount (staging
     it first if needed), and map them. A file this process keeps mapped
     from an earlier lease is leased again in one round trip, with no
     descriptors, if it has not changed. socket: the lease socket (default:
     env GDSFS_SOCKET, else the mount's .gdsfs/socket). timeout: seconds for
     socket operations (default: wait as long as the daemon does, bounded by
-    its ipc.acquire_timeout)."""
+    its ipc.acquire_timeout). device: where the lease should be ("GPU-...",
+    "host1", an ordinal of the daemon's staging.gpus; "" for none); default:
+    the CUDA device this process runs on (gdsfs._device), so a daemon
+    staging onto several GPUs leases the replica on this one."""
+    dev = _resolve_device(device)
     sock, rel, _ = _locate(path, socket)
-    m = registry.take((sock, rel))
+    m = registry.take((sock, rel, dev))
     if m is not None:
         try:
-            return _repeat(m, sock, rel, path)
+            return _repeat(m, sock, rel, path, dev)
         except OSError as e:
             registry.discard(m)
             if not _retry(e):
                 raise
-    return _fresh(path, socket, timeout)
+    return _fresh(path, socket, timeout, dev)
 
 
 def stat(path, *, socket=None, timeout=None):
@@ -466,12 +480,12 @@ def stat(path, *, socket=None, timeout=None):
     return out
 
 
-def load(path, dtype=None, shape=None, offset=0, *, socket=None, timeout=None):
+def load(path, dtype=None, shape=None, offset=0, *, socket=None, timeout=None, device=None):
     """A zero-copy torch tensor of path's staged bytes (see Lease.tensor).
     The lease is released when the tensor, and every view of it, is
     garbage-collected."""
     _import_torch()
-    lease = open(path, socket=socket, timeout=timeout)
+    lease = open(path, socket=socket, timeout=timeout, device=device)
     try:
         t = lease.tensor(dtype, shape, offset)
     except BaseException:

@@ -4,18 +4,20 @@ import errno as _errno
 
 from ._proto import MAX_FDS, Conn, _close_fds, daemon_error, grant_fds  # noqa: F401 (MAX_FDS: see PROTOCOL)
 from ._registry import Holder, registry
-from ._lease import Lease, _locate, _retry
+from ._lease import Lease, _locate, _resolve_device, _retry
 
 MAX_BATCH = 1024  # paths per acquire_many (proto.MaxBatch)
 
 
-def open_many(paths, *, socket=None, timeout=None):
+def open_many(paths, *, socket=None, timeout=None, device=None):
     """Lease many files at once; returns their leases in order. Files this
     process keeps mapped are leased again together on the connections that
     hold them (one acquire_many each, no descriptors when unchanged); the
     rest in one acquire_many per daemon on a new connection, which holds
     that batch until its last lease is closed. All or nothing: if any file
-    fails, the leases already made are closed and its error is raised."""
+    fails, the leases already made are closed and its error is raised.
+    device: as gdsfs.open's, for every file."""
+    dev = _resolve_device(device)
     paths = list(paths)
     out = [None] * len(paths)
     taken = []  # mappings taken for a repeat lease, not yet settled
@@ -24,20 +26,20 @@ def open_many(paths, *, socket=None, timeout=None):
         groups = {}
         for i, p in enumerate(paths):
             sock, rel, _ = _locate(p, socket)
-            m = registry.take((sock, rel))
+            m = registry.take((sock, rel, dev))
             if m is None:
                 fresh.append((i, sock, rel, None))
             else:
                 taken.append(m)
                 groups.setdefault(id(m.holder), (m.holder, []))[1].append((i, sock, rel, m))
         for holder, items in groups.values():
-            fresh += _repeat_group(paths, holder, items, out, taken)
+            fresh += _repeat_group(paths, holder, items, out, taken, dev)
         by_socket = {}
         for it in fresh:
             by_socket.setdefault(it[1], []).append(it)
         for sock, items in by_socket.items():
             for k in range(0, len(items), MAX_BATCH):
-                _batch(paths, sock, items[k:k + MAX_BATCH], out, timeout)
+                _batch(paths, sock, items[k:k + MAX_BATCH], out, timeout, dev)
     except BaseException:
         for m in taken:
             registry.discard(m)
@@ -58,11 +60,20 @@ def _settle(taken, m):
             return
 
 
-def _repeat_group(paths, holder, items, out, taken):
+def _many(rels, dev, **extra):
+    """An acquire_many request for rels on device dev (None: none named)."""
+    req = {"op": "acquire_many", "paths": list(rels)}
+    req.update(extra)
+    if dev is not None:
+        req["device"] = dev
+    return req
+
+
+def _repeat_group(paths, holder, items, out, taken, dev):
     """Lease items again on the connection holding their mappings; return
     the items to lease afresh (changed files, or a broken connection)."""
     conn = holder.conn
-    req = {"op": "acquire_many", "paths": [it[2] for it in items], "generations": [it[3].generation for it in items]}
+    req = _many([it[2] for it in items], dev, generations=[it[3].generation for it in items])
     try:
         resp, fds = conn.request(req)
         files = resp.get("files") or []
@@ -87,7 +98,7 @@ def _repeat_group(paths, holder, items, out, taken):
             continue
         if a.get("ok") and not a.get("reuse"):
             try:
-                nm = registry.adopt(holder, (sock, rel), a, got, paths[i])
+                nm = registry.adopt(holder, (sock, rel, dev), a, got, paths[i])
             except BaseException:
                 conn.release(a.get("lease", 0), resp.get("epoch"))
                 registry.discard(m)
@@ -111,12 +122,12 @@ def _repeat_group(paths, holder, items, out, taken):
     return again
 
 
-def _batch(paths, sock, items, out, timeout):
+def _batch(paths, sock, items, out, timeout, dev):
     """Lease items on one new connection."""
     conn = Conn(sock, timeout)
     holder = Holder(conn)
     try:
-        resp, fds = conn.request({"op": "acquire_many", "paths": [it[2] for it in items]})
+        resp, fds = conn.request(_many([it[2] for it in items], dev))
     except BaseException:
         conn.close()
         raise
@@ -134,7 +145,7 @@ def _batch(paths, sock, items, out, timeout):
             if not a.get("ok"):
                 first = daemon_error(a, paths[i])
                 continue
-            m = registry.adopt(holder, (sock, rel), a, got, paths[i])
+            m = registry.adopt(holder, (sock, rel, dev), a, got, paths[i])
             out[i] = Lease(m, conn, dict(a, epoch=resp.get("epoch")), paths[i])
     finally:
         _close_fds(fds)

@@ -25,6 +25,11 @@ def _is_gpu(device):
     return isinstance(device, str) and device.startswith("GPU-")
 
 
+def _is_host(device):
+    """"host", or "hostN" for one of several host devices."""
+    return isinstance(device, str) and (device == "host" or (device.startswith("host") and device[4:].isdigit()))
+
+
 class Holder:
     """A connection and how many mappings it holds."""
 
@@ -70,7 +75,7 @@ def map_grant(grant, fds, what):
             from ._cuda import CudaMapping
 
             return CudaMapping(device, fds, chunks, size, writable)
-        if device == "host":
+        if _is_host(device):
             from ._host import HostMapping
 
             return HostMapping(fds, chunks, size, writable)

@@ -195,21 +195,27 @@ class golden:
         th = threading.Thread(target=serve, daemon=True)
         th.start()
         leases = {}
+        saved_device = os.environ.get("GDSFS_DEVICE")
+        os.environ["GDSFS_DEVICE"] = "none"  # transcripts name devices explicitly
         try:
             for st in steps:
                 call = st.get("client")
                 if not call or st.get("server_only"):
                     continue
                 words = call.split()
+                kw, key = {}, (lambda w: w)
+                if words[-1].startswith("device="):
+                    dev = words.pop()[len("device="):]
+                    kw, key = {"device": dev}, (lambda w, dev=dev: w + " device=" + dev)
                 op, args = words[0], [os.path.join(root, p) for p in words[1:]]
                 try:
                     if op == "open":
-                        leases[words[1]] = gdsfs.open(args[0], socket=sock, timeout=20)
+                        leases[key(words[1])] = gdsfs.open(args[0], socket=sock, timeout=20, **kw)
                     elif op == "open_many":
-                        for w, l in zip(words[1:], gdsfs.open_many(args, socket=sock, timeout=20)):
-                            leases[w] = l
+                        for w, l in zip(words[1:], gdsfs.open_many(args, socket=sock, timeout=20, **kw)):
+                            leases[key(w)] = l
                     elif op == "close":
-                        leases.pop(words[1]).close()
+                        leases.pop(key(words[1])).close()
                     elif op == "stat":
                         st_ = gdsfs.stat(args[0], socket=sock, timeout=20)
                         with lock:
@@ -233,8 +239,12 @@ class golden:
                 for w in words[1:]:
                     if op.startswith("open"):
                         with lock:
-                            tc.assertEqual(leases[w].read(), files[w], "%s:%d: bytes of %s" % (name, st["line"], w))
+                            tc.assertEqual(leases[key(w)].read(), files[w], "%s:%d: bytes of %s" % (name, st["line"], w))
         finally:
+            if saved_device is None:
+                os.environ.pop("GDSFS_DEVICE", None)
+            else:
+                os.environ["GDSFS_DEVICE"] = saved_device
             for l in leases.values():
                 l.close()
             gdsfs.disconnect()
@@ -258,6 +268,8 @@ class golden:
                 "staging.prefetch=manual"]
         if "cache_headroom" in setup:
             sets.append("ipc.cache_headroom=" + setup["cache_headroom"])
+        if setup.get("host_devices"):
+            sets.append("staging.host_devices=%d" % setup["host_devices"])
         m = start_mount(tc, sets=sets, chunk_size=str(setup["chunk_size"]))
         for rel, f in setup["files"].items():
             m.write(rel, cls.content(f["seed"], f["size"]))

@@ -1,0 +1,112 @@
+package client
+
+import (
+	"os"
+	"strings"
+	"sync"
+	"unsafe"
+)
+
+// Placement: a lease names the device its consumer runs on, and a daemon
+// that stages onto several GPUs (staging.placement replica) leases the
+// replica there, so the pointer is local to the consumer's GPU.
+
+// LeaseOption adjusts a lease request (Open, OpenMany, Conn.Acquire).
+type LeaseOption func(*leaseOpts)
+
+type leaseOpts struct {
+	device string
+	set    bool
+}
+
+// OnDevice asks for the lease on device: "GPU-<uuid>", "host", "hostN",
+// or an ordinal of the daemon's staging.gpus; "" asks for none (the daemon
+// places the file). Without it a lease names DefaultDevice().
+func OnDevice(device string) LeaseOption {
+	return func(o *leaseOpts) { o.device, o.set = device, true }
+}
+
+// device is the device a request names under opts.
+func deviceFor(opts []LeaseOption) string {
+	var o leaseOpts
+	for _, fn := range opts {
+		fn(&o)
+	}
+	if o.set {
+		return o.device
+	}
+	return DefaultDevice()
+}
+
+var defaultDevice struct {
+	mu    sync.Mutex
+	found bool   // guarded by mu
+	name  string // guarded by mu
+}
+
+// DefaultDevice is the device leases name when no OnDevice is given, found
+// once per process: GDSFS_DEVICE when set ("none" or empty: no device);
+// else the first entry of CUDA_VISIBLE_DEVICES when it is a UUID
+// ("GPU-..."); else the UUID of this process's CUDA device 0 when
+// libcuda.so.1 loads and shows a device (CUDA_VISIBLE_DEVICES applies);
+// else "" (none: the daemon places the file, as with a host-only
+// consumer).
+func DefaultDevice() string {
+	defaultDevice.mu.Lock()
+	defer defaultDevice.mu.Unlock()
+	if !defaultDevice.found {
+		defaultDevice.name, defaultDevice.found = findDefaultDevice(), true
+	}
+	return defaultDevice.name
+}
+
+// forgetDefaultDevice makes the next DefaultDevice look again (DropCache).
+func forgetDefaultDevice() {
+	defaultDevice.mu.Lock()
+	defaultDevice.found = false
+	defaultDevice.mu.Unlock()
+}
+
+func findDefaultDevice() string {
+	if v, ok := os.LookupEnv("GDSFS_DEVICE"); ok {
+		if v = strings.TrimSpace(v); v == "none" {
+			return ""
+		}
+		return strings.TrimSpace(v)
+	}
+	if v, ok := os.LookupEnv("CUDA_VISIBLE_DEVICES"); ok {
+		first, _, _ := strings.Cut(v, ",")
+		if first = strings.TrimSpace(first); strings.HasPrefix(first, "GPU-") {
+			return first
+		}
+		if first == "" {
+			return "" // no device visible
+		}
+	}
+	name, err := firstCUDADevice()
+	if err != nil {
+		return ""
+	}
+	return name
+}
+
+// firstCUDADevice is the UUID of this process's CUDA device 0.
+func firstCUDADevice() (string, error) {
+	cu.once.Do(func() { cu.lib, cu.err = openCU() })
+	if cu.err != nil {
+		return "", cu.err
+	}
+	l := cu.lib
+	var n, dev int32
+	if err := l.check("cuDeviceGetCount", l.deviceGetCount, uintptr(unsafe.Pointer(&n))); err != nil || n == 0 {
+		return "", err
+	}
+	var uuid [16]byte
+	if err := l.check("cuDeviceGet", l.deviceGet, uintptr(unsafe.Pointer(&dev)), 0); err != nil {
+		return "", err
+	}
+	if err := l.check("cuDeviceGetUuid", l.deviceGetUUID, uintptr(unsafe.Pointer(&uuid)), uintptr(dev)); err != nil {
+		return "", err
+	}
+	return formatUUID(uuid), nil
+}

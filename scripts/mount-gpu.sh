@@ -9,7 +9,9 @@ dir="$GDSFS_TEST_DIR/mount-$want"
 rm -rf "$dir"
 mkdir -p "$dir/src" "$dir/mnt"
 head -c 268435469 /dev/urandom > "$dir/src/data.bin" # 256 MiB + 13
-"$here/gdsfs" mount --set staging.device=cuda --set log.format=console \
+compat=auto
+[ "$want" = cufile ] && compat=off # auto takes cuFile only in gds mode
+"$here/gdsfs" mount --set staging.device=cuda --set log.format=console --set io.compat_mode=$compat \
 	--set ipc.socket="$dir/s.sock" "$dir/src" "$dir/mnt" 2> "$dir/log" &
 pid=$!
 trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; cat "$dir/log"' EXIT

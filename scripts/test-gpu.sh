@@ -53,9 +53,9 @@ if [ "${GDSFS_CUFILE_SETUP:-0}" = 1 ]; then
 		"$here/gpustaging.test" -test.v -test.count=1 -test.run 'CuFilePath'
 	step "lease integrity on CUDA under concurrent rewrites, cuFile path" \
 		"$here/gpustaging.test" -test.v -test.count=1 -test.run 'LeaseIntegrityCUDA/compat_mode=off'
-	step "auto with cuFile set up picks cuFile" \
-		env GDSFS_EXPECT_AUTO=cufile "$here/gpustaging.test" -test.v -test.count=1 -test.run 'AutoPicks'
-	step "mount on the GPU, cuFile path" sh "$here/mount-gpu.sh" cufile
+	step "auto with cuFile in compat mode picks POSIX (faster) and says why" \
+		env GDSFS_EXPECT_AUTO=posix "$here/gpustaging.test" -test.v -test.count=1 -test.run 'AutoPicks'
+	step "mount on the GPU, cuFile path (io.compat_mode=off)" sh "$here/mount-gpu.sh" cufile
 fi
 [ $fail = 0 ] && echo "GPU TESTS PASSED" || echo "GPU TESTS FAILED"
 exit $fail

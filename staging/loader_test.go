@@ -24,28 +24,29 @@ func TestLoadPathChoice(t *testing.T) {
 		name      string
 		compat    string
 		threshold units.Size
-		cufile    bool
+		cufile    string // its mode; "": none
 		refuse    error
 		wantPath  string
 		wantNote  string
 		wantErr   string
 	}{
-		{"auto registers", CompatAuto, 0, true, nil, PathCuFile, "", ""},
-		{"auto below threshold", CompatAuto, 1 << 20, true, nil, PathHost, "smaller than io.gds_threshold", ""},
-		{"auto register refused", CompatAuto, 0, true, errors.New("cuFileHandleRegister: unsupported file type (5018)"), PathHost, "unsupported file type (5018)", ""},
-		{"auto without cufile", CompatAuto, 0, false, nil, PathHost, "cuFile unavailable", ""},
-		{"on", CompatOn, 0, true, nil, PathHost, "io.compat_mode is on", ""},
-		{"off registers", CompatOff, 1 << 20, true, nil, PathCuFile, "", ""},
-		{"off refused", CompatOff, 0, true, errors.New("cuFileHandleRegister: 5027"), "", "", "io.compat_mode is off: cuFileHandleRegister: 5027"},
-		{"off without cufile", CompatOff, 0, false, nil, "", "", "io.compat_mode is off and cuFile is unavailable"},
+		{"auto registers", CompatAuto, 0, "gds", nil, PathCuFile, "", ""},
+		{"auto, cuFile in compat mode only", CompatAuto, 0, "compat", nil, PathHost, "cuFile runs only in its compat mode", ""},
+		{"auto below threshold", CompatAuto, 1 << 20, "gds", nil, PathHost, "smaller than io.gds_threshold", ""},
+		{"auto register refused", CompatAuto, 0, "gds", errors.New("cuFileHandleRegister: unsupported file type (5018)"), PathHost, "unsupported file type (5018)", ""},
+		{"auto without cufile", CompatAuto, 0, "", nil, PathHost, "cuFile unavailable", ""},
+		{"on", CompatOn, 0, "gds", nil, PathHost, "io.compat_mode is on", ""},
+		{"off registers", CompatOff, 1 << 20, "compat", nil, PathCuFile, "", ""},
+		{"off refused", CompatOff, 0, "gds", errors.New("cuFileHandleRegister: 5027"), "", "", "io.compat_mode is off: cuFileHandleRegister: 5027"},
+		{"off without cufile", CompatOff, 0, "", nil, "", "", "io.compat_mode is off and cuFile is unavailable"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			src := t.TempDir()
 			needODirect(t, src)
 			writeFile(t, src, "f", data)
 			d := newFake(1 << 20)
-			fc := &fakeCuFile{d: d, refuse: tc.refuse}
-			if tc.cufile {
+			fc := &fakeCuFile{d: d, refuse: tc.refuse, mode: tc.cufile}
+			if tc.cufile != "" {
 				d.cufile = fc
 			}
 			opts, io := testOptions()
@@ -75,6 +76,9 @@ func TestLoadPathChoice(t *testing.T) {
 			s := c.Stats()
 			if tc.wantPath == PathCuFile && s.BytesCuFile != uint64(len(data)) || tc.wantPath == PathHost && s.BytesHost != uint64(len(data)) {
 				t.Fatalf("bytes not counted on the %s path: %+v", tc.wantPath, s)
+			}
+			if tc.compat == CompatAuto && tc.cufile == "compat" && s.CuFileFallbacks != 1 {
+				t.Fatalf("fallback not counted: %+v", s)
 			}
 			if tc.refuse != nil && (s.CuFileFallbacks != 1 || s.CuFileLastError != tc.refuse.Error()) {
 				t.Fatalf("fallback not recorded: %+v", s)
@@ -155,7 +159,7 @@ func TestCuFileDescriptor(t *testing.T) {
 			fc := &fakeCuFile{d: d, mode: tc.mode}
 			d.cufile = fc
 			opts, io := testOptions()
-			io.DirectIO = tc.direct
+			io.DirectIO, io.CompatMode = tc.direct, CompatOff // cuFile even in its compat mode
 			c := newCache(t, src, opts, io, d)
 			if info, err := c.Stage(context.Background(), "f"); err != nil || info.LoadPath != PathCuFile {
 				t.Fatalf("stage: %v %+v", err, info)

@@ -226,8 +226,9 @@ func TestGDSModeVerified(t *testing.T) {
 	stageAndVerify(t, staging.CompatOff, staging.PathCuFile)
 }
 
-// TestAutoPicksAndReports: auto takes cuFile where registration works and
-// the POSIX path otherwise, saying why.
+// TestAutoPicksAndReports: auto takes cuFile where it runs in gds mode and
+// registration works, and the POSIX path otherwise (cuFile's compat mode
+// included), saying why and counting the fallback.
 func TestAutoPicksAndReports(t *testing.T) {
 	want := os.Getenv("GDSFS_EXPECT_AUTO")
 	if want == "" {

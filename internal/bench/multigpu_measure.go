@@ -56,39 +56,63 @@ func best(name string, runs int, bytes int64, fn func() (time.Duration, error)) 
 
 // h2dCopy copies total bytes from two pinned 512 MiB bounce buffers in
 // turn into a region of dev (the pinned host-to-device rate; a memcpy on
-// the host backend) and returns how long it took.
+// the host backend) and returns how long the copies took (not the
+// allocations).
 func h2dCopy(dev gpu.Device, total int64) (time.Duration, error) {
+	run, done, err := h2dPrepare(dev, total)
+	if err != nil {
+		return 0, err
+	}
+	defer done()
+	return run()
+}
+
+// h2dPrepare allocates what h2dCopy copies with; run times the copies.
+func h2dPrepare(dev gpu.Device, total int64) (run func() (time.Duration, error), done func(), err error) {
 	const buf = 512 << 20
 	r, err := dev.Alloc(total)
 	if err != nil {
-		return 0, err
+		return nil, nil, err
 	}
-	defer r.Free()
 	w, err := dev.NewWorker(buf)
 	if err != nil {
-		return 0, err
+		r.Free()
+		return nil, nil, err
 	}
-	defer w.Close()
-	start := time.Now()
-	for k := 0; k < int(total/buf) && err == nil; k++ {
-		if err = w.Wait(k & 1); err == nil {
-			err = w.CopyAsync(r, int64(k)*buf, k&1, buf)
+	run = func() (time.Duration, error) {
+		start := time.Now()
+		var err error
+		for k := 0; k < int(total/buf) && err == nil; k++ {
+			if err = w.Wait(k & 1); err == nil {
+				err = w.CopyAsync(r, int64(k)*buf, k&1, buf)
+			}
 		}
+		err = errors.Join(err, w.Wait(0), w.Wait(1))
+		return time.Since(start), err
 	}
-	err = errors.Join(err, w.Wait(0), w.Wait(1))
-	return time.Since(start), err
+	return run, func() { w.Close(); r.Free() }, nil
 }
 
-// h2dBoth is h2dCopy on every device at once: the wall time.
+// h2dBoth is h2dCopy on every device at once: the wall time from the
+// moment every device's buffers are allocated until the last copy ends.
 func h2dBoth(devs []gpu.Device, total int64) (time.Duration, error) {
+	runs := make([]func() (time.Duration, error), len(devs))
+	for i, d := range devs {
+		run, done, err := h2dPrepare(d, total)
+		if err != nil {
+			return 0, err
+		}
+		defer done()
+		runs[i] = run
+	}
 	errs := make([]error, len(devs))
 	var wg sync.WaitGroup
 	start := time.Now()
-	for i, d := range devs {
+	for i, run := range runs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, errs[i] = h2dCopy(d, total)
+			_, errs[i] = run()
 		}()
 	}
 	wg.Wait()

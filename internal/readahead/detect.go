@@ -38,7 +38,7 @@ func (r *ReadAhead) listed(d *dirState, name string) *listing {
 	return d.list
 }
 
-// observe moves d's cursors for an access of name.
+// observe moves d's runs for an access of name.
 func (r *ReadAhead) observe(d *dirState, name string) {
 	l := r.listed(d, name)
 	slack := r.slack(len(l.names))
@@ -70,14 +70,15 @@ func (r *ReadAhead) slack(n int) int {
 // directory of n files: re-opens up to 2×slack behind the slowest
 // reader; new positions up to 4×slack beyond it, but no more than n/8
 // (in a small directory a wide reach lets random order fill a prefix);
-// once a run is sure, as far as its readers spread, up to n/4.
+// once a run is sure, as far as its readers spread, up to n/4 (from 64
+// files on).
 func (r *ReadAhead) limits(n int) limits {
 	slack := int64(r.slack(n))
-	back := 2 * slack
-	if n < 32 {
-		back = slack
+	lim := limits{back: 2 * slack, ahead: max(slack, min(4*slack, int64(n/8))), minRun: r.minRun(n), wide: int64(n / 4)}
+	if n < 64 {
+		lim.back, lim.wide = slack, 0 // no wider than the young run's
 	}
-	return limits{back: back, ahead: max(slack, min(4*slack, int64(n/8))), minRun: r.minRun(n), wide: int64(n / 4)}
+	return lim
 }
 
 // MinDirFiles: a directory of fewer files is never read ahead by the

@@ -192,7 +192,7 @@ func TestEpochsInNameOrderContinueAcrossTheWrap(t *testing.T) {
 // none at 1000; the worst seed 8 per 1000, at 16 files. Directories of
 // fewer than MinDirFiles files are never read ahead.)
 func TestShuffledOrderGivesNoReadAhead(t *testing.T) {
-	for _, files := range []int{16, 64, 256, 1000} {
+	for _, files := range []int{16, 32, 64, 256, 1000} {
 		for seed := range uint64(3) {
 			c := newFake(t, Defaults(), Tuning{}, map[string][]Entry{"d": shards(files, 1)})
 			c.auto = true

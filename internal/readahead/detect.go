@@ -2,86 +2,13 @@ package readahead
 
 import "go.uber.org/zap"
 
-// cursor follows one sequence: its position, how many accesses in a row
-// continued it, and the stride they took.
-type cursor struct {
-	valid  bool
-	pos    int64
-	run    int   // continuing accesses since the last jump
-	stride int64 // the stride every advance of the run took; 0: none yet; -1: mixed
-}
-
-// step moves c for an access at position to. Ahead of the furthest
-// position reached by 1..slack continues the sequence; behind it by
-// 0..2*slack (a re-open, readers racing: a DataLoader keeps two items per
-// worker in flight, so the furthest runs up to twice the workers ahead of
-// the slowest) is tolerated; anything else is a jump.
-func (c *cursor) step(to int64, slack int) {
-	d := to - c.pos
-	switch {
-	case !c.valid:
-		*c = cursor{valid: true, pos: to}
-	case d > 0 && d <= int64(slack):
-		c.run++
-		c.pos = to
-		switch c.stride {
-		case 0:
-			c.stride = d
-		case d, -1:
-		default:
-			c.stride = -1
-		}
-	case d <= 0 && d >= -2*int64(slack):
-	default:
-		*c = cursor{valid: true, pos: to}
-	}
-}
-
-// stepAny moves c for an access that stands at any of the positions
-// cands (a name seen several times before): the one that continues the
-// sequence if any, else one that is tolerated, else a jump to the latest.
-func (c *cursor) stepAny(cands []int64, slack int) {
-	if len(cands) == 0 {
-		return
-	}
-	if c.valid {
-		best := int64(-1)
-		for _, q := range cands {
-			if d := q - c.pos; d > 0 && d <= int64(slack) && (best < 0 || q < best) {
-				best = q
-			}
-		}
-		if best >= 0 {
-			c.step(best, slack)
-			return
-		}
-		for _, q := range cands {
-			if d := q - c.pos; d <= 0 && d >= -2*int64(slack) {
-				return
-			}
-		}
-	}
-	*c = cursor{valid: true, pos: cands[len(cands)-1]}
-}
-
-// confident reports whether c has continued long enough to predict.
-func (c *cursor) confident(minRun int) bool { return c.valid && c.run >= minRun }
-
-// by is the stride predictions take: the run's common stride, else 1.
-func (c *cursor) by() int64 {
-	if c.stride > 0 {
-		return c.stride
-	}
-	return 1
-}
-
 // dirState is what the detector knows of one directory.
 type dirState struct {
 	dir     string
 	list    *listing        // nil: not listed yet, or dropped by Changed
 	missing map[string]bool // names absent from list when it was made
-	name    cursor          // name order, positions in list
-	hist    cursor          // an order seen before, positions in log
+	name    run             // name order, positions in list
+	hist    run             // an order seen before, positions in log
 	log     *history
 	last    int64   // ReadAhead.seq of the latest access here
 	used    int64   // ReadAhead.uses when last accessed, learnt or replayed
@@ -111,31 +38,47 @@ func (r *ReadAhead) listed(d *dirState, name string) *listing {
 	return d.list
 }
 
-// observe moves d's cursors for an access of name.
+// observe moves d's runs for an access of name.
 func (r *ReadAhead) observe(d *dirState, name string) {
 	l := r.listed(d, name)
 	slack := r.slack(len(l.names))
+	lim := r.limits(len(l.names))
 	if i, ok := l.index[name]; ok {
-		d.name.step(int64(i), slack)
+		d.name.step(int64(i), lim)
 	}
 	if d.log.recent(name, 2*slack) {
-		return // a re-open, or readers a little out of step: nothing new
+		return // a re-open: nothing new
 	}
 	cands := d.log.occurrences(name)
 	if len(cands) == 0 {
-		d.hist = cursor{} // never seen here: the order seen before is left
+		d.hist = run{} // never seen here: the order seen before is left
 	} else {
-		d.hist.stepAny(cands, slack)
+		d.hist.stepAny(cands, lim)
 	}
 	d.log.append(name)
 }
 
 // slack is Tuning.Slack for a directory of n files: a sixteenth of them,
-// at least 2 (two readers racing swap neighbours). In a small directory a
-// wide slack makes chance runs in random order likely (three steps of at
-// most 8 among 16 files are).
+// at least 2 (two readers racing swap neighbours). Readers following one
+// order may spread 4×slack ahead of the slowest (limits). In a small
+// directory a wide slack makes chance runs in random order likely.
 func (r *ReadAhead) slack(n int) int {
 	return max(2, min(r.tune.Slack, n/16))
+}
+
+// limits are the spread allowed to readers following one order in a
+// directory of n files: re-opens up to 2×slack behind the slowest
+// reader; new positions up to 4×slack beyond it, but no more than n/8
+// (in a small directory a wide reach lets random order fill a prefix);
+// once a run is sure, as far as its readers spread, up to n/4 (from 64
+// files on).
+func (r *ReadAhead) limits(n int) limits {
+	slack := int64(r.slack(n))
+	lim := limits{back: 2 * slack, ahead: max(slack, min(4*slack, int64(n/8))), minRun: r.minRun(n), wide: int64(n / 4)}
+	if n < 64 {
+		lim.back, lim.wide = slack, 0 // no wider than the young run's
+	}
+	return lim
 }
 
 // MinDirFiles: a directory of fewer files is never read ahead by the
@@ -175,8 +118,8 @@ func (r *ReadAhead) predict(d *dirState, n int) []guess {
 	if files < MinDirFiles {
 		return nil
 	}
-	run := r.minRun(files)
-	hist, byName := d.hist.confident(run), d.name.confident(run)
+	minRun := r.minRun(files)
+	hist, byName := d.hist.confident(minRun), d.name.confident(minRun)
 	if !hist && !byName {
 		return nil
 	}
@@ -190,23 +133,22 @@ func (r *ReadAhead) predict(d *dirState, n int) []guess {
 		return nil
 	}
 	var out []guess
-	for i := d.name.pos + d.name.by(); i < int64(len(l.names)) && len(out) < n; i += d.name.by() {
+	for _, i := range d.name.next(n, int64(len(l.names))) {
 		out = append(out, guess{join(d.dir, l.names[i]), l.sizes[i]})
 	}
 	return out
 }
 
-// predictHistory walks d's log forward from the history cursor, skipping
-// names seen twice and names no longer listed.
+// predictHistory walks d's log forward from the history run's low,
+// skipping positions the run accessed, names seen twice and names no
+// longer listed.
 func (r *ReadAhead) predictHistory(d *dirState, l *listing, n int) []guess {
 	var out []guess
 	seen := map[string]bool{}
-	cur, _ := d.log.at(d.log.n - 1)
-	seen[cur] = true
-	limit := d.hist.pos + int64(4*n+r.tune.Slack)*d.hist.by()
-	for p := d.hist.pos + d.hist.by(); p < d.log.n && p <= limit && len(out) < n; p += d.hist.by() {
+	limit := d.hist.low + int64(4*n+r.tune.Slack)
+	for p := d.hist.low; p < d.log.n && p <= limit && len(out) < n; p++ {
 		name, ok := d.log.at(p)
-		if !ok || seen[name] {
+		if !ok || seen[name] || d.hist.done[p] {
 			continue
 		}
 		seen[name] = true

@@ -15,7 +15,10 @@ func TestNameOrder(t *testing.T) {
 	}{
 		{"ascending", span(0, 4), span(4, 8)},
 		{"not yet sure after two steps", span(0, 3), nil},
-		{"stride 2 predicts stride 2", []int{0, 2, 4, 6}, []int{8, 10, 12, 14}},
+		// A lone stride reads as the first accesses of batches spread over
+		// workers (0, 4, 8, 12 then 1, 5, ...): planning the stride would be
+		// cancelled when the batches fill in, so it is not read ahead.
+		{"a stride is not name order", []int{0, 2, 4, 6, 8, 10}, nil},
 		{"re-opens of the current file are tolerated", []int{0, 0, 1, 1, 1, 2, 2, 3}, span(4, 8)},
 		{"readers a little out of step", []int{0, 2, 1, 3, 5, 4, 6}, span(7, 11)},
 		{"starting in the middle", []int{50, 51, 52, 53}, span(54, 58)},
@@ -52,40 +55,59 @@ func TestListingRefreshedForANewName(t *testing.T) {
 	}
 }
 
-// dataLoaderOrder is the order in which a torch DataLoader's workers
-// start its items 0..n-1: item i goes to worker i%workers, which runs its
-// items in turn, each taking a random time; the main process keeps
-// prefetch*workers items outstanding and consumes them in order.
-func dataLoaderOrder(n, workers, prefetch int, rng *rand.Rand) []int {
-	start, finish, consumed := make([]float64, n), make([]float64, n), make([]float64, n)
-	for i := range n {
-		if i >= prefetch*workers {
-			start[i] = consumed[i-prefetch*workers] // dispatched when an earlier one is consumed
+// dataLoaderAccesses is the order in which a torch DataLoader's
+// accesses of items 0..n-1 (sampler order, shuffle=False) reach the
+// daemon: the sampler's indices go in batches of batch, batch b to
+// worker b%workers, which fetches its indices one after another (each
+// fetch leases its file first, then takes 0.5 plus a random 0..spread);
+// the main
+// process keeps prefetch*workers batches outstanding and consumes them
+// in order. Workers run side by side, so the accesses arrive out of step.
+func dataLoaderAccesses(n, workers, batch, prefetch int, spread float64, rng *rand.Rand) []int {
+	nb := (n + batch - 1) / batch
+	start, finish, consumed := make([]float64, nb), make([]float64, nb), make([]float64, nb)
+	type access struct {
+		at float64
+		i  int
+	}
+	var all []access
+	for b := range nb {
+		if b >= prefetch*workers {
+			start[b] = consumed[b-prefetch*workers] // dispatched when an earlier one is consumed
 		}
-		if i >= workers {
-			start[i] = max(start[i], finish[i-workers]) // the worker's previous item
+		if b >= workers {
+			start[b] = max(start[b], finish[b-workers]) // the worker's previous batch
 		}
-		finish[i] = start[i] + 0.5 + rng.Float64()
-		consumed[i] = finish[i]
-		if i > 0 {
-			consumed[i] = max(consumed[i], consumed[i-1])
+		at := start[b]
+		for i := b * batch; i < min(n, (b+1)*batch); i++ {
+			all = append(all, access{at, i})
+			at += 0.5 + spread*rng.Float64()
+		}
+		finish[b], consumed[b] = at, at
+		if b > 0 {
+			consumed[b] = max(consumed[b], consumed[b-1])
 		}
 	}
-	order := span(0, n)
-	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(start[a], start[b]) })
+	slices.SortStableFunc(all, func(a, b access) int { return cmp.Compare(a.at, b.at) })
+	order := make([]int, len(all))
+	for k, a := range all {
+		order[k] = a.i
+	}
 	return order
 }
 
 // DataLoader workers racing: the first epoch must be mostly hits, with
-// nothing cancelled, while the window covers the workers' lead.
+// nothing cancelled, while the window covers the workers' lead. (8
+// workers outrun a window of 4 files: the window holds the files the
+// slowest workers take next, so the fastest miss: 826 of 1000.)
 func TestReadersOutOfStepInOneDirectory(t *testing.T) {
 	for _, tc := range []struct {
 		files, workers int
 		hits           uint64
-	}{{64, 1, 59}, {64, 2, 58}, {64, 4, 56}, {16, 2, 9}, {1000, 4, 990}, {1000, 8, 890}} {
+	}{{64, 1, 59}, {64, 2, 58}, {64, 4, 56}, {16, 2, 9}, {1000, 4, 990}, {1000, 8, 820}} {
 		c := newFake(t, Defaults(), Tuning{}, map[string][]Entry{"d": shards(tc.files, 1)})
 		c.auto = true
-		order := dataLoaderOrder(tc.files, tc.workers, 2, rand.New(rand.NewPCG(9, uint64(tc.files))))
+		order := dataLoaderAccesses(tc.files, tc.workers, 1, 2, 1, rand.New(rand.NewPCG(9, uint64(tc.files))))
 		c.open(seq("d", order...)...)
 		s := c.ra.Stats()
 		t.Logf("%d files, %d workers: %+v", tc.files, tc.workers, s)
@@ -170,7 +192,7 @@ func TestEpochsInNameOrderContinueAcrossTheWrap(t *testing.T) {
 // none at 1000; the worst seed 8 per 1000, at 16 files. Directories of
 // fewer than MinDirFiles files are never read ahead.)
 func TestShuffledOrderGivesNoReadAhead(t *testing.T) {
-	for _, files := range []int{16, 64, 256, 1000} {
+	for _, files := range []int{16, 32, 64, 256, 1000} {
 		for seed := range uint64(3) {
 			c := newFake(t, Defaults(), Tuning{}, map[string][]Entry{"d": shards(files, 1)})
 			c.auto = true

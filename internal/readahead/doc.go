@@ -7,8 +7,8 @@
 // request (Started, Loaded, Declined, Evicted). Every call returns a Plan:
 // files to stage with read-ahead priority and earlier requests to cancel.
 // Two sequences are recognised per directory: name order (the directory's
-// sorted listing, ascending, with a small stride and readers slightly out
-// of step) and any order seen before (accesses recorded earlier in the
+// sorted listing, ascending, by one reader or several moving through it
+// together, e.g. DataLoader workers) and any order seen before (accesses recorded earlier in the
 // daemon's life, or learnt from a trace). Random order predicts nothing.
 //
 // It must never block or do I/O on the caller's open path (Runner queues

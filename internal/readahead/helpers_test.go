@@ -12,10 +12,15 @@ import (
 // fakeCache plays the staging cache: it applies Plans, answers each
 // request at once (auto) or when told, and opens files as a reader.
 type fakeCache struct {
-	t        *testing.T
-	ra       *ReadAhead
-	clock    uint64
-	auto     bool
+	t     *testing.T
+	ra    *ReadAhead
+	clock uint64
+	auto  bool
+	// lag > 0: a request starts loading at once and loads after lag more
+	// accesses (a load takes as long as lag of the reader's accesses).
+	lag      int
+	accesses int
+	due      map[string]int  // lag: rel -> the access count at which it loads
 	inflight map[string]bool // asked for, not answered
 	staged   []string        // every rel asked for, in order
 	cancels  []string        // every rel cancelled, in order
@@ -24,7 +29,7 @@ type fakeCache struct {
 }
 
 func newFake(t *testing.T, opts Options, tune Tuning, files map[string][]Entry) *fakeCache {
-	c := &fakeCache{t: t, inflight: map[string]bool{}, lists: map[string]int{}, files: files}
+	c := &fakeCache{t: t, inflight: map[string]bool{}, due: map[string]int{}, lists: map[string]int{}, files: files}
 	c.ra = New(Config{Options: opts, Tuning: tune, List: func(dir string) ([]Entry, error) {
 		c.lists[dir]++
 		e, ok := c.files[dir]
@@ -53,6 +58,7 @@ func (c *fakeCache) apply(p Plan) {
 	c.t.Helper()
 	for _, rel := range p.Cancel {
 		delete(c.inflight, rel)
+		delete(c.due, rel)
 		c.cancels = append(c.cancels, rel)
 	}
 	for _, it := range p.Stage {
@@ -63,6 +69,13 @@ func (c *fakeCache) apply(p Plan) {
 		c.staged = append(c.staged, it.Rel)
 	}
 	c.check()
+	if c.lag > 0 {
+		for _, it := range p.Stage {
+			c.ra.Started(it.Rel)
+			c.due[it.Rel] = c.accesses + c.lag
+		}
+		return
+	}
 	if c.auto {
 		for _, it := range p.Stage {
 			if c.inflight[it.Rel] {
@@ -88,6 +101,25 @@ func (c *fakeCache) decline(rel string, why Why) {
 func (c *fakeCache) access(rel string, k Kind) {
 	c.t.Helper()
 	c.apply(c.ra.Access(Event{Rel: rel, Kind: k, At: c.tick()}))
+	c.accesses++
+	c.loadDue()
+}
+
+// loadDue answers, in name order, the lagged requests whose time came.
+func (c *fakeCache) loadDue() {
+	var due []string
+	for rel, at := range c.due {
+		if at <= c.accesses {
+			due = append(due, rel)
+		}
+	}
+	sort.Strings(due)
+	for _, rel := range due {
+		delete(c.due, rel)
+		if c.inflight[rel] {
+			c.load(rel)
+		}
+	}
 }
 
 func (c *fakeCache) open(rels ...string) {

@@ -50,13 +50,14 @@ func (o Options) Validate() error {
 // the defaults are what the tests and INTEGRATION.md argue for; zero
 // fields take them.
 type Tuning struct {
-	// Slack: an access up to Slack places after a sequence's position
-	// continues it; one up to Slack places before it (a re-open, or a
-	// reader a little behind another) is tolerated. Anything else is a
-	// jump that restarts the sequence.
+	// Slack sets how far the readers of one sequence may spread (at
+	// most Slack, and a sixteenth of the directory; see limits): new
+	// positions up to 4×slack beyond the first not accessed yet, re-opens
+	// up to 2×slack before it. Anything else is a jump that restarts the
+	// sequence.
 	Slack int
-	// MinRun is the number of continuing accesses in a row, with no jump
-	// between them, before a sequence predicts.
+	// MinRun: a sequence predicts once its first MinRun+1 positions
+	// were all accessed, with no jump between them.
 	MinRun int
 	// History is the number of accesses remembered per directory for
 	// "an order seen before" (a trace learnt counts too).

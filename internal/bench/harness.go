@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gdsfs/gdsfs/internal/control"
 	"github.com/gdsfs/gdsfs/internal/mountinfo"
 	"github.com/gdsfs/gdsfs/proto"
 )
@@ -136,9 +137,10 @@ func (m *benchMount) path(rel string) string { return filepath.Join(m.mnt, rel) 
 func (m *benchMount) waiter() (*waiter, error) { return dialWaiter(m.socket, m.d.exited) }
 
 // controlFile opens .gdsfs/NAME for writing, one line per write: a
-// write's error is that line's (EAGAIN: the prefetch queue is full).
+// write's error is that line's (EAGAIN: the prefetch queue is full; see
+// control.OpenWriter for why not os.OpenFile).
 func (m *benchMount) controlFile(name string) (*os.File, error) {
-	return os.OpenFile(filepath.Join(m.mnt, ".gdsfs", name), os.O_WRONLY, 0)
+	return control.OpenWriter(filepath.Join(m.mnt, ".gdsfs", name))
 }
 
 // stageTries bounds how often stageAll asks for one file.

@@ -195,6 +195,14 @@ func TestScriptArgs(t *testing.T) {
 	if got := strings.Join(scriptArgs(ScriptOptions{Name: "autoload", Quick: true}, py, false), " "); got != "--size-gib 1 --repeat 1" {
 		t.Errorf("autoload --quick: %s", got)
 	}
+	// On the host backend autoload runs its dry run (work directory,
+	// files, mount, warmup), unless --force.
+	if got := strings.Join(scriptArgs(ScriptOptions{Name: "autoload"}, py, true), " "); got != "--dry-run" {
+		t.Errorf("autoload on the host backend: %s", got)
+	}
+	if got := strings.Join(scriptArgs(ScriptOptions{Name: "autoload", Force: true}, py, true), " "); got != "" {
+		t.Errorf("autoload --force on the host backend: %s", got)
+	}
 }
 
 // The embedded scripts are laid out as in the repository, so they find the

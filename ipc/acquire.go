@@ -92,10 +92,11 @@ func (cn *conn) grant(p string, gen uint64, device string) (proto.Grant, []int, 
 	cn.leases[id] = h
 	s.mu.Lock()
 	s.useLocked(cn.cred.UID, func(u *use) { u.leases++ })
+	keep := s.heldRoomToKeepLocked(cn.cred.UID)
 	s.mu.Unlock()
 	g := proto.Grant{
 		Lease: id, Size: h.lease.Size(), Generation: h.lease.Generation(), Device: h.lease.Device(),
-		Sharing: s.cfg.Options.Sharing, Cache: s.cacheable(), Reuse: reuse,
+		Sharing: s.cfg.Options.Sharing, Cache: keep && s.cacheable(), Reuse: reuse,
 	}
 	s.log.Debug("lease", zap.String("path", rel), zap.Uint64("lease", id), zap.Uint32("uid", cn.cred.UID), zap.Bool("reuse", reuse))
 	if reuse {

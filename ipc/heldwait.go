@@ -19,6 +19,24 @@ import (
 	"github.com/gdsfs/gdsfs/proto"
 )
 
+// heldRoomToKeepLocked says whether the uid has room enough for a client
+// to keep a released file mapped (the repeat-lease cache): nobody of the
+// uid waits for room, and ipc.cache_headroom of its ipc.max_held_per_uid
+// is still free. Kept mappings hold their bytes until the client drops
+// them, which a client blocked in its own acquire does not do: without
+// this, the workers of one uid could each keep a file and all wait for
+// room that only their kept files hold. s.mu must be held.
+func (s *Server) heldRoomToKeepLocked(uid uint32) bool {
+	if len(s.heldQueue[uid]) > 0 {
+		return false
+	}
+	var used int64
+	if u := s.uids[uid]; u != nil {
+		used = u.bytes
+	}
+	return s.heldLimit-used >= s.headroom
+}
+
 // heldTicket is one request's place in its uid's queue.
 type heldTicket struct{ bytes int64 }
 

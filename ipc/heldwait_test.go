@@ -99,3 +99,29 @@ func TestHeldLimitTimesOut(t *testing.T) {
 		t.Fatalf("held %d bytes after the timeout, want the holder's %d", st.HeldBytes, 60<<10)
 	}
 }
+
+// TestHeldLimitKeepsRoom: a grant lets the client keep the file mapped
+// after release (the repeat-lease cache) only while ipc.cache_headroom of
+// the uid's ipc.max_held_per_uid stays free. Kept files hold their bytes
+// until the client drops them, and a client blocked in its next acquire
+// does not: workers of one uid that each kept a file waited for room only
+// their kept files held (bench contention on the host hung this way).
+func TestHeldLimitKeepsRoom(t *testing.T) {
+	f := start(t, ipc.SharingShared, setup{opts: func(o *ipc.Options) {
+		o.MaxHeldPerUID = units.Share{Bytes: 100 << 10}
+		o.CacheHeadroom = units.Share{Bytes: 50 << 10}
+	}})
+	f.write(t, "a", pattern(30<<10, 1))
+	f.write(t, "b", pattern(30<<10, 2))
+	a, _ := dialAs(t, f.srv.Path(), nobody, nobody).do(acquireReq("a"))
+	if !a.OK || !a.Cache {
+		t.Fatalf("first file, 70 KiB of the uid's 100 KiB left: %+v, want cache", a)
+	}
+	b, _ := dialAs(t, f.srv.Path(), nobody, nobody).do(acquireReq("b"))
+	if !b.OK || b.Cache {
+		t.Fatalf("second file, 40 KiB of the uid's 100 KiB left (headroom 50 KiB): %+v, want no cache", b)
+	}
+	if c, _ := dial(t, f.srv.Path()).do(acquireReq("b")); !c.OK || !c.Cache {
+		t.Fatalf("root, with its own room: %+v, want cache", c)
+	}
+}

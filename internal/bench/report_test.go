@@ -243,3 +243,11 @@ func TestHelpersCompile(t *testing.T) {
 		}
 	}
 }
+
+func TestFDKindsGrown(t *testing.T) {
+	before := map[string]int{fdKind("socket:[1]"): 3, fdKind("/dev/nvidia0"): 2, fdKind("anon_inode:[eventfd]"): 1}
+	after := map[string]int{fdKind("socket:[9]"): 4, fdKind("/dev/nvidia0"): 2, fdKind("anon_inode:[eventfd]"): 2, fdKind("pipe:[3]"): 1}
+	if got, want := fdKindsGrown(before, after), "anon_inode:[eventfd] +1, pipe +1, socket +1"; got != want {
+		t.Fatalf("grown %q, want %q", got, want)
+	}
+}

@@ -84,42 +84,19 @@ func (cn *conn) grant(p string, gen uint64, device string) (proto.Grant, []int, 
 	if err := cn.leaseRoom(); err != nil {
 		return proto.Grant{}, nil, err
 	}
-	f, err := cn.openAsPeer(rel)
+	h, reuse, err := cn.leaseHeld(rel, gen, device)
 	if err != nil {
 		return proto.Grant{}, nil, err
-	}
-	start := time.Now()
-	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.Options.AcquireTimeout)
-	l, err := s.cfg.Cache.Acquire(ctx, staging.Request{Rel: rel, File: f, Private: s.cfg.Options.Sharing == SharingPrivate, Device: device})
-	cancel()
-	f.Close()
-	if err != nil {
-		return proto.Grant{}, nil, s.acquireErr(rel, err, time.Since(start))
-	}
-	h := cn.held[l.Region()]
-	reuse := false
-	switch {
-	case gen != 0 && gen != l.Generation():
-		l.Release()
-		return proto.Grant{}, nil, proto.Errorf(proto.ESTALE,
-			"%s changed since generation %d (now %d): unmap it, close this connection and acquire on a new one", rel, gen, l.Generation())
-	case h != nil:
-		l.Release() // this connection already holds these bytes
-		reuse = gen != 0
-	default:
-		if h, err = cn.hold(rel, l); err != nil {
-			l.Release()
-			return proto.Grant{}, nil, err
-		}
 	}
 	id := s.nextLease.Add(1)
 	cn.leases[id] = h
 	s.mu.Lock()
 	s.useLocked(cn.cred.UID, func(u *use) { u.leases++ })
+	keep := s.heldRoomToKeepLocked(cn.cred.UID)
 	s.mu.Unlock()
 	g := proto.Grant{
 		Lease: id, Size: h.lease.Size(), Generation: h.lease.Generation(), Device: h.lease.Device(),
-		Sharing: s.cfg.Options.Sharing, Cache: s.cacheable(), Reuse: reuse,
+		Sharing: s.cfg.Options.Sharing, Cache: keep && s.cacheable(), Reuse: reuse,
 	}
 	s.log.Debug("lease", zap.String("path", rel), zap.Uint64("lease", id), zap.Uint32("uid", cn.cred.UID), zap.Bool("reuse", reuse))
 	if reuse {
@@ -129,6 +106,52 @@ func (cn *conn) grant(p string, gen uint64, device string) (proto.Grant, []int, 
 		g.Chunks = append(g.Chunks, proto.Chunk{Len: n})
 	}
 	return g, h.exp.fds, nil
+}
+
+// leaseHeld stages rel for the peer and holds it on this connection.
+// Everything is bounded by ipc.acquire_timeout: the wait for room on the
+// device (staging) and the wait for room under the uid's
+// ipc.max_held_per_uid, during which the lease is given back (waitHeld).
+func (cn *conn) leaseHeld(rel string, gen uint64, device string) (*held, bool, error) {
+	s := cn.s
+	start := time.Now()
+	deadline := start.Add(s.cfg.Options.AcquireTimeout)
+	var ticket *heldTicket // set while queued for the uid's room
+	defer cn.leaveHeld(&ticket)
+	for {
+		f, err := cn.openAsPeer(rel)
+		if err != nil {
+			return nil, false, err
+		}
+		ctx, cancel := context.WithDeadline(s.ctx, deadline)
+		l, err := s.cfg.Cache.Acquire(ctx, staging.Request{Rel: rel, File: f, Private: s.cfg.Options.Sharing == SharingPrivate, Device: device})
+		cancel()
+		f.Close()
+		if err != nil {
+			return nil, false, s.acquireErr(rel, err, time.Since(start))
+		}
+		h := cn.held[l.Region()]
+		switch {
+		case gen != 0 && gen != l.Generation():
+			l.Release()
+			return nil, false, proto.Errorf(proto.ESTALE,
+				"%s changed since generation %d (now %d): unmap it, close this connection and acquire on a new one", rel, gen, l.Generation())
+		case h != nil:
+			l.Release() // this connection already holds these bytes
+			return h, gen != 0, nil
+		}
+		h, wake, err := cn.hold(rel, l, &ticket)
+		if wake == nil {
+			if err != nil {
+				l.Release()
+			}
+			return h, false, err
+		}
+		l.Release() // nothing pinned while it waits
+		if err := cn.waitHeld(rel, ticket, wake, deadline, start); err != nil {
+			return nil, false, err
+		}
+	}
 }
 
 // rel turns a request path into a SOURCE-relative one.
@@ -182,19 +205,34 @@ func (cn *conn) leaseRoom() error {
 }
 
 // hold records l as held by this connection: counted against the uid's
-// ipc.max_held_per_uid, exported once per region.
-func (cn *conn) hold(rel string, l *staging.Lease) (*held, error) {
+// ipc.max_held_per_uid, exported once per region. Where the uid has no
+// room for it yet, it returns the channel to wait on (heldRoomLocked),
+// with the request queued in *ticket. One that cannot fit while this
+// connection is open (the file, with what the connection holds, passes
+// the limit) is refused at once.
+func (cn *conn) hold(rel string, l *staging.Lease, ticket **heldTicket) (*held, <-chan struct{}, error) {
 	s := cn.s
 	h := &held{lease: l}
 	for _, n := range l.Chunks() {
 		h.bytes += n
 	}
-	s.mu.Lock()
-	if u := s.uids[cn.cred.UID]; u != nil && u.bytes+h.bytes > s.heldLimit {
-		s.mu.Unlock()
+	var own int64 // held on this connection: no wait gives it back
+	for _, o := range cn.held {
+		own += o.bytes
+	}
+	if own+h.bytes > s.heldLimit {
 		s.refused.Add(1)
-		return nil, proto.Errorf(proto.EDQUOT, "%s: uid %d holds %s over open connections; %s more passes ipc.max_held_per_uid (%s); close leases (their connections) first",
-			rel, cn.cred.UID, units.HumanBytes(u.bytes), units.HumanBytes(h.bytes), units.HumanBytes(s.heldLimit))
+		if own == 0 {
+			return nil, nil, proto.Errorf(proto.EDQUOT, "%s: its %s pass ipc.max_held_per_uid (%s) alone: it can never be leased",
+				rel, units.HumanBytes(h.bytes), units.HumanBytes(s.heldLimit))
+		}
+		return nil, nil, proto.Errorf(proto.EDQUOT, "%s: %s more on a connection holding %s passes ipc.max_held_per_uid (%s): it cannot fit while this connection is open; close leases (their connections) first",
+			rel, units.HumanBytes(h.bytes), units.HumanBytes(own), units.HumanBytes(s.heldLimit))
+	}
+	s.mu.Lock()
+	if wake := s.heldRoomLocked(cn.cred.UID, h.bytes, ticket); wake != nil {
+		s.mu.Unlock()
+		return nil, wake, nil
 	}
 	first := 0
 	if len(cn.held) == 0 {
@@ -207,11 +245,11 @@ func (cn *conn) hold(rel string, l *staging.Lease) (*held, error) {
 		s.mu.Lock()
 		s.useLocked(cn.cred.UID, func(u *use) { u.bytes -= h.bytes; u.files--; u.hold -= first })
 		s.mu.Unlock()
-		return nil, fmt.Errorf("export %s: %w", rel, err)
+		return nil, nil, fmt.Errorf("export %s: %w", rel, err)
 	}
 	h.exp = exp
 	cn.held[l.Region()] = h
-	return h, nil
+	return h, nil, nil
 }
 
 // export returns r's descriptors, made on first use.

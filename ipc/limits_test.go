@@ -153,8 +153,9 @@ func TestAcceptErrorsRetried(t *testing.T) {
 	}
 }
 
-// TestPerUIDLeaseAndByteLimits: ipc.max_leases_per_uid and
-// ipc.max_held_per_uid refuse with EDQUOT, for that uid only.
+// TestPerUIDLeaseAndByteLimits: ipc.max_leases_per_uid, and
+// ipc.max_held_per_uid for a file that cannot fit beside what its own
+// connection holds, refuse with EDQUOT at once, for that uid only.
 func TestPerUIDLeaseAndByteLimits(t *testing.T) {
 	f := start(t, ipc.SharingShared, setup{opts: func(o *ipc.Options) {
 		o.MaxLeasesPerUID = 2

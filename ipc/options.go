@@ -23,7 +23,8 @@ type Options struct {
 	MaxConnections int           `yaml:"max_connections"`
 	// Per-uid bounds: connections open, leases not released, and bytes
 	// handed out over open connections (a size or a share of the
-	// capacity).
+	// capacity). An acquire past MaxHeldPerUID waits for the uid's
+	// connections to close (heldwait.go), up to AcquireTimeout.
 	MaxConnectionsPerUID int         `yaml:"max_connections_per_uid"`
 	MaxLeasesPerUID      int         `yaml:"max_leases_per_uid"`
 	MaxHeldPerUID        units.Share `yaml:"max_held_per_uid"`

@@ -82,7 +82,10 @@ type Server struct {
 	// changed is closed (and replaced) whenever total changes: wait_stat
 	// waits on it. Guarded by mu.
 	changed chan struct{}
-	wg      sync.WaitGroup
+	// heldQueue: per uid, the requests waiting for room under
+	// ipc.max_held_per_uid, oldest first (heldwait.go). Guarded by mu.
+	heldQueue map[uint32][]*heldTicket
+	wg        sync.WaitGroup
 
 	expMu   sync.Mutex
 	exports map[gpu.Region]*export // guarded by expMu
@@ -128,7 +131,7 @@ func Listen(cfg Config) (*Server, error) {
 	s := &Server{
 		cfg: cfg, root: root, path: path, epoch: binary.LittleEndian.Uint64(b[:]) | 1, ln: ln,
 		log: cfg.Log.Named("ipc"), active: map[*conn]bool{}, uids: map[uint32]*use{}, changed: make(chan struct{}),
-		exports:   map[gpu.Region]*export{},
+		exports: map[gpu.Region]*export{}, heldQueue: map[uint32][]*heldTicket{},
 		heldLimit: cfg.Options.MaxHeldPerUID.Resolve(capacity),
 		headroom:  cfg.Options.CacheHeadroom.Resolve(capacity),
 	}

@@ -4,6 +4,12 @@ unmodified loaders plain vs under `gdsfs run`. Prints one JSON object and a
 markdown table for the README ("Unmodified loaders").
 
     python3 scripts/autoload-gpu.py --bin .bin/gdsfs [--work /tmp/gdsfs-autoload] [--size-gib 4]
+    python3 scripts/autoload-gpu.py --bin bin/gdsfs --dry-run   # any machine: no GPU, safetensors, transformers
+
+--dry-run (what `gdsfs bench autoload` runs on the host backend) goes
+through the same work directory, file making, mount, warmup and unmount
+with only the torch.save file, small and made on the CPU, and checks that
+its bytes read through the mount are SOURCE's: nothing is timed.
 
 Needs root, /dev/fuse, a GPU, torch, safetensors and transformers (nothing
 is downloaded: the model is made here with random weights). Measured, each
@@ -155,9 +161,14 @@ class Bench:
         self.mnt = os.path.join(self.work, "mnt")
         self.results = {"cases": {}, "checks": {}}
 
-    def mount(self):
-        for d in (self.src, self.mnt):
+    def prepare(self):
+        """The work directory: SOURCE (src, where make_files writes) and the
+        mount point. Made before anything is written there; a work
+        directory left by an earlier run is reused (its files are kept)."""
+        for d in (self.work, self.src, self.mnt):
             os.makedirs(d, exist_ok=True)
+
+    def mount(self):
         self.log = open(os.path.join(self.work, "daemon.log"), "wb")
         self.proc = subprocess.Popen([self.a.bin, "mount", "--set", "ipc.socket=" + os.path.join(self.work, "lease.sock"),
                                       self.src, self.mnt], stdout=self.log, stderr=subprocess.STDOUT)
@@ -176,6 +187,13 @@ class Bench:
     def make_files(self):
         import torch
 
+        if self.a.dry_run:  # the torch.save file only, small, on the CPU
+            pt = os.path.join(self.src, "state-dry.pt")
+            if not os.path.exists(pt):
+                g = torch.Generator().manual_seed(2)
+                torch.save({"w%02d" % i: torch.randn(256, 256, generator=g).to(torch.bfloat16) for i in range(8)}, pt)
+            self.results["files"] = {"torch_save_bytes": os.path.getsize(pt)}
+            return None, pt, None
         st = os.path.join(self.src, "big.safetensors")
         if not os.path.exists(st):
             from safetensors.torch import save_file
@@ -347,6 +365,28 @@ class Bench:
         return "\n".join(rows)
 
 
+def sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while True:
+            b = f.read(8 << 20)
+            if not b:
+                return h.hexdigest()
+            h.update(b)
+
+
+def dry_run(b, pt):
+    """The host's run: pt staged through warmup, its bytes through the
+    mount against SOURCE's."""
+    b.stage(pt)
+    same = sha256(os.path.join(b.mnt, os.path.relpath(pt, b.src))) == sha256(pt)
+    b.results["dry_run"] = {"staged": os.path.relpath(pt, b.src), "bytes_through_mount_equal": same}
+    print(json.dumps(b.results, indent=1))
+    print("autoload dry run (host backend): work %s; %s staged by warmup; bytes through the mount %s SOURCE's; nothing timed"
+          % (b.work, os.path.relpath(pt, b.src), "equal" if same else "DIFFER FROM"))
+    return 0 if same else 1
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="mode")
@@ -359,6 +399,7 @@ def main():
     ap.add_argument("--work", default="/tmp/gdsfs-autoload")
     ap.add_argument("--size-gib", type=int, default=4)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--dry-run", action="store_true", help="no GPU: the work directory, a small torch.save file, mount, warmup")
     a = ap.parse_args()
     if a.mode == "measure":
         return measure(a)
@@ -366,10 +407,12 @@ def main():
         return check(a)
     a.bin = os.path.abspath(a.bin)
     b = Bench(a)
-    os.makedirs(a.work, exist_ok=True)
+    b.prepare()
     st, pt, hf = b.make_files()
     b.mount()
     try:
+        if a.dry_run:
+            return dry_run(b, pt)
         b.checks(st, pt, hf)
         b.loaders(st, pt, hf)
     finally:

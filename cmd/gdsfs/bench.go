@@ -225,7 +225,7 @@ func benchScriptCmd(name string) *cobra.Command {
 	f := c.Flags()
 	f.StringVar(&o.Script, "script", "", "run this script instead of the embedded one")
 	f.BoolVar(&o.Quick, "quick", false, "small sizes and one repetition")
-	f.BoolVar(&o.Force, "force", false, "run even where the mount would stage on the host backend")
+	f.BoolVar(&o.Force, "force", false, "autoload: run all of it (GPU loads) even where the mount would stage on the host backend (else its dry run)")
 	f.StringVar(&o.Dir, "dir", "/var/tmp/gdsfs-bench", "work directory (a disk filesystem)")
 	f.StringVar(&o.Py.Bin, "python-bin", "", "Python interpreter (default: python3, or /usr/bin/python3 where only it has torch)")
 	f.StringVar(&o.Py.Pkg, "python", "", "directory holding the gdsfs Python package (default: python/ beside the binary's directory)")

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/gdsfs/gdsfs/client"
+	"github.com/gdsfs/gdsfs/internal/control"
 	"github.com/gdsfs/gdsfs/internal/mountinfo"
 	"github.com/gdsfs/gdsfs/proto"
 	"github.com/gdsfs/gdsfs/staging"
@@ -137,7 +138,7 @@ func warmupFiles(args []string) ([]warmFile, error) {
 // prefetchOne writes f to its mount's .gdsfs/prefetch, with the devices
 // (none: where staging puts it).
 func prefetchOne(f warmFile, devs []string) error {
-	ctl, err := os.OpenFile(filepath.Join(f.mnt, ".gdsfs", "prefetch"), os.O_WRONLY, 0)
+	ctl, err := control.OpenWriter(filepath.Join(f.mnt, ".gdsfs", "prefetch"))
 	if err != nil {
 		return fmt.Errorf("%s: %w", f.mnt, err)
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gdsfs/gdsfs/internal/control"
 	"github.com/gdsfs/gdsfs/internal/mountinfo"
 	"github.com/gdsfs/gdsfs/internal/readahead"
 )
@@ -34,7 +35,7 @@ func warmupTrace(file string, args []string, wait bool, timeout time.Duration) e
 	if err != nil {
 		return err
 	}
-	ctl, err := os.OpenFile(filepath.Join(mnt, ".gdsfs", "replay"), os.O_WRONLY, 0)
+	ctl, err := control.OpenWriter(filepath.Join(mnt, ".gdsfs", "replay"))
 	if err != nil {
 		return fmt.Errorf("warmup --trace: %s: %w", mnt, err)
 	}

@@ -43,8 +43,10 @@ processes at once, each leasing --files files of --file-size one at a time in
 its own random order, reading every lease back and checking its SHA-256
 against the file's. Reports acquires that succeeded and failed (by errno),
 wrong bytes, leases_active once the consumers are gone, and the daemon's
-resident memory and open descriptors before (after one warm-up lease, cache
-emptied) and after (cache emptied again). Targets: every acquire succeeds,
+resident memory and open descriptors before (after a warm-up round, every
+consumer leasing one file at once, so what the daemon makes on first use at
+that concurrency is there; cache emptied) and after (cache emptied again),
+with the kinds of descriptors that grew. Targets: every acquire succeeds,
 no wrong bytes, leases_active back to 0, descriptors back to where they
 were, resident memory within 10% + 16 MiB of it. Needs root (it mounts).`
 
@@ -149,18 +151,23 @@ func (c *contention) writeJob(files []map[string]any) error {
 	return os.WriteFile(c.job, b, 0o644)
 }
 
-// measure: warm-up lease, usage before, the consumers, usage after.
+// measure: a warm-up round (every consumer leasing one file, all at
+// once: what the daemon makes on first use at that concurrency, such as
+// its loader threads' device handles, is made before "before"), usage
+// before, the consumers, usage after.
 func (c *contention) measure(ctx context.Context, res *contentionResult) error {
 	script, err := c.py.write("bench_contention.py", contentionScript)
 	if err != nil {
 		return err
 	}
-	var warm consumerResult
-	if err := c.py.runJSON(ctx, 2*time.Minute, &warm, script, c.job, "0", "1"); err != nil {
-		return fmt.Errorf("warm-up consumer: %w", err)
+	warm, errs := c.consumers(ctx, script, "1")
+	if errs != nil {
+		return fmt.Errorf("warm-up round: %w", errs)
 	}
-	if warm.Acquired != 1 || warm.Mismatches != 0 {
-		return fmt.Errorf("warm-up consumer: %s", warm.FirstError)
+	for _, w := range warm {
+		if w.Acquired != 1 || w.Mismatches != 0 {
+			return fmt.Errorf("warm-up round: %s", w.FirstError)
+		}
 	}
 	if res.Before, _, err = c.settle(ctx); err != nil {
 		return err
@@ -189,8 +196,9 @@ func (c *contention) measure(ctx context.Context, res *contentionResult) error {
 	return err
 }
 
-// consumers runs them all at once and collects what each printed.
-func (c *contention) consumers(ctx context.Context, script string) ([]consumerResult, error) {
+// consumers runs them all at once and collects what each printed; count
+// ("" or one value) bounds the files each leases.
+func (c *contention) consumers(ctx context.Context, script string, count ...string) ([]consumerResult, error) {
 	results := make([]consumerResult, c.o.Consumers)
 	errs := make([]error, c.o.Consumers)
 	var wg sync.WaitGroup
@@ -198,7 +206,7 @@ func (c *contention) consumers(ctx context.Context, script string) ([]consumerRe
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = c.py.runJSON(ctx, 8*time.Minute, &results[i], script, c.job, strconv.Itoa(i+1))
+			errs[i] = c.py.runJSON(ctx, 8*time.Minute, &results[i], script, append([]string{c.job, strconv.Itoa(i + 1)}, count...)...)
 		}()
 	}
 	wg.Wait()
@@ -240,6 +248,9 @@ func (c *contention) usage() (procUsage, error) {
 	u, err := usageOf(c.m.d.cmd.Process.Pid)
 	if err == nil {
 		u.FDs--
+		if u.FDKinds["socket"]--; u.FDKinds["socket"] == 0 {
+			delete(u.FDKinds, "socket")
+		}
 	}
 	return u, err
 }
@@ -323,7 +334,11 @@ func writeContentionText(w io.Writer, r *contentionResult) {
 		fmt.Fprintf(w, "consumer failures: %s\n", r.ConsumerError)
 	}
 	fmt.Fprintf(w, "leases_active after: %d\n", r.LeasesActive)
-	fmt.Fprintf(w, "daemon before: RSS %s, %d fds; after: RSS %s, %d fds\n\n",
+	fmt.Fprintf(w, "daemon before (after a warm-up round: every consumer leasing one file at once): RSS %s, %d fds; after: RSS %s, %d fds\n",
 		units.HumanBytes(r.Before.RSSBytes), r.Before.FDs, units.HumanBytes(r.After.RSSBytes), r.After.FDs)
+	if grown := fdKindsGrown(r.Before.FDKinds, r.After.FDKinds); grown != "" {
+		fmt.Fprintf(w, "daemon descriptors grown: %s\n", grown)
+	}
+	fmt.Fprintln(w)
 	writeChecks(w, r.Checks)
 }

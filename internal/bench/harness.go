@@ -11,12 +11,14 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gdsfs/gdsfs/internal/control"
 	"github.com/gdsfs/gdsfs/internal/mountinfo"
 	"github.com/gdsfs/gdsfs/proto"
 )
@@ -136,9 +138,10 @@ func (m *benchMount) path(rel string) string { return filepath.Join(m.mnt, rel) 
 func (m *benchMount) waiter() (*waiter, error) { return dialWaiter(m.socket, m.d.exited) }
 
 // controlFile opens .gdsfs/NAME for writing, one line per write: a
-// write's error is that line's (EAGAIN: the prefetch queue is full).
+// write's error is that line's (EAGAIN: the prefetch queue is full; see
+// control.OpenWriter for why not os.OpenFile).
 func (m *benchMount) controlFile(name string) (*os.File, error) {
-	return os.OpenFile(filepath.Join(m.mnt, ".gdsfs", name), os.O_WRONLY, 0)
+	return control.OpenWriter(filepath.Join(m.mnt, ".gdsfs", name))
 }
 
 // stageTries bounds how often stageAll asks for one file.
@@ -229,19 +232,27 @@ func statInt(st map[string]any, key string) int64 {
 	return int64(f)
 }
 
-// procUsage is a process's resident memory and open descriptors.
+// procUsage is a process's resident memory and open descriptors, the
+// latter by what they name (fdKind).
 type procUsage struct {
-	RSSBytes int64 `json:"rss_bytes"`
-	FDs      int   `json:"fds"`
+	RSSBytes int64          `json:"rss_bytes"`
+	FDs      int            `json:"fds"`
+	FDKinds  map[string]int `json:"fd_kinds,omitempty"`
 }
 
 func usageOf(pid int) (procUsage, error) {
-	var u procUsage
-	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	u := procUsage{FDKinds: map[string]int{}}
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	fds, err := os.ReadDir(dir)
 	if err != nil {
 		return u, err
 	}
 	u.FDs = len(fds)
+	for _, fd := range fds {
+		if target, err := os.Readlink(filepath.Join(dir, fd.Name())); err == nil { // gone meanwhile: not counted by kind
+			u.FDKinds[fdKind(target)]++
+		}
+	}
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return u, err
@@ -256,6 +267,30 @@ func usageOf(pid int) (procUsage, error) {
 		}
 	}
 	return u, nil
+}
+
+// fdKind is what a descriptor names, without what differs per instance:
+// "socket", "pipe", "anon_inode:[eventfd]", "/dev/nvidia0", a path.
+func fdKind(target string) string {
+	for _, p := range []string{"socket:", "pipe:", "net:"} {
+		if strings.HasPrefix(target, p) {
+			return strings.TrimSuffix(p, ":")
+		}
+	}
+	return target
+}
+
+// fdKindsGrown says which kinds of descriptors after has more of than
+// before: "socket +2, /dev/nvidia-uvm +1".
+func fdKindsGrown(before, after map[string]int) string {
+	var out []string
+	for k, n := range after {
+		if d := n - before[k]; d > 0 {
+			out = append(out, fmt.Sprintf("%s +%d", k, d))
+		}
+	}
+	sort.Strings(out)
+	return strings.Join(out, ", ")
 }
 
 // warmPageCache reads path once so later reads of it come from memory.

@@ -95,6 +95,8 @@ type loaderResult struct {
 // Loader runs `gdsfs bench loader` and prints its report to stdout.
 func Loader(ctx context.Context, o LoaderOptions) error {
 	src := filepath.Join(o.Dir, "files")
+	ph := newPhases("gdsfs bench loader")
+	ph.start("files in %s: %d x %s, %d x %s, big %s", src, o.Shards, o.ShardSize, o.Files, o.FileSize, o.Big)
 	shards, err := makeSet(src, "shards", "shard", o.Shards, int64(o.ShardSize))
 	if err != nil {
 		return err
@@ -116,14 +118,18 @@ func Loader(ctx context.Context, o LoaderOptions) error {
 	if !py.Torch {
 		return fmt.Errorf("bench loader needs torch: %s cannot import it (--python-bin)", py.Bin)
 	}
+	py.Echo = true // loader.py says each phase on stderr
+	ph.start("mount")
 	m, err := startMount(ctx, o.Dir, "loader", src, o.Sets)
 	if err != nil {
 		return err
 	}
 	defer m.stop()
+	ph.start("staging %d files", len(shards)+len(small))
 	if err := m.stageAll(ctx, append(append([]string{}, shards...), small...), 10*time.Minute); err != nil {
 		return err
 	}
+	ph.start("python (%s)", py.Bin)
 	res := &loaderResult{}
 	if res.Device, err = m.device(); err != nil {
 		return err
@@ -138,6 +144,7 @@ func Loader(ctx context.Context, o LoaderOptions) error {
 	if err := runLoaderScript(ctx, py, o.Dir, job, res); err != nil {
 		return err
 	}
+	ph.done()
 	res.Checks = loaderChecks(res)
 	if err := appendReport(o.Report, "loader", res); err != nil {
 		return err

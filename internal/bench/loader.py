@@ -31,6 +31,14 @@ except ImportError:
 HELPER = "gdsfs.torch.LeasedFiles (ahead=%d)" % job["ahead"] if LeasedFiles else "gdsfs.load per item"
 
 
+T0 = time.perf_counter()
+
+
+def say(fmt, *a):
+    """Progress on stderr (the bench shows it as it comes)."""
+    print("loader.py %6.1fs: %s" % (time.perf_counter() - T0, fmt % a), file=sys.stderr, flush=True)
+
+
 def sync():
     if GPU:
         torch.cuda.synchronize()
@@ -76,10 +84,11 @@ def read_loader(paths):
     return DataLoader(ReadEach(paths), batch_size=None, num_workers=w, **more)
 
 
-def epoch(make, paths, nbytes, device_copy):
+def epoch(what, make, paths, nbytes, device_copy):
     loader = make(paths)
     rates, sums = [], None
-    for _ in range(job["epochs"]):
+    for e in range(job["epochs"]):
+        say("%s, epoch %d of %d ...", what, e + 1, job["epochs"])
         out = []
         sync()
         t0 = time.perf_counter()
@@ -90,19 +99,21 @@ def epoch(make, paths, nbytes, device_copy):
             del t
         sync()
         rates.append(nbytes / (time.perf_counter() - t0) / 1e9)
+        say("%s, epoch %d: %.2f GB/s", what, e + 1, rates[-1])
         sums = [int(s) for s in out]
         gc.collect()
     del loader
     return rates, sums
 
 
-def file_set(rels):
+def file_set(name, rels):
     paths = [os.path.join(MNT, r) for r in rels]
     nbytes = sum(os.path.getsize(os.path.join(SRC, r)) for r in rels)
     res = {"files": len(rels), "bytes": nbytes}
     try:
-        res["lease_gbps"], lsums = epoch(lease_loader, paths, nbytes, False)
-        res["read_gbps"], rsums = epoch(read_loader, paths, nbytes, True)
+        what = "%s (%d files)" % (name, len(rels))
+        res["lease_gbps"], lsums = epoch(what + ", leases", lease_loader, paths, nbytes, False)
+        res["read_gbps"], rsums = epoch(what + ", read()", read_loader, paths, nbytes, True)
         res["sums_match"] = lsums == rsums
     except Exception as e:
         res["error"] = "%s: %s" % (type(e).__name__, e)
@@ -141,9 +152,11 @@ def big(rel):
     n = os.path.getsize(src)
     res = {"bytes": n, "load_gbps": [], "h2d_gbps": []}
     try:
-        for _ in range(job["runs"]):
+        for r in range(job["runs"]):
+            say("big %s, run %d of %d: evict, warm the page cache ...", rel, r + 1, job["runs"])
             evict(rel, path)
             warm(src)  # the page cache holds it; the cache does not
+            say("big %s, run %d: gdsfs.load ...", rel, r + 1)
             sync()
             t0 = time.perf_counter()
             t = gdsfs.load(path)
@@ -156,6 +169,7 @@ def big(rel):
     if not GPU:
         res["h2d_unavailable"] = "n/a (host backend)"
         return res
+    say("big: pinned host-to-device copy ...")
     step = min(n, 1 << 30)
     pinned = torch.empty(step, dtype=torch.uint8, pin_memory=True)
     dst = torch.empty(n, dtype=torch.uint8, device="cuda")
@@ -178,7 +192,7 @@ def main():
     out = {"lease_helper": HELPER, "epochs": {}}
     for name, rels in job["sets"].items():
         if rels:
-            out["epochs"][name] = file_set(rels)
+            out["epochs"][name] = file_set(name, rels)
     if job.get("big"):
         out["big"] = big(job["big"])
     print(json.dumps(out))

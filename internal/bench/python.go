@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +19,7 @@ type pyEnv struct {
 	Bin   string // the interpreter
 	Pkg   string // directory holding the gdsfs package
 	Torch bool   // the interpreter imports torch
+	Echo  bool   // runJSON copies the helper's stderr (its progress) to ours as it comes
 	dir   string
 }
 
@@ -107,13 +109,16 @@ func pathSuffix(s string) string {
 }
 
 // runJSON runs script and decodes its last JSON line into v. stderr is
-// kept for the error; limit bounds the run.
+// kept for the error (and copied to ours with Echo); limit bounds the run.
 func (p *pyEnv) runJSON(ctx context.Context, limit time.Duration, v any, script string, args ...string) error {
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	cmd := p.command(ctx, script, args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if p.Echo {
+		cmd.Stderr = io.MultiWriter(&stderr, os.Stderr)
+	}
 	if err := cmd.Run(); err != nil {
 		if ctx.Err() != nil {
 			err = fmt.Errorf("%w (limit %v)", ctx.Err(), limit)

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 )
 
 // Status words of a Check.
@@ -120,4 +121,29 @@ func tail(s string, n int) string {
 		return "..." + s[len(s)-n:]
 	}
 	return s
+}
+
+// phases says on stderr when each phase of a bench starts and how long
+// the one before took, so that a slow phase shows while it runs.
+type phases struct {
+	bench string
+	name  string
+	t0    time.Time
+}
+
+func newPhases(bench string) *phases { return &phases{bench: bench} }
+
+// start ends the current phase (printing its time) and starts the next.
+func (p *phases) start(format string, a ...any) {
+	p.done()
+	p.name, p.t0 = fmt.Sprintf(format, a...), time.Now()
+	fmt.Fprintf(os.Stderr, "%s: %s ...\n", p.bench, p.name)
+}
+
+// done ends the current phase.
+func (p *phases) done() {
+	if p.name != "" {
+		fmt.Fprintf(os.Stderr, "%s: %s: %.1f s\n", p.bench, p.name, time.Since(p.t0).Seconds())
+	}
+	p.name = ""
 }

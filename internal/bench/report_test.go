@@ -195,6 +195,14 @@ func TestScriptArgs(t *testing.T) {
 	if got := strings.Join(scriptArgs(ScriptOptions{Name: "autoload", Quick: true}, py, false), " "); got != "--size-gib 1 --repeat 1" {
 		t.Errorf("autoload --quick: %s", got)
 	}
+	// On the host backend autoload runs its dry run (work directory,
+	// files, mount, warmup), unless --force.
+	if got := strings.Join(scriptArgs(ScriptOptions{Name: "autoload"}, py, true), " "); got != "--dry-run" {
+		t.Errorf("autoload on the host backend: %s", got)
+	}
+	if got := strings.Join(scriptArgs(ScriptOptions{Name: "autoload", Force: true}, py, true), " "); got != "" {
+		t.Errorf("autoload --force on the host backend: %s", got)
+	}
 }
 
 // The embedded scripts are laid out as in the repository, so they find the
@@ -233,5 +241,13 @@ func TestHelpersCompile(t *testing.T) {
 		if out, err := exec.Command(py, "-m", "py_compile", p).CombinedOutput(); err != nil {
 			t.Errorf("%s: %v\n%s", name, err, out)
 		}
+	}
+}
+
+func TestFDKindsGrown(t *testing.T) {
+	before := map[string]int{fdKind("socket:[1]"): 3, fdKind("/dev/nvidia0"): 2, fdKind("anon_inode:[eventfd]"): 1}
+	after := map[string]int{fdKind("socket:[9]"): 4, fdKind("/dev/nvidia0"): 2, fdKind("anon_inode:[eventfd]"): 2, fdKind("pipe:[3]"): 1}
+	if got, want := fdKindsGrown(before, after), "anon_inode:[eventfd] +1, pipe +1, socket +1"; got != want {
+		t.Fatalf("grown %q, want %q", got, want)
 	}
 }

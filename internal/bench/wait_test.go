@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gdsfs/gdsfs/internal/control/controltest"
 )
 
 // fakeNotifyEnv makes the test binary a fake daemon: it says READY=1 on
@@ -119,5 +121,47 @@ func TestMbWaitMountedEnds(t *testing.T) {
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("after ctx ended: %v, want context.Canceled", err)
+	}
+}
+
+// stageAll writes .gdsfs/prefetch one line at a time and asks again for a
+// line refused with EAGAIN (the queue is full). The refused write must
+// come back: opened with os.OpenFile it waited forever in Go's poller, and
+// `gdsfs bench loader` hung on the GPU machine once its 1,088 files filled
+// the queue. On the old code this test does not return (the test binary's
+// -timeout fails it) after the flags check below fails.
+func TestMbControlFileSeesEAGAIN(t *testing.T) {
+	mnt := t.TempDir()
+	ctl := filepath.Join(mnt, ".gdsfs")
+	if err := os.Mkdir(ctl, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	file := controltest.Mount(t, ctl, "prefetch")
+	m := &benchMount{mnt: mnt}
+	pf, err := m.controlFile("prefetch")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pf.Close()
+	sc, err := pf.SyscallConn() // not Fd(): that would put the descriptor in blocking mode
+	if err != nil {
+		t.Fatal(err)
+	}
+	var flags int
+	var ferr error
+	if err := sc.Control(func(fd uintptr) { flags, ferr = unix.FcntlInt(fd, unix.F_GETFL, 0) }); err != nil || ferr != nil {
+		t.Fatal(err, ferr)
+	}
+	if flags&unix.O_NONBLOCK != 0 {
+		t.Fatalf("the prefetch file's descriptor is non-blocking (flags %#x): a refused line would never come back", flags)
+	}
+	if _, err := pf.WriteString("a.bin\n"); !errors.Is(err, unix.EAGAIN) {
+		t.Fatalf("refused line: %v, want EAGAIN", err)
+	}
+	if _, err := pf.WriteString("a.bin\n"); err != nil {
+		t.Fatalf("the line asked again: %v", err)
+	}
+	if got := file.Lines(); len(got) != 1 {
+		t.Fatalf("prefetch took %q, want one line", got)
 	}
 }

@@ -1,0 +1,140 @@
+package ipc
+
+// Waiting for room under ipc.max_held_per_uid. A uid holding its limit
+// over open connections is one client with many workers as often as not
+// (16 DataLoader workers of one training job), so an acquire that would
+// pass the limit waits, first come first served among that uid's
+// requests, until the uid's connections close enough bytes; it fails with
+// EDQUOT when ipc.acquire_timeout passes first, or at once when the file
+// alone is larger than the limit. Other uids are not held up: each uid
+// has its own queue.
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/gdsfs/gdsfs/internal/units"
+	"github.com/gdsfs/gdsfs/proto"
+)
+
+// heldRoomToKeepLocked says whether the uid has room enough for a client
+// to keep a released file mapped (the repeat-lease cache): nobody of the
+// uid waits for room, and ipc.cache_headroom of its ipc.max_held_per_uid
+// is still free. Kept mappings hold their bytes until the client drops
+// them, which a client blocked in its own acquire does not do: without
+// this, the workers of one uid could each keep a file and all wait for
+// room that only their kept files hold. s.mu must be held.
+func (s *Server) heldRoomToKeepLocked(uid uint32) bool {
+	if len(s.heldQueue[uid]) > 0 {
+		return false
+	}
+	var used int64
+	if u := s.uids[uid]; u != nil {
+		used = u.bytes
+	}
+	return s.heldLimit-used >= s.headroom
+}
+
+// heldTicket is one request's place in its uid's queue.
+type heldTicket struct{ bytes int64 }
+
+// heldRoomLocked says whether uid may hold b more bytes now: within the
+// limit, and first in the uid's queue or with nobody queued. If not, the
+// request is queued (once: *t) and the channel closed at the next change
+// of the counters or of the queue is returned. Given room, a queued
+// request leaves the queue. s.mu must be held.
+func (s *Server) heldRoomLocked(uid uint32, b int64, t **heldTicket) <-chan struct{} {
+	if s.fitsHeldLocked(uid, b, *t) {
+		s.leaveHeldLocked(uid, t)
+		return nil
+	}
+	if *t == nil {
+		*t = &heldTicket{bytes: b}
+		s.heldQueue[uid] = append(s.heldQueue[uid], *t)
+	}
+	return s.changed
+}
+
+// fitsHeldLocked: b more bytes fit uid's limit and t (nil: a request not
+// queued) is next. s.mu must be held.
+func (s *Server) fitsHeldLocked(uid uint32, b int64, t *heldTicket) bool {
+	q := s.heldQueue[uid]
+	if len(q) > 0 && q[0] != t {
+		return false
+	}
+	var used int64
+	if u := s.uids[uid]; u != nil {
+		used = u.bytes
+	}
+	return used+b <= s.heldLimit
+}
+
+// leaveHeldLocked takes *t out of uid's queue, if queued, and wakes the
+// others (the next may now go). s.mu must be held.
+func (s *Server) leaveHeldLocked(uid uint32, t **heldTicket) {
+	if *t == nil {
+		return
+	}
+	q := slices.DeleteFunc(s.heldQueue[uid], func(x *heldTicket) bool { return x == *t })
+	if len(q) == 0 {
+		delete(s.heldQueue, uid)
+	} else {
+		s.heldQueue[uid] = q
+	}
+	*t = nil
+	s.changedLocked()
+}
+
+// leaveHeld is leaveHeldLocked taking s.mu.
+func (cn *conn) leaveHeld(t **heldTicket) {
+	cn.s.mu.Lock()
+	cn.s.leaveHeldLocked(cn.cred.UID, t)
+	cn.s.mu.Unlock()
+}
+
+// waitHeld blocks, from wake on, until t is first in its uid's queue and
+// its bytes fit, or deadline passes (EDQUOT), or the peer or the server
+// goes. The caller then acquires again: the lease it had was released
+// while it waited, so the wait pins no capacity.
+func (cn *conn) waitHeld(rel string, t *heldTicket, wake <-chan struct{}, deadline time.Time, start time.Time) error {
+	s := cn.s
+	ms := time.Until(deadline).Milliseconds()
+	if ms < 1 {
+		return cn.heldTimeout(rel, t, start)
+	}
+	ctx, done := cn.waitContext(ms)
+	defer done()
+	for {
+		if err := cn.block(ctx, wake); err != nil {
+			if errors.Is(err, context.DeadlineExceeded) && s.ctx.Err() == nil {
+				return cn.heldTimeout(rel, t, start)
+			}
+			return cn.waitErr(err, "%s: waiting for room under ipc.max_held_per_uid", rel)
+		}
+		s.mu.Lock()
+		fits := s.fitsHeldLocked(cn.cred.UID, t.bytes, t)
+		wake = s.changed
+		s.mu.Unlock()
+		if fits {
+			return nil
+		}
+	}
+}
+
+// heldTimeout is the EDQUOT of a request that waited ipc.acquire_timeout
+// for its uid's connections to close.
+func (cn *conn) heldTimeout(rel string, t *heldTicket, start time.Time) error {
+	s := cn.s
+	s.refused.Add(1)
+	s.mu.Lock()
+	var used int64
+	if u := s.uids[cn.cred.UID]; u != nil {
+		used = u.bytes
+	}
+	s.mu.Unlock()
+	return proto.Errorf(proto.EDQUOT, "%s: uid %d holds %s over open connections; %s more passes ipc.max_held_per_uid (%s); waited %s (ipc.acquire_timeout %s) for its connections to close",
+		rel, cn.cred.UID, units.HumanBytes(used), units.HumanBytes(t.bytes), units.HumanBytes(s.heldLimit),
+		time.Since(start).Round(time.Millisecond), s.cfg.Options.AcquireTimeout)
+}

@@ -183,6 +183,21 @@ class TestSafetensors(AutoloadCase):
         self.assertTrue(reasons[0] in ("dtype:" + dt, "format:dtype"), reasons)
         self.assertEqual(self.mount.wait_leases(0), 0)
 
+    def test_unknown_argument_falls_back_naming_it(self):
+        # A keyword a newer library (or a caller like transformers) passes
+        # that the patch does not know: the original runs, and the log
+        # names the keyword so the fallback can be understood.
+        load_file, orig = self.load_file()
+        mnt, src = self.put("args.safetensors", os.path.join(S.ST_FIXTURES, "unaligned.safetensors"))
+        with self.assertRaises(TypeError) as want:
+            self.original(orig, src, device="cpu", novel_option=True)
+        with self.assertLogs("gdsfs.autoload", "WARNING") as logs:
+            with self.assertRaises(type(want.exception)):
+                load_file(mnt, device="cpu", novel_option=True)
+        self.assertEqual(list(self.A.fallbacks()), ["arguments"])
+        self.assertIn("novel_option", "\n".join(logs.output))
+        self.assertEqual(self.mount.wait_leases(0), 0)
+
     def test_not_safetensors_falls_back_with_the_original_error(self):
         load_file, orig = self.load_file()
         mnt, src = self.put("junk.safetensors", b"\xff" * 64)

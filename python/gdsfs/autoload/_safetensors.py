@@ -206,10 +206,13 @@ def open_served(loader, filename, device):
 
 
 def _bind(sig, args, kwargs):
+    """The call's arguments by name, or Fallback("arguments") saying which
+    the patch does not know (the detail: a keyword this library version
+    added, too many positional arguments)."""
     try:
         return sig.bind(*args, **kwargs).arguments
-    except TypeError:
-        return None
+    except TypeError as e:
+        raise Fallback("arguments", None, "%s (positional %d, keywords %s)" % (e, len(args), sorted(kwargs))) from None
 
 
 def patch_safe_open(orig):
@@ -223,11 +226,9 @@ def patch_safe_open(orig):
     def safe_open(*args, **kwargs):
         if _serve.bypassed():
             return orig(*args, **kwargs)
-        a = _bind(sig, args, kwargs)
         loader = "safetensors.safe_open"
         try:
-            if a is None:
-                raise Fallback("arguments")
+            a = _bind(sig, args, kwargs)
             if a["framework"] not in _PT:
                 raise Fallback("framework:%s" % (a["framework"],))
             served = open_served(loader, a["filename"], a.get("device", "cpu"))
@@ -250,11 +251,9 @@ def patch_load_file(orig):
     def load_file(*args, **kwargs):
         if _serve.bypassed():
             return orig(*args, **kwargs)
-        a = _bind(sig, args, kwargs)
         loader = "safetensors.torch.load_file"
         try:
-            if a is None:
-                raise Fallback("arguments")
+            a = _bind(sig, args, kwargs)
             served = open_served(loader, a["filename"], a.get("device", "cpu"))
         except Fallback as f:
             _report.fallback(loader, f.reason, _pathname(args, kwargs), f.socket, f.detail)

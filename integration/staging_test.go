@@ -202,12 +202,12 @@ func startMountLimited(t *testing.T, src string, nofile int, sets ...string) *mo
 	return startMount(t, src, sets...)
 }
 
-// TestManySmallFilesFewDescriptors (issue 8 item 4): 30,000 small files
+// TestManySmallFilesFewDescriptors (issue 8 item 4): 50,000 small files
 // staged by a daemon whose descriptor limit is 4,096: staged regions stay
 // within the descriptor budget (evicting), no load fails, and the mount
 // still reads every file, before and after.
 func TestManySmallFilesFewDescriptors(t *testing.T) {
-	const files = 30000 // the mount died past ~20k staged files
+	const files = 50000 // the mount died past ~20k staged files
 	src := t.TempDir()
 	for d := range files / 1000 {
 		dir := filepath.Join(src, fmt.Sprintf("d%02d", d))
@@ -255,7 +255,7 @@ func TestManySmallFilesFewDescriptors(t *testing.T) {
 	if got := sh(t, "cd "+m.mnt+" && xargs cat < "+list+" | sha256sum"); got != want {
 		t.Fatal("reading every file through the mount after staging gave other bytes")
 	}
-	last := "d29/f999"
+	last := "d49/f999"
 	if r := leaseSum(t, m.path(last)); r["sha256"] != sha(t, filepath.Join(src, last)) {
 		t.Fatalf("lease of %s: %v", last, r)
 	}

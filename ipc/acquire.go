@@ -304,23 +304,33 @@ func (cn *conn) release(req proto.Request) proto.Response {
 }
 
 func (cn *conn) stat(req proto.Request) proto.Response {
-	rel, err := cn.rel(req.Path)
-	if err != nil {
-		return cn.fail(err)
-	}
-	f, err := cn.openAsPeer(rel)
-	if err != nil {
-		return cn.fail(err)
-	}
-	fi, err := f.Stat()
-	f.Close()
+	rel, size, err := cn.readable(req.Path)
 	if err != nil {
 		return cn.fail(err)
 	}
 	state, loadPath := cn.s.cfg.Cache.Attr(rel)
 	r := cn.ok()
-	r.State, r.LoadPath, r.Size = state, loadPath, fi.Size()
+	r.State, r.LoadPath, r.Size = state, loadPath, size
 	return r
+}
+
+// readable checks path as stat and wait do: opened as the peer (a peer
+// that may not read it is refused), it returns its SOURCE-relative path
+// and size.
+func (cn *conn) readable(path string) (rel string, size int64, err error) {
+	if rel, err = cn.rel(path); err != nil {
+		return "", 0, err
+	}
+	f, err := cn.openAsPeer(rel)
+	if err != nil {
+		return "", 0, err
+	}
+	fi, err := f.Stat()
+	f.Close()
+	if err != nil {
+		return "", 0, err
+	}
+	return rel, fi.Size(), nil
 }
 
 // acquireErr words a failed acquire: ENOSPC says how long it waited and

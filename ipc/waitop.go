@@ -25,16 +25,7 @@ var errPeerGone = errors.New("the client closed the connection")
 // stat does: a peer that may not read it is refused.
 func (cn *conn) wait(req proto.Request) proto.Response {
 	s := cn.s
-	rel, err := cn.rel(req.Path)
-	if err != nil {
-		return cn.fail(err)
-	}
-	f, err := cn.openAsPeer(rel)
-	if err != nil {
-		return cn.fail(err)
-	}
-	fi, err := f.Stat()
-	f.Close()
+	rel, size, err := cn.readable(req.Path)
 	if err != nil {
 		return cn.fail(err)
 	}
@@ -56,7 +47,7 @@ func (cn *conn) wait(req proto.Request) proto.Response {
 		state, loadPath := s.cfg.Cache.Attr(rel)
 		if proto.StateIn(state, req.Until) {
 			r := cn.ok()
-			r.State, r.LoadPath, r.Size = state, loadPath, fi.Size()
+			r.State, r.LoadPath, r.Size = state, loadPath, size
 			return r
 		}
 		if err := cn.block(ctx, wake); err != nil {

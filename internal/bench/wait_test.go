@@ -143,18 +143,7 @@ func TestMbControlFileSeesEAGAIN(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pf.Close()
-	sc, err := pf.SyscallConn() // not Fd(): that would put the descriptor in blocking mode
-	if err != nil {
-		t.Fatal(err)
-	}
-	var flags int
-	var ferr error
-	if err := sc.Control(func(fd uintptr) { flags, ferr = unix.FcntlInt(fd, unix.F_GETFL, 0) }); err != nil || ferr != nil {
-		t.Fatal(err, ferr)
-	}
-	if flags&unix.O_NONBLOCK != 0 {
-		t.Fatalf("the prefetch file's descriptor is non-blocking (flags %#x): a refused line would never come back", flags)
-	}
+	controltest.RequireBlocking(t, pf)
 	if _, err := pf.WriteString("a.bin\n"); !errors.Is(err, unix.EAGAIN) {
 		t.Fatalf("refused line: %v, want EAGAIN", err)
 	}

@@ -6,8 +6,6 @@ import (
 	"syscall"
 	"testing"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/gdsfs/gdsfs/internal/control/controltest"
 )
 
@@ -23,18 +21,7 @@ func TestWriterSeesEAGAIN(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	sc, err := w.SyscallConn()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var flags int
-	var ferr error
-	if err := sc.Control(func(fd uintptr) { flags, ferr = unix.FcntlInt(fd, unix.F_GETFL, 0) }); err != nil || ferr != nil {
-		t.Fatal(err, ferr)
-	}
-	if flags&unix.O_NONBLOCK != 0 {
-		t.Fatalf("the control file's descriptor is non-blocking (flags %#x): a refused write would wait for a poll event that never comes", flags)
-	}
+	controltest.RequireBlocking(t, w)
 	if _, err := w.WriteString("a\n"); !errors.Is(err, syscall.EAGAIN) {
 		t.Fatalf("first write: %v, want EAGAIN", err)
 	}

@@ -5,12 +5,14 @@ package controltest
 
 import (
 	"context"
+	"os"
 	"sync"
 	"syscall"
 	"testing"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 )
 
 // RefusingFile refuses its first write with EAGAIN and keeps the lines it
@@ -72,4 +74,24 @@ func Mount(t *testing.T, dir, name string) *RefusingFile {
 	}
 	t.Cleanup(func() { srv.Unmount() })
 	return file
+}
+
+// RequireBlocking fails t when f's descriptor is non-blocking: a write the
+// control file refuses with EAGAIN would then wait for a poll event that
+// never comes. It reads the flags through SyscallConn, not Fd (which would
+// put the descriptor in blocking mode).
+func RequireBlocking(t *testing.T, f *os.File) {
+	t.Helper()
+	sc, err := f.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var flags int
+	var ferr error
+	if err := sc.Control(func(fd uintptr) { flags, ferr = unix.FcntlInt(fd, unix.F_GETFL, 0) }); err != nil || ferr != nil {
+		t.Fatal(err, ferr)
+	}
+	if flags&unix.O_NONBLOCK != 0 {
+		t.Fatalf("%s: the descriptor is non-blocking (flags %#x): a refused write would wait for a poll event that never comes", f.Name(), flags)
+	}
 }

@@ -176,15 +176,27 @@ func openFresh(path string, loc location) (*Lease, error) {
 	if err != nil {
 		return nil, err
 	}
-	resp, files, err := c.roundTrip(proto.Request{Op: proto.OpAcquire, Path: loc.rel, Device: loc.device})
+	h, resp, files, err := sendOrBorrow(c, loc.socket, proto.Request{Op: proto.OpAcquire, Path: loc.rel, Device: loc.device})
+	if h != nil {
+		defer reg.giveBack(h)
+		c = h.c
+	}
 	if err != nil {
-		c.Close()
+		if h == nil {
+			c.Close()
+		}
 		return nil, err
 	}
-	h := &holder{c: c, owned: true}
+	if h == nil {
+		h = &holder{c: c, owned: true}
+	}
 	f, err := reg.adopt(h, loc, &resp.Grant, files)
 	if err != nil {
-		c.Close()
+		if h.refs == 0 {
+			c.Close()
+		} else {
+			c.release(resp.Lease, resp.Epoch)
+		}
 		return nil, fmt.Errorf("gdsfs acquire %s: map: %w", path, err)
 	}
 	if !resp.Cache {

@@ -174,16 +174,24 @@ func openBatch(paths []string, items []item, out []*Lease) error {
 	for _, it := range items {
 		req.Paths = append(req.Paths, it.loc.rel)
 	}
-	resp, files, err := c.roundTrip(req)
+	h, resp, files, err := sendOrBorrow(c, items[0].loc.socket, req)
+	if h != nil {
+		defer reg.giveBack(h)
+		c = h.c
+	}
 	if err == nil && len(resp.Files) != len(items) {
 		closeAll(files)
 		err = &Error{Code: proto.EPROTO, Msg: fmt.Sprintf("gdsfs acquire_many: %d answers for %d files", len(resp.Files), len(items))}
 	}
 	if err != nil {
-		c.Close()
+		if h == nil {
+			c.Close()
+		}
 		return err
 	}
-	h := &holder{c: c, owned: true}
+	if h == nil {
+		h = &holder{c: c, owned: true}
+	}
 	var firstErr error
 	for k, it := range items {
 		a := &resp.Files[k]
@@ -193,11 +201,14 @@ func openBatch(paths []string, items []item, out []*Lease) error {
 			closeAll(got)
 			if firstErr == nil {
 				firstErr = fmt.Errorf("%s: %w", paths[it.i], a.Err())
+			} else if a.OK {
+				c.release(a.Lease, resp.Epoch) // a borrowed connection stays open
 			}
 			continue
 		}
 		f, err := reg.adopt(h, it.loc, &a.Grant, got)
 		if err != nil {
+			c.release(a.Lease, resp.Epoch)
 			firstErr = fmt.Errorf("gdsfs acquire %s: map: %w", paths[it.i], err)
 			continue
 		}

@@ -2,9 +2,11 @@ package client
 
 import (
 	"container/list"
+	"errors"
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 
 	"github.com/gdsfs/gdsfs/proto"
 )
@@ -31,8 +33,17 @@ type holder struct {
 	owned bool // opened by the registry: closed with its last mapping
 }
 
-// maxIdle bounds the mappings kept with no lease using them.
-const maxIdle = 256
+// maxIdle bounds the mappings kept with no lease using them, maxConns the
+// registry-opened connections holding mappings (each leased file or batch
+// keeps one open while any of its mappings is kept): past either the
+// oldest kept mappings are undone. An epoch over a few thousand files
+// stays mapped, and the connections stay under the daemon's
+// ipc.max_connections_per_uid (1024 by default) with room for the uid's
+// other processes.
+const (
+	maxIdle  = 4096
+	maxConns = 512
+)
 
 // reg is this process's mapped files and where files were found.
 var reg registry
@@ -41,6 +52,7 @@ type registry struct {
 	mu      sync.Mutex
 	files   map[string]*mapped // current mapping per location
 	idle    list.List          // of *mapped kept with no user; front = most recent
+	conns   int                // owned holders with mappings
 	located map[string][2]string
 }
 
@@ -127,6 +139,9 @@ func (r *registry) adopt(h *holder, loc location, g *proto.Grant, files []*os.Fi
 	f.g.Chunks = nil
 	r.mu.Lock()
 	h.refs++
+	if h.refs == 1 && h.owned {
+		r.conns++
+	}
 	var drop []*mapped
 	if old := r.files[f.key]; old != nil {
 		old.stale = true
@@ -170,20 +185,22 @@ func (r *registry) finish(l *Lease) error {
 	r.mu.Lock()
 	f.users--
 	var drop []*mapped
+	var closing []*holder
 	if f.users == 0 {
 		if f.cache && !f.stale && f.key != "" && !f.conn.c.broken() {
 			f.elem = r.idle.PushFront(f)
-			for r.idle.Len() > maxIdle {
+			for r.idle.Len() > 0 && (r.idle.Len() > maxIdle || r.conns > maxConns) {
 				v := r.idle.Back().Value.(*mapped)
 				r.removeLocked(v)
 				drop = append(drop, v)
+				closing = append(closing, r.unrefLocked([]*mapped{v})...)
 			}
 		} else {
 			r.removeLocked(f)
 			drop = append(drop, f)
+			closing = r.unrefLocked(drop)
 		}
 	}
-	closing := r.unrefLocked(drop)
 	r.mu.Unlock()
 	release := true
 	for _, h := range closing {
@@ -226,6 +243,7 @@ func (r *registry) unrefLocked(drop []*mapped) []*holder {
 		f.conn.refs--
 		if f.conn.refs == 0 && f.conn.owned {
 			closing = append(closing, f.conn)
+			r.conns--
 		}
 	}
 	return closing
@@ -240,6 +258,62 @@ func undo(drop []*mapped, closing []*holder) {
 	for _, h := range closing {
 		h.c.Close()
 	}
+}
+
+// borrow returns a live connection this process holds to socket's daemon
+// (the one of the most recently kept mapping, else any), pinned until
+// giveBack; nil when there is none. Past the daemon's connection limits
+// a new lease rides on it.
+func (r *registry) borrow(socket string) *holder {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ok := func(h *holder) bool { return h.refs > 0 && h.c.socket == socket && !h.c.broken() }
+	for e := r.idle.Front(); e != nil; e = e.Next() {
+		if h := e.Value.(*mapped).conn; ok(h) {
+			h.refs++
+			return h
+		}
+	}
+	for _, f := range r.files {
+		if ok(f.conn) {
+			f.conn.refs++
+			return f.conn
+		}
+	}
+	return nil
+}
+
+// giveBack unpins a borrowed connection, closing it if it holds nothing.
+func (r *registry) giveBack(h *holder) {
+	r.mu.Lock()
+	h.refs--
+	last := h.refs == 0 && h.owned
+	if last {
+		r.conns--
+	}
+	r.mu.Unlock()
+	if last {
+		h.c.Close()
+	}
+}
+
+// sendOrBorrow sends req on c, a new connection to socket. When the
+// daemon refuses it past its connection limits (EMFILE) and this process
+// holds a connection to that daemon, c is closed and req goes there: the
+// holder is returned pinned (the caller adopts the grants, then gives it
+// back). Otherwise the holder is nil and the answer is c's.
+func sendOrBorrow(c *Conn, socket string, req proto.Request) (*holder, proto.Response, []*os.File, error) {
+	resp, files, err := c.roundTrip(req)
+	if err == nil || resp.Errno == "" || !errors.Is(resp.Err(), syscall.EMFILE) {
+		return nil, resp, files, err
+	}
+	h := reg.borrow(socket)
+	if h == nil {
+		return nil, resp, files, err
+	}
+	c.Close()
+	resp, files, err = h.c.roundTrip(req)
+	return h, resp, files, err
 }
 
 // flushIdle undoes the kept mappings of socket's daemon (all when socket

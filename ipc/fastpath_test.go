@@ -3,6 +3,7 @@ package ipc_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"syscall"
 	"testing"
 
@@ -142,4 +143,79 @@ func TestPrivateLeasesAreNotKept(t *testing.T) {
 	}
 	l.Close()
 	f.waitClosed(t, 1)
+}
+
+// TestEpochOverManyFilesIsKept: a second pass over 320 files (more than
+// the 256 mappings the client used to keep, which made every lease of an
+// epoch over them a fresh one) is leased again from kept mappings, on the
+// batches' connections.
+func TestEpochOverManyFilesIsKept(t *testing.T) {
+	f := newFixture(t, ipc.SharingShared)
+	var names []string
+	var datas [][]byte
+	for i := range 320 {
+		d := pattern(100+i, i)
+		name := fmt.Sprintf("e%03d", i)
+		f.write(t, name, d)
+		names, datas = append(names, "/mnt/gds/"+name), append(datas, d)
+	}
+	useSocket(t, f)
+	for pass := range 2 {
+		for k := 0; k < len(names); k += 32 {
+			ls, err := client.OpenMany(names[k : k+32])
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, l := range ls {
+				if !bytes.Equal(leaseBytes(t, l), datas[k+i]) || (pass == 1 && !l.Reused()) {
+					t.Fatalf("pass %d, file %d: reused %v", pass, k+i, l.Reused())
+				}
+				l.Close()
+			}
+		}
+	}
+	if st := f.srv.Stats(); st.OpenConnections != 10 || st.HeldFiles != 320 {
+		t.Fatalf("%+v, want 10 connections (one per batch) holding 320 files", st)
+	}
+}
+
+// TestLeasePastConnectionLimit: when the daemon refuses a new connection
+// past ipc.max_connections_per_uid while this process holds connections
+// to it (kept mappings), the lease rides on one of those (it used to fail
+// with EMFILE).
+func TestLeasePastConnectionLimit(t *testing.T) {
+	f := start(t, ipc.SharingShared, setup{opts: func(o *ipc.Options) { o.MaxConnectionsPerUID = 3 }})
+	var names []string
+	var datas [][]byte
+	for i := range 5 {
+		d := pattern(70+i, 40+i)
+		f.write(t, fmt.Sprintf("c%d", i), d)
+		names, datas = append(names, fmt.Sprintf("/mnt/gds/c%d", i)), append(datas, d)
+	}
+	useSocket(t, f)
+	for range 2 {
+		for i, n := range names {
+			l, err := client.Open(n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(leaseBytes(t, l), datas[i]) {
+				t.Fatalf("%s differs", n)
+			}
+			l.Close()
+		}
+		ls, err := client.OpenMany(names)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, l := range ls {
+			if !bytes.Equal(leaseBytes(t, l), datas[i]) {
+				t.Fatalf("batch: %s differs", names[i])
+			}
+			l.Close()
+		}
+	}
+	if st := f.srv.Stats(); st.Refused == 0 || st.OpenConnections > 3 {
+		t.Fatalf("%+v: want the limit reached, at most 3 connections", st)
+	}
 }

@@ -18,7 +18,14 @@ from ._proto import _close_fds
 
 log = logging.getLogger("gdsfs")
 
-MAX_IDLE = 256  # mappings kept with no lease using them
+# Mappings kept with no lease using them, and connections this process
+# holds (each leased file or batch keeps one open while any of its
+# mappings is kept): past either bound the oldest kept mappings are
+# undone. An epoch over a few thousand files stays mapped; the
+# connections stay under the daemon's ipc.max_connections_per_uid (1024
+# by default) with room for other processes of the uid.
+MAX_IDLE = 4096
+MAX_CONNS = 512
 
 
 def _is_gpu(device):
@@ -90,6 +97,7 @@ class Registry:
         self.pid = os.getpid()
         self.files = {}  # key -> current Mapped
         self.idle = collections.OrderedDict()  # Mapped -> None, most recent last
+        self.conns = 0  # registry-opened connections holding mappings
 
     def _forked_locked(self):
         """In a forked child the parent's mappings and connections are not
@@ -98,6 +106,7 @@ class Registry:
             self.pid = os.getpid()
             self.files = {}
             self.idle = collections.OrderedDict()
+            self.conns = 0
 
     def take(self, key):
         """The current mapping of key, counted as used, if one is worth a
@@ -118,6 +127,8 @@ class Registry:
         with self.lock:
             self._forked_locked()
             holder.refs += 1
+            if holder.refs == 1 and holder.owned:
+                self.conns += 1
             drop = []
             if key is not None:
                 old = self.files.get(key)
@@ -152,18 +163,19 @@ class Registry:
         forked = m.pid != os.getpid()
         with self.lock:
             m.users -= 1
-            drop = []
+            drop, closing = [], []
             if m.users <= 0:
                 if m.cache and not m.stale and not forked and not m.holder.conn.closed:
                     self.idle[m] = None
-                    while len(self.idle) > MAX_IDLE:
+                    while self.idle and (len(self.idle) > MAX_IDLE or self.conns > MAX_CONNS):
                         v, _ = self.idle.popitem(last=False)
                         self._remove_locked(v)
                         drop.append(v)
+                        closing += self._unref_locked([v])
                 else:
                     self._remove_locked(m)
                     drop.append(m)
-            closing = self._unref_locked(drop)
+                    closing = self._unref_locked(drop)
         if forked:
             # A forked child: leave the parent's mapping and connection
             # alone (closing this copy of the socket ends nothing).
@@ -173,6 +185,30 @@ class Registry:
         if not any(h.conn is conn for h in closing):
             conn.release(lease_id, epoch)
         return _undo(drop, closing)
+
+    def borrow(self, socket):
+        """A live connection this process holds to socket's daemon (the one
+        of the most recently kept mapping, else any), pinned until
+        give_back; None when there is none. Past the daemon's connection
+        limits a new lease rides on it."""
+        with self.lock:
+            self._forked_locked()
+            cands = [m.holder for m in reversed(self.idle)] + [m.holder for m in self.files.values()]
+            for h in cands:
+                if h.refs > 0 and h.conn.path == socket and not h.conn.closed:
+                    h.refs += 1
+                    return h
+        return None
+
+    def give_back(self, holder):
+        """Unpin a borrowed connection (closing it if it holds nothing)."""
+        with self.lock:
+            holder.refs -= 1
+            last = holder.refs <= 0 and holder.owned
+            if last:
+                self.conns -= 1
+        if last:
+            holder.conn.close()
 
     def flush(self, socket=None):
         """Undo the kept mappings (of socket's daemon, or all)."""
@@ -197,6 +233,7 @@ class Registry:
             m.holder.refs -= 1
             if m.holder.refs <= 0 and m.holder.owned:
                 closing.append(m.holder)
+                self.conns -= 1
         return closing
 
 

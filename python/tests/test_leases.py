@@ -88,6 +88,64 @@ class FastPathTests(unittest.TestCase):
         self.assertEqual(self.m.wait_stat("lease_held_bytes", 0), 0)
         self.assertEqual(self.m.wait_leases(0), 0)
 
+    def test_epoch_over_more_files_than_were_kept(self):
+        """A second pass over 320 files (more than the 256 mappings the
+        client used to keep, which made every lease of an epoch over them
+        a fresh one) is leased again from kept mappings, on the batches'
+        connections."""
+        datas = [blob(100 + i, 200 + i) for i in range(320)]
+        paths = [self.m.write("e%03d.bin" % i, d) for i, d in enumerate(datas)]
+        before = self.m.stats()["ipc_connections"]
+        for rnd in range(2):
+            for k in range(0, len(paths), 32):
+                leases = gdsfs.open_many(paths[k:k + 32])
+                for l, d in zip(leases, datas[k:k + 32]):
+                    self.assertEqual(l.read(), d)
+                    if rnd:
+                        self.assertTrue(l.reused, "pass 2, %s: not leased from the kept mapping" % l.path)
+                    l.close()
+        self.assertEqual(self.m.stats()["ipc_connections"], before + 10, "one connection per batch")
+        gdsfs.disconnect()
+        self.assertEqual(self.m.wait_stat("lease_held_bytes", 0), 0)
+
+    def test_kept_connections_are_bounded(self):
+        """Kept mappings hold their connections; past the client's bound
+        the oldest are let go, so a process leasing file after file does
+        not pile up connections."""
+        from gdsfs import _registry
+
+        paths = [self.m.write("k%d.bin" % i, blob(50 + i, 300 + i)) for i in range(6)]
+        before = self.m.stats()["ipc_connections"]
+        old = _registry.MAX_CONNS
+        _registry.MAX_CONNS = 3
+        self.addCleanup(setattr, _registry, "MAX_CONNS", old)
+        for p in paths:
+            with gdsfs.open(p):
+                pass
+        self.assertEqual(self.m.wait_stat("ipc_open_connections", 3), 3)
+        with gdsfs.open(paths[-1]) as l:
+            self.assertTrue(l.reused, "the newest kept mapping is still there")
+
+    def test_leases_past_the_connection_limit(self):
+        """When the daemon refuses a new connection past
+        ipc.max_connections_per_uid while this process holds connections
+        to it (kept mappings), the lease rides on one of those (it used to
+        fail with EMFILE)."""
+        m = start_mount(self, sets=("ipc.max_connections_per_uid=3",))
+        datas = [blob(70 + i, 400 + i) for i in range(5)]
+        paths = [m.write("c%d.bin" % i, d) for i, d in enumerate(datas)]
+        for rnd in range(2):
+            for p, d in zip(paths, datas):
+                with gdsfs.open(p, socket=m.sock) as l:
+                    self.assertEqual(l.read(), d)
+            leases = gdsfs.open_many(paths, socket=m.sock)
+            self.assertEqual([l.read() for l in leases], datas)
+            for l in leases:
+                l.close()
+        self.assertGreater(m.stats()["ipc_refused"], 0, "the limit was reached")
+        gdsfs.disconnect()
+        self.assertEqual(m.wait_stat("lease_held_bytes", 0), 0)
+
     def test_wait_for_staging(self):
         """gdsfs.wait returns once the daemon says the file is staged, and
         raises TimeoutError when the state asked for does not come."""

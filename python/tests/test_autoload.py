@@ -196,6 +196,43 @@ class TestSafetensors(AutoloadCase):
                 load_file(mnt, device="cpu", novel_option=True)
         self.assertEqual(list(self.A.fallbacks()), ["arguments"])
         self.assertIn("novel_option", "\n".join(logs.output))
+        # It concerns a file under a mount: the daemon counts it too (a
+        # fallback decided before the lease was reported nowhere).
+        self.assertGreaterEqual((self.mount.stats().get("autoload_fallback_reasons") or {}).get("arguments", 0), 1)
+        self.assertEqual(self.mount.wait_leases(0), 0)
+
+    def test_transformers_5_call_is_served(self):
+        # transformers 5.17 opens shards with safetensors 0.8's keyword
+        # backend="mmap"; the patch fell back ("arguments") on it.
+        mnt, src = self.put("tf5/model.safetensors", os.path.join(S.ST_FIXTURES, "all_dtypes.safetensors"))
+        safe_open = self.st.safe_open
+        orig = safe_open._gdsfs_original
+        with safe_open(mnt, framework="pt", device="cpu", backend="mmap") as f, \
+                self.original(orig, src, "pt", device="cpu", backend="mmap") as o:
+            self.assertEqual(f.keys(), o.keys())
+            for name in o.keys():
+                self.assertSameTensor(f.get_tensor(name), o.get_tensor(name), name)
+                self.assertSameOutcome(lambda: f.get_slice(name)[:], lambda: o.get_slice(name)[:], name)
+        self.assertEqual(self.A.served().get("safetensors.safe_open"), 1)
+        self.assertEqual(self.A.fallbacks(), {})
+        self.assertEqual(self.mount.wait_leases(0), 0)
+
+    def test_method_not_served_goes_to_the_library(self):
+        # A method of a newer library that the served handle lacks is
+        # answered by the library's own handle, counted (here and in the
+        # daemon's stats), instead of an AttributeError in the caller.
+        mnt, src = self.put("nm/a.safetensors", os.path.join(S.ST_FIXTURES, "all_dtypes.safetensors"))
+        if not hasattr(self.st.safe_open._gdsfs_original(src, "pt"), "data_bytes"):
+            self.skipTest(S.loud("SKIPPED: the real safetensors library has no stand-in method to try"))
+        before = self.mount.stats().get("autoload_fallback_reasons") or {}
+        with self.st.safe_open(mnt, framework="pt") as f:
+            name = next(iter(f.keys()))
+            t = f.get_tensor(name)
+            self.assertEqual(f.data_bytes(), self.st.safe_open._gdsfs_original(src, "pt").data_bytes())
+            self.assertSameTensor(f.get_tensor(name), t, name)
+        self.assertEqual(self.A.fallbacks(), {"method:data_bytes": 1})
+        after = self.mount.stats().get("autoload_fallback_reasons") or {}
+        self.assertEqual(after.get("method:data_bytes", 0) - before.get("method:data_bytes", 0), 1, after)
         self.assertEqual(self.mount.wait_leases(0), 0)
 
     def test_not_safetensors_falls_back_with_the_original_error(self):

@@ -62,10 +62,23 @@ def fallback(loader, reason, path=None, socket_path=None, detail=None):
                 loader, path if path is not None else "its input", reason,
                 ": %s" % detail if detail else "",
             )
+        if socket_path is None and path is not None and reason not in ("not-gdsfs", "not-a-path"):
+            socket_path = _mount_socket(path)
         if socket_path:
             _report(socket_path, reason)
     except Exception:  # accounting must never break the caller's load
         log.debug("gdsfs autoload: counting a fallback failed", exc_info=True)
+
+
+def _mount_socket(path):
+    """The lease socket of the gdsfs mount path is under, or None: a
+    fallback that concerns a mount is counted in its .gdsfs/stats too."""
+    try:
+        import gdsfs
+
+        return gdsfs.locate(path)[0]
+    except Exception:
+        return None
 
 
 def _report(socket_path, reason):

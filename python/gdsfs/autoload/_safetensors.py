@@ -41,13 +41,28 @@ def _device(torch, device):
 class Served:
     """One safetensors file leased and parsed: what safe_open returns."""
 
-    def __init__(self, lease, header, device, torch):
+    def __init__(self, lease, header, device, torch, original=None):
         self._lease = lease
         self._h = header
         self._dev = device
         self._torch = torch
         self._zero = _serve.zero_copy()
         self._used = set()  # CUDA devices copied to: synced before unmapping
+        self._original = original  # () -> the library's own handle, for methods not served here
+        self._orig = None
+
+    def __getattr__(self, name):
+        # A method this class does not serve (one a newer safetensors
+        # added): the library's own handle on the same file answers it,
+        # counted as a fallback.
+        if name.startswith("_") or self.__dict__.get("_original") is None:
+            raise AttributeError(name)
+        if self.__dict__.get("_orig") is None:
+            _report.fallback("safetensors.safe_open", "method:" + name, self._path(), _serve.socket_of(self._lease)
+                             if self._lease is not None else None)
+            with _serve.bypass():
+                self._orig = self._original()
+        return getattr(self._orig, name)
 
     # safe_open's interface
     def keys(self):
@@ -73,7 +88,10 @@ class Served:
         self.close()
 
     def close(self):
-        lease, self._lease = self._lease, None
+        orig, self._orig = self.__dict__.get("_orig"), None
+        if orig is not None and hasattr(orig, "__exit__"):
+            orig.__exit__(None, None, None)
+        lease, self._lease = self.__dict__.get("_lease"), None
         if lease is None:
             return
         try:
@@ -176,8 +194,9 @@ def _missing(name):
         return KeyError("File does not contain tensor %s" % name)
 
 
-def open_served(loader, filename, device):
-    """A Served for filename on device, or Fallback."""
+def open_served(loader, filename, device, original=None):
+    """A Served for filename on device, or Fallback. original: opens the
+    library's own handle (methods Served does not have go there)."""
     torch = _torch()
     if not isinstance(filename, (str, bytes, os.PathLike)):
         raise Fallback("not-a-path")
@@ -202,7 +221,7 @@ def open_served(loader, filename, device):
     except BaseException:
         lease.close()
         raise
-    return Served(lease, header, dev, torch)
+    return Served(lease, header, dev, torch, original)
 
 
 def _bind(sig, args, kwargs):
@@ -216,9 +235,12 @@ def _bind(sig, args, kwargs):
 
 
 def patch_safe_open(orig):
-    """safetensors.safe_open served from a lease when it can be."""
+    """safetensors.safe_open served from a lease when it can be. backend
+    (safetensors 0.8: how the library reads the file, "mmap" by default,
+    what transformers 5 passes) does not change what is returned, so a
+    served call ignores it."""
     try:
-        sig = inspect.signature(lambda filename, framework, device="cpu": None)
+        sig = inspect.signature(lambda filename, framework, device="cpu", *, backend=None: None)
     except (TypeError, ValueError):  # pragma: no cover
         return orig
 
@@ -231,7 +253,7 @@ def patch_safe_open(orig):
             a = _bind(sig, args, kwargs)
             if a["framework"] not in _PT:
                 raise Fallback("framework:%s" % (a["framework"],))
-            served = open_served(loader, a["filename"], a.get("device", "cpu"))
+            served = open_served(loader, a["filename"], a.get("device", "cpu"), lambda: orig(*args, **kwargs))
         except Fallback as f:
             _report.fallback(loader, f.reason, _pathname(args, kwargs), f.socket, f.detail)
             with _serve.bypass():

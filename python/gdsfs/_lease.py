@@ -301,7 +301,7 @@ class Lease:
         torch = _import_torch()
         self._check_open()
         dt = _torch_dtype(torch, dtype)
-        itemsize = torch.empty((), dtype=dt).element_size()
+        itemsize = getattr(dt, "itemsize", None) or torch.empty((), dtype=dt).element_size()  # torch < 2.1: no itemsize
         shape, nbytes = _layout(self.size, itemsize, shape, offset)
         if nbytes == 0:
             dev = "cuda:%d" % self.ordinal if self.is_gpu else "cpu"
@@ -364,20 +364,20 @@ def disconnect():
 
 
 def _locate(path, socket):
-    """(socket, path to send, whether it was remembered)."""
-    if socket or os.environ.get("GDSFS_SOCKET"):
-        sock, rel, _ = locate(path, socket)
-        return sock, rel, False
+    """(socket, path to send, whether it was remembered). Where a directory's
+    files are leased from is remembered per directory (and explicit
+    socket): resolving it costs more than a repeat lease."""
+    explicit = socket or os.environ.get("GDSFS_SOCKET") or ""
     p = os.path.abspath(os.fspath(path))
     d, base = os.path.split(p)
-    hit = _located.get(d)
+    hit = _located.get((explicit, d))
     if hit is not None:
         sock, reldir = hit
         return sock, os.path.join(reldir, base) if reldir not in ("", ".") else base, True
     sock, rel, _ = locate(path, socket)
     if len(_located) > 4096:
         _located.clear()
-    _located[d] = (sock, os.path.dirname(rel))
+    _located[(explicit, d)] = (sock, os.path.dirname(rel))
     return sock, rel, False
 
 

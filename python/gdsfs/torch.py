@@ -47,7 +47,9 @@ def leased(paths, dtype=None, shape=None, *, ahead=8, batch=None, transform=None
     paths = list(paths)
     ahead = max(1, int(ahead))
     batch = max(1, int(batch or ahead))
-    q = queue.Queue(maxsize=ahead)
+    # Batches, not leases, go through the queue: one hand-over between the
+    # threads per round trip.
+    q = queue.Queue(maxsize=max(1, ahead // batch))
     stop = threading.Event()
 
     def produce():
@@ -55,15 +57,15 @@ def leased(paths, dtype=None, shape=None, *, ahead=8, batch=None, transform=None
             for k in range(0, len(paths), batch):
                 if stop.is_set():
                     return
-                for lease in open_many(paths[k:k + batch], socket=socket, timeout=timeout):
-                    while not stop.is_set():
-                        try:
-                            q.put(lease, timeout=0.1)
-                            break
-                        except queue.Full:
-                            continue
-                    else:
-                        lease.close()
+                leases = open_many(paths[k:k + batch], socket=socket, timeout=timeout)
+                while not stop.is_set():
+                    try:
+                        q.put(leases, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                else:
+                    _close(leases)
         except BaseException as e:  # handed to the consumer
             q.put(_Failure(e))
             return
@@ -71,6 +73,7 @@ def leased(paths, dtype=None, shape=None, *, ahead=8, batch=None, transform=None
 
     th = threading.Thread(target=produce, name="gdsfs-lease-ahead", daemon=True)
     th.start()
+    pending = []
     try:
         while True:
             item = q.get()
@@ -78,21 +81,33 @@ def leased(paths, dtype=None, shape=None, *, ahead=8, batch=None, transform=None
                 return
             if isinstance(item, _Failure):
                 raise item.exc
-            try:
-                value = transform(item) if transform is not None else item.tensor(dtype, shape)
-            finally:
-                item.close()  # takes effect when the tensor (every view) is gone
-            yield value
+            pending = item
+            while pending:
+                lease = pending.pop(0)
+                try:
+                    value = transform(lease) if transform is not None else lease.tensor(dtype, shape)
+                finally:
+                    lease.close()  # takes effect when the tensor (every view) is gone
+                yield value
     finally:
         stop.set()
+        _close(pending)
         while th.is_alive() or not q.empty():
             try:
                 item = q.get(timeout=0.1)
             except queue.Empty:
                 continue
-            if not isinstance(item, _Failure) and item is not _END:
-                item.close()
+            if isinstance(item, list):
+                _close(item)
         th.join()
+
+
+def _close(leases):
+    for lease in leases:
+        try:
+            lease.close()
+        except Exception:
+            pass
 
 
 class LeasedFiles(torch.utils.data.IterableDataset):

@@ -311,6 +311,9 @@ func (cn *conn) stat(req proto.Request) proto.Response {
 	state, loadPath := cn.s.cfg.Cache.Attr(rel)
 	r := cn.ok()
 	r.State, r.LoadPath, r.Size = state, loadPath, size
+	if state == proto.StateAbsent {
+		r.Why = cn.s.cfg.Cache.AbsentReason(rel)
+	}
 	return r
 }
 

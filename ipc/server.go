@@ -24,6 +24,8 @@ import (
 type Cache interface {
 	Acquire(ctx context.Context, req staging.Request) (*staging.Lease, error)
 	Attr(rel string) (state, path string)
+	// AbsentReason is why rel last became absent, or "" (staging.Cache).
+	AbsentReason(rel string) string
 	Stats() staging.Stats
 	// Subscribe calls fn with every entry state change (wait follows them).
 	Subscribe(fn func(staging.Event)) (cancel func())

@@ -48,6 +48,9 @@ func (cn *conn) wait(req proto.Request) proto.Response {
 		if proto.StateIn(state, req.Until) {
 			r := cn.ok()
 			r.State, r.LoadPath, r.Size = state, loadPath, size
+			if state == proto.StateAbsent {
+				r.Why = s.cfg.Cache.AbsentReason(rel)
+			}
 			return r
 		}
 		if err := cn.block(ctx, wake); err != nil {

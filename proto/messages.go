@@ -210,6 +210,9 @@ type Response struct {
 	// stat, wait
 	State    string `json:"state,omitempty"`
 	LoadPath string `json:"load_path,omitempty"`
+	// stat, wait: why the file is absent, where the daemon knows
+	// ("evicted", "not staged: ...", "changed", ...)
+	Why string `json:"why,omitempty"`
 	// hello
 	Version int      `json:"version,omitempty"`
 	Ops     []string `json:"ops,omitempty"`

@@ -74,6 +74,7 @@ type Cache struct {
 	queuedOn   map[string]int              // those of them that name devices
 	queuedKeys map[string]bool             // the same requests by key (path and devices): duplicates are dropped
 	readers    map[string]*readers         // opens through the mount (readers.go)
+	absentWhy  map[string]string           // why a file last became absent (AbsentReason)
 	waiters    *list.List                  // of *waiter, waiting for room, first come first served
 	gen        uint64                      // last generation handed out
 	// INVARIANT: 0 <= fdsUsed <= fdBudget.
@@ -134,7 +135,7 @@ func New(ctx context.Context, cfg Config) (*Cache, error) {
 		log: cfg.Log.Named("staging"), ctx: ctx, cancel: cancel, events: newEvents(),
 		queue:   make(chan prefetchReq, cfg.Options.PrefetchQueue),
 		entries: map[string]copies{}, queued: map[string]int{}, queuedOn: map[string]int{}, queuedKeys: map[string]bool{}, byFID: map[fid]map[*entry]struct{}{},
-		waiters: list.New(), readers: map[string]*readers{},
+		waiters: list.New(), readers: map[string]*readers{}, absentWhy: map[string]string{},
 	}
 	c.ra = newRunner(cfg, root, c.log)
 	c.log.Info("io", zap.Int("num_threads", int(c.io.NumThreads)), zap.Stringer("bounce_size", units.Size(c.io.BounceSize)),

@@ -85,6 +85,7 @@ func (c *Cache) Subscribe(fn func(Event)) (cancel func()) {
 // emitLocked queues e for the subscribers. Cache.mu must be held: that is
 // what orders an entry's events.
 func (c *Cache) emitLocked(e Event) {
+	c.noteAbsentLocked(e)
 	ev := c.events
 	ev.mu.Lock()
 	ev.seq++
@@ -162,4 +163,39 @@ func (ev *events) close() {
 	default:
 	}
 	<-ev.done
+}
+
+// maxAbsentWhy bounds the reasons AbsentReason remembers.
+const maxAbsentWhy = 4096
+
+// noteAbsentLocked remembers why e.Rel became absent (evicted, changed,
+// not staged: no room, ...) until it loads again. Cache.mu must be held.
+func (c *Cache) noteAbsentLocked(e Event) {
+	if e.State != StateAbsent {
+		delete(c.absentWhy, e.Rel)
+		return
+	}
+	why := e.Reason
+	if why == "" && e.Err != nil {
+		why = e.Err.Error()
+	}
+	if why == "" {
+		return
+	}
+	if len(c.absentWhy) >= maxAbsentWhy {
+		clear(c.absentWhy)
+	}
+	c.absentWhy[e.Rel] = why
+}
+
+// AbsentReason is why rel last became absent ("evicted", "not staged:
+// ...", "changed", ...), or "" when it is not absent or the reason is not
+// known (never staged, or forgotten among many).
+func (c *Cache) AbsentReason(rel string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if state, _ := c.attrLocked(rel); state != StateAbsent {
+		return ""
+	}
+	return c.absentWhy[rel]
 }

@@ -176,27 +176,15 @@ func openFresh(path string, loc location) (*Lease, error) {
 	if err != nil {
 		return nil, err
 	}
-	h, resp, files, err := sendOrBorrow(c, loc.socket, proto.Request{Op: proto.OpAcquire, Path: loc.rel, Device: loc.device})
-	if h != nil {
-		defer reg.giveBack(h)
-		c = h.c
-	}
+	resp, files, err := c.roundTrip(proto.Request{Op: proto.OpAcquire, Path: loc.rel, Device: loc.device})
 	if err != nil {
-		if h == nil {
-			c.Close()
-		}
+		c.Close()
 		return nil, err
 	}
-	if h == nil {
-		h = &holder{c: c, owned: true}
-	}
+	h := &holder{c: c, owned: true}
 	f, err := reg.adopt(h, loc, &resp.Grant, files)
 	if err != nil {
-		if h.refs == 0 {
-			c.Close()
-		} else {
-			c.release(resp.Lease, resp.Epoch)
-		}
+		c.Close()
 		return nil, fmt.Errorf("gdsfs acquire %s: map: %w", path, err)
 	}
 	if !resp.Cache {

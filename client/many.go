@@ -174,24 +174,16 @@ func openBatch(paths []string, items []item, out []*Lease) error {
 	for _, it := range items {
 		req.Paths = append(req.Paths, it.loc.rel)
 	}
-	h, resp, files, err := sendOrBorrow(c, items[0].loc.socket, req)
-	if h != nil {
-		defer reg.giveBack(h)
-		c = h.c
-	}
+	resp, files, err := c.roundTrip(req)
 	if err == nil && len(resp.Files) != len(items) {
 		closeAll(files)
 		err = &Error{Code: proto.EPROTO, Msg: fmt.Sprintf("gdsfs acquire_many: %d answers for %d files", len(resp.Files), len(items))}
 	}
 	if err != nil {
-		if h == nil {
-			c.Close()
-		}
+		c.Close()
 		return err
 	}
-	if h == nil {
-		h = &holder{c: c, owned: true}
-	}
+	h := &holder{c: c, owned: true}
 	var firstErr error
 	for k, it := range items {
 		a := &resp.Files[k]
@@ -202,7 +194,7 @@ func openBatch(paths []string, items []item, out []*Lease) error {
 			if firstErr == nil {
 				firstErr = fmt.Errorf("%s: %w", paths[it.i], a.Err())
 			} else if a.OK {
-				c.release(a.Lease, resp.Epoch) // a borrowed connection stays open
+				c.release(a.Lease, resp.Epoch) // the connection stays open while earlier files are leased
 			}
 			continue
 		}
@@ -215,7 +207,10 @@ func openBatch(paths []string, items []item, out []*Lease) error {
 		out[it.i] = &Lease{f: f, conn: c, id: a.Lease, epoch: resp.Epoch, grant: a.Grant}
 	}
 	closeAll(files)
-	if h.refs == 0 {
+	reg.mu.Lock()
+	none := h.refs == 0
+	reg.mu.Unlock()
+	if none {
 		c.Close()
 	}
 	return firstErr

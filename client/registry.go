@@ -2,11 +2,9 @@ package client
 
 import (
 	"container/list"
-	"errors"
 	"os"
 	"path/filepath"
 	"sync"
-	"syscall"
 
 	"github.com/gdsfs/gdsfs/proto"
 )
@@ -39,7 +37,8 @@ type holder struct {
 // oldest kept mappings are undone. An epoch over a few thousand files
 // stays mapped, and the connections stay under the daemon's
 // ipc.max_connections_per_uid (1024 by default) with room for the uid's
-// other processes.
+// other processes. (A lease is never made on a connection that holds
+// other files: what a connection was granted stays held until it closes.)
 const (
 	maxIdle  = 4096
 	maxConns = 512
@@ -258,62 +257,6 @@ func undo(drop []*mapped, closing []*holder) {
 	for _, h := range closing {
 		h.c.Close()
 	}
-}
-
-// borrow returns a live connection this process holds to socket's daemon
-// (the one of the most recently kept mapping, else any), pinned until
-// giveBack; nil when there is none. Past the daemon's connection limits
-// a new lease rides on it.
-func (r *registry) borrow(socket string) *holder {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	ok := func(h *holder) bool { return h.refs > 0 && h.c.socket == socket && !h.c.broken() }
-	for e := r.idle.Front(); e != nil; e = e.Next() {
-		if h := e.Value.(*mapped).conn; ok(h) {
-			h.refs++
-			return h
-		}
-	}
-	for _, f := range r.files {
-		if ok(f.conn) {
-			f.conn.refs++
-			return f.conn
-		}
-	}
-	return nil
-}
-
-// giveBack unpins a borrowed connection, closing it if it holds nothing.
-func (r *registry) giveBack(h *holder) {
-	r.mu.Lock()
-	h.refs--
-	last := h.refs == 0 && h.owned
-	if last {
-		r.conns--
-	}
-	r.mu.Unlock()
-	if last {
-		h.c.Close()
-	}
-}
-
-// sendOrBorrow sends req on c, a new connection to socket. When the
-// daemon refuses it past its connection limits (EMFILE) and this process
-// holds a connection to that daemon, c is closed and req goes there: the
-// holder is returned pinned (the caller adopts the grants, then gives it
-// back). Otherwise the holder is nil and the answer is c's.
-func sendOrBorrow(c *Conn, socket string, req proto.Request) (*holder, proto.Response, []*os.File, error) {
-	resp, files, err := c.roundTrip(req)
-	if err == nil || resp.Errno == "" || !errors.Is(resp.Err(), syscall.EMFILE) {
-		return nil, resp, files, err
-	}
-	h := reg.borrow(socket)
-	if h == nil {
-		return nil, resp, files, err
-	}
-	c.Close()
-	resp, files, err = h.c.roundTrip(req)
-	return h, resp, files, err
 }
 
 // flushIdle undoes the kept mappings of socket's daemon (all when socket

@@ -418,24 +418,6 @@ def _repeat(m, sock, rel, path, dev):
     return Lease(nm, conn, resp, path)
 
 
-def on_held_connection(e, sock, req, what):
-    """When e is the daemon refusing a new connection past its connection
-    limits (EMFILE) and this process holds a connection to it, send req
-    there instead: (answer, descriptors, holder), the holder pinned (the
-    caller adopts the grants, then gives it back). Else None."""
-    if not (getattr(e, "gdsfs_answer", False) and e.errno == _errno.EMFILE):
-        return None
-    h = registry.borrow(sock)
-    if h is None:
-        return None
-    try:
-        resp, fds = h.conn.request(req, path=what)
-    except BaseException:
-        registry.give_back(h)
-        raise
-    return resp, fds, h
-
-
 def _fresh(path, socket, timeout, dev):
     """Lease path on a new connection."""
     sock, rel, remembered = _locate(path, socket)
@@ -447,31 +429,12 @@ def _fresh(path, socket, timeout, dev):
         _located.clear()  # the daemon restarted or the mount moved: look again, once
         sock, rel, _ = _locate(path, socket)
         conn = Conn(sock, timeout)
-    req = _acquire(rel, dev)
-    borrowed = None
     try:
-        resp, fds = conn.request(req, path=path)
-    except OSError as e:
-        conn.close()
-        held = on_held_connection(e, sock, req, path)
-        if held is None:
-            raise
-        resp, fds, borrowed = held
-        conn = borrowed.conn
+        resp, fds = conn.request(_acquire(rel, dev), path=path)
+        m = registry.adopt(Holder(conn), (sock, rel, dev), resp, fds, path)
     except BaseException:
         conn.close()
         raise
-    try:
-        m = registry.adopt(borrowed or Holder(conn), (sock, rel, dev), resp, fds, path)
-    except BaseException:
-        if borrowed is None:
-            conn.close()
-        else:
-            conn.release(resp.get("lease", 0), resp.get("epoch"))
-        raise
-    finally:
-        if borrowed is not None:
-            registry.give_back(borrowed)
     if not resp.get("cache"):
         registry.flush(sock)  # the daemon is short of room
     return Lease(m, conn, resp, path)

@@ -4,7 +4,7 @@ import errno as _errno
 
 from ._proto import MAX_FDS, Conn, _close_fds, daemon_error, grant_fds  # noqa: F401 (MAX_FDS: see PROTOCOL)
 from ._registry import Holder, registry
-from ._lease import Lease, _locate, _resolve_device, _retry, on_held_connection
+from ._lease import Lease, _locate, _resolve_device, _retry
 
 MAX_BATCH = 1024  # paths per acquire_many (proto.MaxBatch)
 
@@ -124,26 +124,13 @@ def _repeat_group(paths, holder, items, out, taken, dev):
 
 def _batch(paths, sock, items, out, timeout, dev):
     """Lease items on one new connection."""
-    req = _many([it[2] for it in items], dev)
     conn = Conn(sock, timeout)
-    borrowed = None
     try:
-        resp, fds = conn.request(req)
-    except OSError as e:
-        conn.close()
-        held = on_held_connection(e, sock, req, paths[items[0][0]])
-        if held is None:
-            raise
-        resp, fds, borrowed = held
-        conn = borrowed.conn
+        resp, fds = conn.request(_many([it[2] for it in items], dev))
     except BaseException:
         conn.close()
         raise
-    try:
-        _adopt_batch(paths, borrowed or Holder(conn), conn, resp, fds, items, out, sock, dev)
-    finally:
-        if borrowed is not None:
-            registry.give_back(borrowed)
+    _adopt_batch(paths, Holder(conn), conn, resp, fds, items, out, sock, dev)
 
 
 def _adopt_batch(paths, holder, conn, resp, fds, items, out, sock, dev):
@@ -159,12 +146,17 @@ def _adopt_batch(paths, holder, conn, resp, fds, items, out, sock, dev):
             if first is not None:
                 _close_fds(got)
                 if a.get("ok") and not conn.closed:
-                    conn.release(a.get("lease", 0), resp.get("epoch"))  # a held connection stays open
+                    conn.release(a.get("lease", 0), resp.get("epoch"))  # open while earlier files are leased
                 continue
             if not a.get("ok"):
                 first = daemon_error(a, paths[i])
                 continue
-            m = registry.adopt(holder, (sock, rel, dev), a, got, paths[i])
+            try:
+                m = registry.adopt(holder, (sock, rel, dev), a, got, paths[i])
+            except Exception as e:  # mapping failed: release it, and the rest below
+                conn.release(a.get("lease", 0), resp.get("epoch"))
+                first = e
+                continue
             out[i] = Lease(m, conn, dict(a, epoch=resp.get("epoch")), paths[i])
     finally:
         _close_fds(fds)

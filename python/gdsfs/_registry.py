@@ -23,7 +23,9 @@ log = logging.getLogger("gdsfs")
 # mappings is kept): past either bound the oldest kept mappings are
 # undone. An epoch over a few thousand files stays mapped; the
 # connections stay under the daemon's ipc.max_connections_per_uid (1024
-# by default) with room for other processes of the uid.
+# by default) with room for other processes of the uid. (A lease is never
+# made on a connection holding other files: what a connection was granted
+# stays held until it closes.)
 MAX_IDLE = 4096
 MAX_CONNS = 512
 
@@ -186,30 +188,6 @@ class Registry:
             conn.release(lease_id, epoch)
         return _undo(drop, closing)
 
-    def borrow(self, socket):
-        """A live connection this process holds to socket's daemon (the one
-        of the most recently kept mapping, else any), pinned until
-        give_back; None when there is none. Past the daemon's connection
-        limits a new lease rides on it."""
-        with self.lock:
-            self._forked_locked()
-            cands = [m.holder for m in reversed(self.idle)] + [m.holder for m in self.files.values()]
-            for h in cands:
-                if h.refs > 0 and h.conn.path == socket and not h.conn.closed:
-                    h.refs += 1
-                    return h
-        return None
-
-    def give_back(self, holder):
-        """Unpin a borrowed connection (closing it if it holds nothing)."""
-        with self.lock:
-            holder.refs -= 1
-            last = holder.refs <= 0 and holder.owned
-            if last:
-                self.conns -= 1
-        if last:
-            holder.conn.close()
-
     def flush(self, socket=None):
         """Undo the kept mappings (of socket's daemon, or all)."""
         with self.lock:
@@ -233,7 +211,8 @@ class Registry:
             m.holder.refs -= 1
             if m.holder.refs <= 0 and m.holder.owned:
                 closing.append(m.holder)
-                self.conns -= 1
+                if m.pid == os.getpid():  # not a mapping inherited over fork
+                    self.conns -= 1
         return closing
 
 

@@ -41,31 +41,32 @@ class _Failure:
 
 def leased(paths, dtype=None, shape=None, *, ahead=8, batch=None, transform=None, socket=None, timeout=None):
     """Yield a zero-copy tensor for each path in order (lease.tensor(dtype,
-    shape)), or transform(lease) when given. Up to `ahead` files are leased
-    before the one being consumed, `batch` (default: ahead) per round trip.
-    Stopping early (break, close) ends the leases not yet yielded."""
+    shape)), or transform(lease) when given. Files are leased `batch`
+    (default: ahead) per round trip, the next batch while the caller works
+    through the previous: at most ahead + batch files are leased and not
+    yet yielded. Stopping early (break, close) ends the leases not yet
+    yielded."""
     paths = list(paths)
     ahead = max(1, int(ahead))
     batch = max(1, int(batch or ahead))
-    # Batches, not leases, go through the queue: one hand-over between the
-    # threads per round trip.
-    q = queue.Queue(maxsize=max(1, ahead // batch))
+    # Batches, not leases, go through the queue (one hand-over between the
+    # threads per round trip); permits bound the files leased and not yet
+    # handed to the caller.
+    room = threading.Semaphore(ahead + batch)
+    q = queue.Queue()
     stop = threading.Event()
 
     def produce():
         try:
             for k in range(0, len(paths), batch):
+                part = paths[k:k + batch]
+                for _ in part:
+                    while not room.acquire(timeout=0.1):
+                        if stop.is_set():
+                            return
                 if stop.is_set():
                     return
-                leases = open_many(paths[k:k + batch], socket=socket, timeout=timeout)
-                while not stop.is_set():
-                    try:
-                        q.put(leases, timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                else:
-                    _close(leases)
+                q.put(open_many(part, socket=socket, timeout=timeout))
         except BaseException as e:  # handed to the consumer
             q.put(_Failure(e))
             return
@@ -84,6 +85,7 @@ def leased(paths, dtype=None, shape=None, *, ahead=8, batch=None, transform=None
             pending = item
             while pending:
                 lease = pending.pop(0)
+                room.release()
                 try:
                     value = transform(lease) if transform is not None else lease.tensor(dtype, shape)
                 finally:

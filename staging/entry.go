@@ -88,6 +88,10 @@ type entry struct {
 	// readahead: started by read-ahead and nobody used it yet. Cleared by
 	// the first demand use (usedLocked), which promotes a load in flight.
 	readahead bool
+	// yielding: staged after its readers closed it (readers.go); a new
+	// reader through the mount cancels the load (yielded then says so).
+	// Cleared when a lease or prefetch joins the load.
+	yielding, yielded bool
 	// peerBytes of the file came device to device from other replicas,
 	// the rest from SOURCE. Written by the load before it publishes.
 	peerBytes int64

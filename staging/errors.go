@@ -24,6 +24,11 @@ func errNoSpace(rel string, need int64) error {
 	return fmt.Errorf("%s: no room for %d bytes: the rest of the cache is leased or loading: %w", rel, need, syscall.ENOSPC)
 }
 
+func errYielded(rel string) error {
+	return fmt.Errorf("%s: not staged: it yielded to a reader opening it through the mount (staged after that reader closes it): %w",
+		rel, syscall.EAGAIN)
+}
+
 func errBusy(rel, why string) error {
 	return fmt.Errorf("%s: %s: %w", rel, why, syscall.EBUSY)
 }

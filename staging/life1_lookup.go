@@ -124,6 +124,7 @@ func (c *Cache) Eligible(rel string) error {
 type place struct {
 	slot  *slot
 	exact bool
+	yield bool // a staging after a plain read: a new reader cancels it (readers.go)
 }
 
 // ensure returns rel's resident entry where p says (replicas.go), pinned
@@ -170,7 +171,7 @@ func (c *Cache) ensure(ctx context.Context, rel string, p place, wait bool, at u
 			return nil, fmt.Errorf("stage %s: %w", rel, ctx.Err())
 		}
 		c.mu.Lock()
-		state, lerr, detached := e.state, e.err, e.detached
+		state, lerr, detached, yielded := e.state, e.err, e.detached, e.yielded
 		if state == StateResident && !detached {
 			c.mu.Unlock()
 			return e, nil // pinned: the caller unpins or leases
@@ -179,6 +180,8 @@ func (c *Cache) ensure(ctx context.Context, rel string, p place, wait bool, at u
 		c.mu.Unlock()
 		c.freeRegion(r)
 		switch {
+		case yielded && p.yield:
+			return nil, errYielded(rel) // staged again after the new reader closes it
 		case state == StateFailed && !detached && !errors.Is(lerr, errFileChanged):
 			return nil, lerr
 		case attempt >= maxAttempts:
@@ -239,6 +242,10 @@ func (c *Cache) lookupOrStart(rel string, o *opened, p place, wait bool, w **wai
 	e, stale := c.existingLocked(rel, o, p, *w)
 	if e != nil {
 		c.usedLocked(e, at)
+		if e.yielding && !p.yield {
+			e.yielding = false // a lease or prefetch joined it: it no longer yields
+			e.ra.low.Store(false)
+		}
 		joined := e.state == StateLoading
 		c.mu.Unlock()
 		o.f.Close()
@@ -251,7 +258,7 @@ func (c *Cache) lookupOrStart(rel string, o *opened, p place, wait bool, w **wai
 	var victims []gpu.Region
 	var err error
 	if c.mayReserveLocked(*w) {
-		e, victims, err = c.startLocked(rel, o, p.slot, at)
+		e, victims, err = c.startLocked(rel, o, p.slot, at, p.yield)
 	} else {
 		err = errNoSpace(rel, o.id.size) // others wait for room first
 	}

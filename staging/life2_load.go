@@ -7,6 +7,7 @@ package staging
 // publishes (life3_publish.go).
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -25,7 +26,7 @@ import (
 // another device can be copied device to device, the new entry is filled
 // from it (e.src, pinned until the load ends). It returns the evicted
 // regions for the caller to free after unlocking. Cache.mu must be held.
-func (c *Cache) startLocked(rel string, o *opened, want *slot, at uint64) (*entry, []gpu.Region, error) {
+func (c *Cache) startLocked(rel string, o *opened, want *slot, at uint64, yield bool) (*entry, []gpu.Region, error) {
 	id := o.id
 	best := want
 	if best == nil {
@@ -55,6 +56,13 @@ func (c *Cache) startLocked(rel string, o *opened, want *slot, at uint64) (*entr
 	e := &entry{
 		rel: rel, id: id, fid: o.fid, events: o.events, slot: best, gen: c.genLocked(rel, id),
 		done: make(chan struct{}), state: StateLoading, reserved: need, fds: fds, lastUse: at,
+	}
+	if yield {
+		// Its tasks yield to demand loads, and a new reader through the
+		// mount cancels it (readers.go).
+		e.yielding, e.ra = true, &raLoad{}
+		e.ra.ctx, e.ra.cancel = context.WithCancel(c.ctx)
+		e.ra.low.Store(true)
 	}
 	if src := c.sourceLocked(rel, o, best); src != nil {
 		e.src = src

@@ -25,10 +25,14 @@ func (c *Cache) publish(e *entry, region gpu.Region, path, note string, err erro
 		err = fmt.Errorf("a change event came: %w", errFileChanged)
 	}
 	e.path, e.loadDur = path, dur
-	ahead := e.readahead
+	ahead, yielded := e.readahead, e.yielded
 	switch {
 	case ahead:
 		free = c.publishReadAheadLocked(e, region, note, err)
+	case yielded && err != nil: // cancelled for a reader (readers.go): not a load error
+		e.state, e.reason, e.err = StateFailed, "yielded to a reader", errYielded(e.rel)
+		free = region
+		c.releaseLocked(e)
 	case err != nil:
 		e.state, e.reason, e.err = StateFailed, err.Error(), fmt.Errorf("stage %s: %w", e.rel, err)
 		free = region
@@ -55,6 +59,8 @@ func (c *Cache) publish(e *entry, region gpu.Region, path, note string, err erro
 	switch {
 	case err != nil && ahead:
 		c.log.Debug("read-ahead load ended", zap.String("path", e.rel), zap.Error(err))
+	case err != nil && yielded:
+		c.log.Debug("staging yielded to a reader", zap.String("path", e.rel))
 	case err != nil:
 		c.log.Warn("load failed", zap.String("path", e.rel), zap.Error(err))
 	default:

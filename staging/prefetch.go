@@ -11,6 +11,9 @@ import (
 type prefetchReq struct {
 	rel string
 	on  []*slot // nil: wherever staging puts it
+	// afterRead: queued by the last close of a plain read (readers.go);
+	// its load yields to a new reader.
+	afterRead bool
 }
 
 // key identifies the request for duplicates: the path and the devices.
@@ -76,7 +79,12 @@ func (c *Cache) prefetchWorker() {
 		case r := <-c.queue:
 			// r stays queued until staged, so a queued file never reads
 			// as absent and is not queued twice meanwhile.
-			_, err := c.stageOn(c.ctx, r.rel, r.on, false, c.ra.Tick())
+			var err error
+			if r.afterRead {
+				err = c.stageYielding(c.ctx, r.rel, c.ra.Tick())
+			} else {
+				_, err = c.stageOn(c.ctx, r.rel, r.on, false, c.ra.Tick())
+			}
 			if err != nil {
 				c.log.Debug("prefetch", zap.String("path", r.rel), zap.Error(err))
 			}

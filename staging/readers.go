@@ -1,6 +1,9 @@
 package staging
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // Staging waits for the readers. A file opened for reading through the
 // mount is staged once the last such open is closed, not while it is read:
@@ -38,6 +41,30 @@ func (c *Cache) openedDeferred(rel string) {
 	if r.timer == nil && c.opts.DeferLimit > 0 {
 		r.timer = time.AfterFunc(c.opts.DeferLimit, func() { c.deferLimit(rel, r) })
 	}
+	// A staging that followed an earlier reader's close and is still
+	// loading yields to this one: left running, it would read the disk
+	// alongside the reader (a loader that opens a file to read its header,
+	// closes it, and opens it again to read the rest). Staged again after
+	// this reader closes it.
+	for _, e := range c.replicasLocked(rel) {
+		if e.yielding && e.state == StateLoading {
+			e.yielding, e.yielded = false, true
+			e.ra.cancel()
+			c.stats.yielded.Add(1)
+			c.dropLocked(e, "yielded to a reader") // loading: its region is freed by the load's end
+		}
+	}
+}
+
+// stageYielding stages rel after its readers closed it: a reader opening
+// it again through the mount meanwhile cancels the load (errYielded).
+func (c *Cache) stageYielding(ctx context.Context, rel string, at uint64) error {
+	e, err := c.ensure(ctx, rel, place{yield: true}, false, at)
+	if err != nil {
+		return err
+	}
+	c.unpin(e)
+	return nil
 }
 
 // Closed tells the cache that one open of rel through the mount ended;
@@ -60,7 +87,7 @@ func (c *Cache) Closed(rel string) {
 	}
 	c.mu.Unlock()
 	if r.deferred {
-		c.Prefetch(rel)
+		c.queueLocking(prefetchReq{rel: rel, afterRead: true})
 	}
 }
 

@@ -2,6 +2,7 @@ package staging
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 )
@@ -80,4 +81,105 @@ func TestNoDeferral(t *testing.T) {
 	if s := c.Stats(); s.DeferredOpens != 0 {
 		t.Fatalf("deferred %d", s.DeferredOpens)
 	}
+}
+
+// gatedCache is a cache over src whose device copies wait for release;
+// started is closed at the first copy.
+func gatedCache(t *testing.T, src string) (c *Cache, started, release chan struct{}) {
+	t.Helper()
+	d := newFake(1 << 20)
+	started, release = make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	d.copyHook = func() error {
+		once.Do(func() { close(started) })
+		<-release
+		return nil
+	}
+	opts, io := testOptions()
+	opts.RacyWindow = 0
+	c = newCache(t, src, opts, io, d)
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+	return c, started, release
+}
+
+func waitClosed(t *testing.T, ch chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("%s did not happen", what)
+	}
+}
+
+// TestStagingAfterReadYieldsToANewReader (issue 14): the staging that
+// follows a reader's close is cancelled when a reader opens the file
+// through the mount again (a loader that reads a header, closes, and
+// opens the file again to read the rest), so it does not read the disk
+// alongside that reader; it is staged again after that reader closes.
+func TestStagingAfterReadYieldsToANewReader(t *testing.T) {
+	src := t.TempDir()
+	writeFile(t, src, "f", randomBytes(300000, 7))
+	c, started, release := gatedCache(t, src)
+	rec := record(t, c)
+	done := make(chan string, 4)
+	c.hooks.prefetchDone = func(rel string) { done <- rel }
+	c.Opened("f")
+	c.Closed("f") // the reader is done: staging follows
+	waitClosed(t, started, "the staging's first copy")
+	c.Opened("f") // a new reader: the staging yields
+	if ev := rec.waitFor(t, "f", StateAbsent); ev.Reason != "yielded to a reader" {
+		t.Fatalf("absent because %q, want yielded to a reader", ev.Reason)
+	}
+	close(release)
+	if rel := <-done; rel != "f" {
+		t.Fatalf("prefetch of %s ended", rel)
+	}
+	if state, _ := c.Attr("f"); state != StateAbsent {
+		t.Fatalf("f is %s while the new reader has it open", state)
+	}
+	if s := c.Stats(); s.YieldedToReaders != 1 || s.LoadErrors != 0 {
+		t.Fatalf("yielded %d, load errors %d: want 1 and 0", s.YieldedToReaders, s.LoadErrors)
+	}
+	c.Closed("f")
+	rec.waitFor(t, "f", StateResident)
+	if s := c.Stats(); s.Misses != 2 {
+		t.Fatalf("loads %d, want 2 (the yielded one and the one after the last close)", s.Misses)
+	}
+}
+
+// TestStagingJoinedByALeaseDoesNotYield: a lease that joins the staging
+// after a read keeps it going, even when a reader opens the file again.
+func TestStagingJoinedByALeaseDoesNotYield(t *testing.T) {
+	src := t.TempDir()
+	writeFile(t, src, "f", randomBytes(300000, 8))
+	c, started, release := gatedCache(t, src)
+	joined := make(chan struct{})
+	c.hooks.joined = func(string) { close(joined) }
+	c.Opened("f")
+	c.Closed("f")
+	waitClosed(t, started, "the staging's first copy")
+	leased := make(chan error, 1)
+	go func() {
+		l, err := c.Acquire(context.Background(), Request{Rel: "f"})
+		if err == nil {
+			l.Release()
+		}
+		leased <- err
+	}()
+	waitClosed(t, joined, "the lease joining the load")
+	c.Opened("f")
+	close(release)
+	if err := <-leased; err != nil {
+		t.Fatalf("the lease: %v", err)
+	}
+	if s := c.Stats(); s.YieldedToReaders != 0 || s.Misses != 1 {
+		t.Fatalf("yielded %d, loads %d: want 0 and 1", s.YieldedToReaders, s.Misses)
+	}
+	c.Closed("f")
 }

@@ -17,6 +17,7 @@ type counters struct {
 	leasesTotal                          atomic.Uint64
 	changeEvents, racyWaits, loadRetries atomic.Uint64
 	freeErrors, roomWaits, deferredOpens atomic.Uint64
+	yielded                              atomic.Uint64
 	bytesPeer, splitLoads                atomic.Uint64
 	leasesActive                         atomic.Int64
 
@@ -73,16 +74,19 @@ type Stats struct {
 	// ChangeDetection is how changes to SOURCE's own filesystem are seen:
 	// "fanotify" or "timestamps: WHY".
 	ChangeDetection string `json:"change_detection"`
-	ChangeEvents    uint64 `json:"change_events"`   // events that concerned a staged file
-	RacyWaits       uint64 `json:"racy_waits"`      // loads that waited out staging.racy_window
-	LoadRetries     uint64 `json:"load_retries"`    // loads started again: the file changed under one
-	FreeErrors      uint64 `json:"free_errors"`     // regions the device failed to free
-	RoomWaits       uint64 `json:"room_waits"`      // requests that waited for room
-	RoomWaiting     int    `json:"room_waiting"`    // requests waiting for room now
-	DeferredOpens   uint64 `json:"deferred_opens"`  // opens whose staging waited for the readers
-	ReadersOpen     int    `json:"readers_open"`    // files open for reading through the mount now
-	IOThreads       int    `json:"io_threads"`      // io.num_threads in force (auto resolved)
-	IOBounceBytes   int64  `json:"io_bounce_bytes"` // io.bounce_size in force
+	ChangeEvents    uint64 `json:"change_events"`  // events that concerned a staged file
+	RacyWaits       uint64 `json:"racy_waits"`     // loads that waited out staging.racy_window
+	LoadRetries     uint64 `json:"load_retries"`   // loads started again: the file changed under one
+	FreeErrors      uint64 `json:"free_errors"`    // regions the device failed to free
+	RoomWaits       uint64 `json:"room_waits"`     // requests that waited for room
+	RoomWaiting     int    `json:"room_waiting"`   // requests waiting for room now
+	DeferredOpens   uint64 `json:"deferred_opens"` // opens whose staging waited for the readers
+	// YieldedToReaders counts stagings after a plain read cancelled
+	// because a reader opened the file through the mount again.
+	YieldedToReaders uint64 `json:"yielded_to_readers"`
+	ReadersOpen      int    `json:"readers_open"`    // files open for reading through the mount now
+	IOThreads        int    `json:"io_threads"`      // io.num_threads in force (auto resolved)
+	IOBounceBytes    int64  `json:"io_bounce_bytes"` // io.bounce_size in force
 	// Descriptors held by staged regions, and the budget they may use
 	// (RLIMIT_NOFILE less the reserve kept for the FUSE server and leases).
 	DescriptorsUsed   int `json:"descriptors_used"`
@@ -126,7 +130,7 @@ func (c *Cache) Stats() Stats {
 		LeasesActive: s.leasesActive.Load(), LeasesTotal: s.leasesTotal.Load(),
 		ChangeDetection: c.watch.mode(c.sourceDev), ChangeEvents: s.changeEvents.Load(),
 		RacyWaits: s.racyWaits.Load(), LoadRetries: s.loadRetries.Load(), FreeErrors: s.freeErrors.Load(),
-		RoomWaits: s.roomWaits.Load(), DeferredOpens: s.deferredOpens.Load(), IOThreads: int(c.io.NumThreads), IOBounceBytes: int64(c.io.BounceSize),
+		RoomWaits: s.roomWaits.Load(), DeferredOpens: s.deferredOpens.Load(), YieldedToReaders: s.yielded.Load(), IOThreads: int(c.io.NumThreads), IOBounceBytes: int64(c.io.BounceSize),
 		DescriptorBudget: c.fdBudget, DescriptorReserve: c.fdReserve,
 	}
 	out.Stats = c.ra.Stats()

@@ -257,9 +257,15 @@ func (c *Cache) lookupOrStart(rel string, o *opened, p place, wait bool, w **wai
 	}
 	var victims []gpu.Region
 	var err error
-	if c.mayReserveLocked(*w) {
+	switch {
+	case p.yield && c.readers[rel] != nil && c.readers[rel].opens > 0:
+		// A reader opened the file again before this staging after a
+		// read began: it yields at once (readers.go).
+		c.stats.yielded.Add(1)
+		err = errYielded(rel)
+	case c.mayReserveLocked(*w):
 		e, victims, err = c.startLocked(rel, o, p.slot, at, p.yield)
-	} else {
+	default:
 		err = errNoSpace(rel, o.id.size) // others wait for room first
 	}
 	switch {

@@ -2,7 +2,9 @@ package staging
 
 import (
 	"context"
+	"errors"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -182,4 +184,27 @@ func TestStagingJoinedByALeaseDoesNotYield(t *testing.T) {
 		t.Fatalf("yielded %d, loads %d: want 0 and 1", s.YieldedToReaders, s.Misses)
 	}
 	c.Closed("f")
+}
+
+// TestStagingAfterReadWaitsForANewReader: a staging after a read that
+// has not begun when a reader opens the file again does not begin (the
+// reader's open may reach the daemon before the previous reader's
+// release: then nothing is queued; after it, the queued staging meets
+// the new reader here).
+func TestStagingAfterReadWaitsForANewReader(t *testing.T) {
+	src := t.TempDir()
+	writeFile(t, src, "f", randomBytes(300000, 9))
+	opts, io := testOptions()
+	opts.RacyWindow = 0
+	c := newCache(t, src, opts, io)
+	rec := record(t, c)
+	c.Opened("f")
+	if err := c.stageYielding(context.Background(), "f", c.ra.Tick()); !errors.Is(err, syscall.EAGAIN) {
+		t.Fatalf("staging after a read with a reader in: %v, want EAGAIN (yielded)", err)
+	}
+	if s := c.Stats(); s.Misses != 0 || s.YieldedToReaders != 1 {
+		t.Fatalf("loads %d, yielded %d: want 0 and 1", s.Misses, s.YieldedToReaders)
+	}
+	c.Closed("f")
+	rec.waitFor(t, "f", StateResident)
 }

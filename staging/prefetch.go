@@ -16,13 +16,18 @@ type prefetchReq struct {
 	afterRead bool
 }
 
-// key identifies the request for duplicates: the path and the devices.
+// key identifies the request for duplicates: the path, the devices,
+// and whether it is a staging after a read (which yields to a reader: a
+// prefetch is never merged into one).
 func (r prefetchReq) key() string {
 	var b strings.Builder
 	b.WriteString(r.rel)
 	for _, s := range r.on {
 		b.WriteByte(0)
 		b.WriteString(s.dev.Name())
+	}
+	if r.afterRead {
+		b.WriteString("\x00after read")
 	}
 	return b.String()
 }

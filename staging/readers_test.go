@@ -208,3 +208,100 @@ func TestStagingAfterReadWaitsForANewReader(t *testing.T) {
 	c.Closed("f")
 	rec.waitFor(t, "f", StateResident)
 }
+
+// blockPrefetchWorker makes the one prefetch worker stop after staging
+// "blocker" until release is closed; done hears every prefetch that ends.
+func blockPrefetchWorker(t *testing.T, c *Cache) (release chan struct{}, done chan string) {
+	release, done = make(chan struct{}), make(chan string, 16)
+	c.hooks.prefetchDone = func(rel string) {
+		if rel == "blocker" {
+			<-release
+		}
+		done <- rel
+	}
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+	return release, done
+}
+
+func oneWorkerCache(t *testing.T) *Cache {
+	src := t.TempDir()
+	writeFile(t, src, "blocker", randomBytes(50000, 1))
+	writeFile(t, src, "f", randomBytes(50000, 2))
+	opts, io := testOptions()
+	opts.RacyWindow, opts.PrefetchWorkers, opts.DeferLimit = 0, 1, 0
+	return newCache(t, src, opts, io)
+}
+
+// TestPrefetchIsNotMergedIntoStagingAfterRead: a prefetch (warmup,
+// .gdsfs/prefetch) of a file whose staging after a read is queued is its
+// own request: it stages the file although a reader has it open (it was
+// merged into the yielding one, which a reader holds back).
+func TestPrefetchIsNotMergedIntoStagingAfterRead(t *testing.T) {
+	c := oneWorkerCache(t)
+	rec := record(t, c)
+	release, _ := blockPrefetchWorker(t, c)
+	c.Prefetch("blocker")
+	c.Opened("f")
+	c.Closed("f") // the staging after the read waits behind blocker
+	c.Opened("f") // a new reader
+	if !c.Prefetch("f") {
+		t.Fatal("prefetch of f refused")
+	}
+	close(release)
+	rec.waitFor(t, "f", StateResident)
+	c.Closed("f")
+}
+
+// TestDeferLimitAfterAYieldedStaging: staging.defer_limit stages a file
+// held open although the staging after an earlier read of it yielded (its
+// prefetch was merged into that one, and the file was never staged).
+func TestDeferLimitAfterAYieldedStaging(t *testing.T) {
+	c := oneWorkerCache(t)
+	rec := record(t, c)
+	release, _ := blockPrefetchWorker(t, c)
+	c.Prefetch("blocker")
+	c.Opened("f")
+	c.Closed("f")
+	c.Opened("f") // held open past staging.defer_limit:
+	c.mu.Lock()
+	r := c.readers["f"]
+	c.mu.Unlock()
+	c.deferLimit("f", r) // what its timer does
+	close(release)
+	rec.waitFor(t, "f", StateResident)
+	c.Closed("f")
+}
+
+// TestPrefetchJoinsAYieldingStaging: a prefetch made while the staging
+// after a read loads joins it, so a reader opening the file then does not
+// cancel it (the prefetch was dropped as a duplicate, and the file read
+// absent after the reader's open).
+func TestPrefetchJoinsAYieldingStaging(t *testing.T) {
+	src := t.TempDir()
+	writeFile(t, src, "f", randomBytes(300000, 3))
+	c, started, release := gatedCache(t, src)
+	rec := record(t, c)
+	joined := make(chan struct{})
+	var once sync.Once
+	c.hooks.joined = func(string) { once.Do(func() { close(joined) }) }
+	c.Opened("f")
+	c.Closed("f")
+	waitClosed(t, started, "the staging's first copy")
+	if !c.Prefetch("f") {
+		t.Fatal("prefetch of f refused")
+	}
+	waitClosed(t, joined, "the prefetch joining the staging")
+	c.Opened("f")
+	close(release)
+	rec.waitFor(t, "f", StateResident)
+	if s := c.Stats(); s.YieldedToReaders != 0 || s.Misses != 1 {
+		t.Fatalf("yielded %d, loads %d: want 0 and 1", s.YieldedToReaders, s.Misses)
+	}
+	c.Closed("f")
+}

@@ -110,15 +110,6 @@ func gatedCache(t *testing.T, src string) (c *Cache, started, release chan struc
 	return c, started, release
 }
 
-func waitClosed(t *testing.T, ch chan struct{}, what string) {
-	t.Helper()
-	select {
-	case <-ch:
-	case <-time.After(20 * time.Second):
-		t.Fatalf("%s did not happen", what)
-	}
-}
-
 // TestStagingAfterReadYieldsToANewReader (issue 14): the staging that
 // follows a reader's close is cancelled when a reader opens the file
 // through the mount again (a loader that reads a header, closes, and
@@ -133,7 +124,7 @@ func TestStagingAfterReadYieldsToANewReader(t *testing.T) {
 	c.hooks.prefetchDone = func(rel string) { done <- rel }
 	c.Opened("f")
 	c.Closed("f") // the reader is done: staging follows
-	waitClosed(t, started, "the staging's first copy")
+	within(t, "the staging's first copy", func() { <-started })
 	c.Opened("f") // a new reader: the staging yields
 	if ev := rec.waitFor(t, "f", StateAbsent); ev.Reason != "yielded to a reader" {
 		t.Fatalf("absent because %q, want yielded to a reader", ev.Reason)
@@ -165,7 +156,7 @@ func TestStagingJoinedByALeaseDoesNotYield(t *testing.T) {
 	c.hooks.joined = func(string) { close(joined) }
 	c.Opened("f")
 	c.Closed("f")
-	waitClosed(t, started, "the staging's first copy")
+	within(t, "the staging's first copy", func() { <-started })
 	leased := make(chan error, 1)
 	go func() {
 		l, err := c.Acquire(context.Background(), Request{Rel: "f"})
@@ -174,7 +165,7 @@ func TestStagingJoinedByALeaseDoesNotYield(t *testing.T) {
 		}
 		leased <- err
 	}()
-	waitClosed(t, joined, "the lease joining the load")
+	within(t, "the lease joining the load", func() { <-joined })
 	c.Opened("f")
 	close(release)
 	if err := <-leased; err != nil {
@@ -292,11 +283,11 @@ func TestPrefetchJoinsAYieldingStaging(t *testing.T) {
 	c.hooks.joined = func(string) { once.Do(func() { close(joined) }) }
 	c.Opened("f")
 	c.Closed("f")
-	waitClosed(t, started, "the staging's first copy")
+	within(t, "the staging's first copy", func() { <-started })
 	if !c.Prefetch("f") {
 		t.Fatal("prefetch of f refused")
 	}
-	waitClosed(t, joined, "the prefetch joining the staging")
+	within(t, "the prefetch joining the staging", func() { <-joined })
 	c.Opened("f")
 	close(release)
 	rec.waitFor(t, "f", StateResident)

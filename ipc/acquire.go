@@ -309,6 +309,12 @@ func (cn *conn) stat(req proto.Request) proto.Response {
 		return cn.fail(err)
 	}
 	state, loadPath := cn.s.cfg.Cache.Attr(rel)
+	return cn.described(rel, size, state, loadPath)
+}
+
+// described is stat's (and wait's) answer for rel in state: with why
+// for an absent file whose reason the cache knows.
+func (cn *conn) described(rel string, size int64, state, loadPath string) proto.Response {
 	r := cn.ok()
 	r.State, r.LoadPath, r.Size = state, loadPath, size
 	if state == proto.StateAbsent {

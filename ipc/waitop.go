@@ -46,12 +46,7 @@ func (cn *conn) wait(req proto.Request) proto.Response {
 	for {
 		state, loadPath := s.cfg.Cache.Attr(rel)
 		if proto.StateIn(state, req.Until) {
-			r := cn.ok()
-			r.State, r.LoadPath, r.Size = state, loadPath, size
-			if state == proto.StateAbsent {
-				r.Why = s.cfg.Cache.AbsentReason(rel)
-			}
-			return r
+			return cn.described(rel, size, state, loadPath)
 		}
 		if err := cn.block(ctx, wake); err != nil {
 			return cn.fail(cn.waitErr(err, "%s is %s after %dms, not %v", rel, state, req.TimeoutMS, req.Until))

@@ -242,9 +242,8 @@ func (c *Cache) lookupOrStart(rel string, o *opened, p place, wait bool, w **wai
 	e, stale := c.existingLocked(rel, o, p, *w)
 	if e != nil {
 		c.usedLocked(e, at)
-		if e.yielding && !p.yield {
-			e.yielding = false // a lease or prefetch joined it: it no longer yields
-			e.ra.low.Store(false)
+		if !p.yield {
+			e.keepLocked() // a lease or prefetch joined it
 		}
 		joined := e.state == StateLoading
 		c.mu.Unlock()

@@ -68,9 +68,8 @@ func (c *Cache) startLocked(rel string, o *opened, want *slot, at uint64, yield 
 		e.src = src
 		src.pins++
 		c.usedLocked(src, at) // a demand depends on it: promoted if read-ahead
-		if src.yielding && !yield {
-			src.yielding = false // nor cancelled for a reader
-			src.ra.low.Store(false)
+		if !yield {
+			src.keepLocked() // nor cancelled for a reader
 		}
 	}
 	c.attachLocked(e)

@@ -56,6 +56,16 @@ func (c *Cache) openedDeferred(rel string) {
 	}
 }
 
+// keepLocked makes a yielding load an ordinary one, because a demand
+// depends on it: a reader no longer cancels it, and its tasks no longer
+// give way. Cache.mu must be held.
+func (e *entry) keepLocked() {
+	if e.yielding {
+		e.yielding = false
+		e.ra.low.Store(false)
+	}
+}
+
 // stageYielding stages rel after its readers closed it: a reader opening
 // it again through the mount meanwhile cancels the load (errYielded).
 func (c *Cache) stageYielding(ctx context.Context, rel string, at uint64) error {

@@ -192,10 +192,12 @@ func waitStaged(files []warmFile, timeout time.Duration) error {
 			return fmt.Errorf("warmup: %d files still loading after %s", len(files)-i, timeout)
 		case err != nil:
 			return fmt.Errorf("warmup %s: %w", f.path, err)
-		case r.State != proto.StateResident && r.Why != "":
-			failed = append(failed, f.rel+": "+r.State+" ("+r.Why+")")
 		case r.State != proto.StateResident:
-			failed = append(failed, f.rel+": "+r.State)
+			what := f.rel + ": " + r.State
+			if r.Why != "" {
+				what += " (" + r.Why + ")"
+			}
+			failed = append(failed, what)
 		}
 		bar.Add64(f.size)
 	}

@@ -130,11 +130,7 @@ def _batch(paths, sock, items, out, timeout, dev):
     except BaseException:
         conn.close()
         raise
-    _adopt_batch(paths, Holder(conn), conn, resp, fds, items, out, sock, dev)
-
-
-def _adopt_batch(paths, holder, conn, resp, fds, items, out, sock, dev):
-    """Map a batch's grants into out, held by holder on conn."""
+    holder = Holder(conn)
     files = resp.get("files") or []
     first = None
     try:

@@ -63,14 +63,14 @@ def fallback(loader, reason, path=None, socket_path=None, detail=None):
                 ": %s" % detail if detail else "",
             )
         if socket_path is None and path is not None and reason not in ("not-gdsfs", "not-a-path"):
-            socket_path = _mount_socket(path)
+            socket_path = mount_socket(path)
         if socket_path:
             _report(socket_path, reason)
     except Exception:  # accounting must never break the caller's load
         log.debug("gdsfs autoload: counting a fallback failed", exc_info=True)
 
 
-def _mount_socket(path):
+def mount_socket(path):
     """The lease socket of the gdsfs mount path is under, or None: a
     fallback that concerns a mount is counted in its .gdsfs/stats too."""
     try:

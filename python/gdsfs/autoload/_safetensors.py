@@ -58,8 +58,7 @@ class Served:
         if name.startswith("_") or self.__dict__.get("_original") is None:
             raise AttributeError(name)
         if self.__dict__.get("_orig") is None:
-            _report.fallback("safetensors.safe_open", "method:" + name, self._path(), _serve.socket_of(self._lease)
-                             if self._lease is not None else None)
+            _report.fallback("safetensors.safe_open", "method:" + name, self._path())
             with _serve.bypass():
                 self._orig = self._original()
         return getattr(self._orig, name)

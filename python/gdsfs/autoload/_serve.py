@@ -91,11 +91,7 @@ def known_gpu(path):
     return _gpu_dirs.get(os.path.dirname(path))
 
 
-def _socket_of(path):
-    try:
-        return gdsfs.locate(path)[0]
-    except Exception:
-        return None
+_socket_of = _report.mount_socket
 
 
 def acquire(path):

@@ -23,9 +23,10 @@ import (
 
 // Stager is what fs needs from the staging cache. No method may block.
 type Stager interface {
-	// Opened tells the cache that a regular file (path relative to
-	// SOURCE) was opened for reading through the mount.
-	Opened(rel string)
+	// OpenedBy tells the cache that a regular file (path relative to
+	// SOURCE) was opened for reading through the mount by process pid
+	// (in the daemon's PID namespace; 0 when the kernel could not say).
+	OpenedBy(rel string, pid uint32)
 	// Closed tells the cache that one such open ended (the kernel
 	// released that handle).
 	Closed(rel string)

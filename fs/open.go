@@ -46,14 +46,18 @@ func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 		return nil, 0, errno
 	}
 	rel, _ := n.rel()
-	return n.opened(f, st, rel, flags, writes(flags))
+	var pid uint32
+	if c, ok := fuse.FromContext(ctx); ok {
+		pid = c.Pid
+	}
+	return n.opened(f, st, rel, pid, flags, writes(flags))
 }
 
 // opened makes the file handle of a backing file opened for the kernel:
 // it invalidates the kernel's attributes and pages of a file that changed
 // since the kernel last saw it (before the open returns, so no read is
 // cut to an old size), and tells the Stager.
-func (n *node) opened(f *os.File, st *syscall.Stat_t, rel string, flags uint32, write bool) (gofs.FileHandle, uint32, syscall.Errno) {
+func (n *node) opened(f *os.File, st *syscall.Stat_t, rel string, pid, flags uint32, write bool) (gofs.FileHandle, uint32, syscall.Errno) {
 	if flags&syscall.O_NONBLOCK == 0 {
 		if err := setNonblock(f, false); err != nil {
 			f.Close()
@@ -85,7 +89,7 @@ func (n *node) opened(f *os.File, st *syscall.Stat_t, rel string, flags uint32, 
 		n.srv.changed(rel)
 	} else if s := n.srv.stager; s != nil {
 		h.reading = true
-		s.Opened(rel)
+		s.OpenedBy(rel, pid)
 	}
 	return h, fl, 0
 }
@@ -159,7 +163,7 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 	}
 	rel := n.relName(name)
 	ch := n.newChild(ctx, st, id, out)
-	h, fl, errno := ch.Operations().(*node).opened(f, st, rel, flags, true)
+	h, fl, errno := ch.Operations().(*node).opened(f, st, rel, 0, flags, true)
 	return ch, h, fl, errno
 }
 
@@ -323,6 +327,6 @@ func (n *node) Tmpfile(ctx context.Context, flags, mode uint32, out *fuse.EntryO
 		return nil, nil, 0, errno
 	}
 	ch := n.newChild(ctx, st, id, out)
-	h, fl, errno := ch.Operations().(*node).opened(f, st, "", flags, true)
+	h, fl, errno := ch.Operations().(*node).opened(f, st, "", 0, flags, true)
 	return ch, h, fl, errno
 }

@@ -256,6 +256,7 @@ func (cn *conn) handle(line []byte) (string, proto.Response, []int) {
 	default: // hello
 		r := cn.ok()
 		r.Version, r.Ops, r.MaxFDs = proto.Version, proto.Ops, proto.MaxFDs
+		r.Devices = cn.s.cfg.Cache.Devices()
 		return req.Op, r, nil
 	}
 }

@@ -27,6 +27,8 @@ type Cache interface {
 	// AbsentReason is why rel last became absent, or "" (staging.Cache).
 	AbsentReason(rel string) string
 	Stats() staging.Stats
+	// Devices names the devices files are staged onto (hello answers them).
+	Devices() []string
 	// Subscribe calls fn with every entry state change (wait follows them).
 	Subscribe(fn func(staging.Event)) (cancel func())
 }

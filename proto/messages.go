@@ -217,6 +217,10 @@ type Response struct {
 	Version int      `json:"version,omitempty"`
 	Ops     []string `json:"ops,omitempty"`
 	MaxFDs  int      `json:"max_fds,omitempty"`
+	// Devices names the devices the daemon stages onto ("GPU-<uuid>",
+	// "host", "hostN"): a client learns whether a mount's files go to GPU
+	// memory without leasing one.
+	Devices []string `json:"devices,omitempty"`
 }
 
 // Err is the answer's error, or nil when it is OK.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"time"
 
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
@@ -74,9 +75,13 @@ type Cache struct {
 	queuedOn   map[string]int              // those of them that name devices
 	queuedKeys map[string]bool             // the same requests by key (path and devices): duplicates are dropped
 	readers    map[string]*readers         // opens through the mount (readers.go)
-	absentWhy  map[string]string           // why a file last became absent (AbsentReason)
-	waiters    *list.List                  // of *waiter, waiting for room, first come first served
-	gen        uint64                      // last generation handed out
+	settling   map[string]*settling        // closed by their readers, page cache still growing (readers.go)
+	// settleMapMin: files this large are checked for readers' mappings
+	// after their last close (readers.go; tests lower it).
+	settleMapMin int64
+	absentWhy    map[string]string // why a file last became absent (AbsentReason)
+	waiters      *list.List        // of *waiter, waiting for room, first come first served
+	gen          uint64            // last generation handed out
 	// INVARIANT: 0 <= fdsUsed <= fdBudget.
 	fdsUsed int // descriptors reserved by entries and private copies
 	closed  bool
@@ -92,6 +97,8 @@ type hooks struct {
 	waiting      func(rel string)                    // a request (again) sleeps, waiting for room
 	queued       func(rel string, low bool)          // a load's tasks were queued for the workers
 	declined     func(rel string, why readahead.Why) // the cache declined a read-ahead request
+	settleTick   func(rel string) <-chan time.Time   // the next check of a settling file's page cache
+	pageCache    func(rel string) (int64, bool)      // a file's pages in the page cache, and whether all are
 }
 
 // New opens the cache and starts its workers; they stop when ctx is done
@@ -135,7 +142,7 @@ func New(ctx context.Context, cfg Config) (*Cache, error) {
 		log: cfg.Log.Named("staging"), ctx: ctx, cancel: cancel, events: newEvents(),
 		queue:   make(chan prefetchReq, cfg.Options.PrefetchQueue),
 		entries: map[string]copies{}, queued: map[string]int{}, queuedOn: map[string]int{}, queuedKeys: map[string]bool{}, byFID: map[fid]map[*entry]struct{}{},
-		waiters: list.New(), readers: map[string]*readers{}, absentWhy: map[string]string{},
+		waiters: list.New(), readers: map[string]*readers{}, settling: map[string]*settling{}, settleMapMin: settleMapMin, absentWhy: map[string]string{},
 	}
 	c.ra = newRunner(cfg, root, c.log)
 	c.log.Info("io", zap.Int("num_threads", int(c.io.NumThreads)), zap.Stringer("bounce_size", units.Size(c.io.BounceSize)),

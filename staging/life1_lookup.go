@@ -22,12 +22,18 @@ import (
 // rel once its readers are done (readers.go), or at once without
 // staging.defer_while_read; otherwise it only drops a stale entry. Either
 // way the open feeds read-ahead (readahead.go). It never blocks.
-func (c *Cache) Opened(rel string) {
+func (c *Cache) Opened(rel string) { c.OpenedBy(rel, 0) }
+
+// OpenedBy is Opened for a reader the kernel names: pid, its process ID
+// in the daemon's PID namespace (0: unknown). The staging after the last
+// close also waits while one of those processes still maps the file
+// (readers.go).
+func (c *Cache) OpenedBy(rel string, pid uint32) {
 	c.watch.drain()
 	c.used(rel, c.ra.Opened(rel))
 	switch {
 	case c.opts.Prefetch == PrefetchOpen && c.opts.DeferWhileRead:
-		c.openedDeferred(rel)
+		c.openedDeferred(rel, pid)
 	case c.opts.Prefetch == PrefetchOpen:
 		c.Prefetch(rel)
 	default:

@@ -60,7 +60,7 @@ func (c *Cache) startLocked(rel string, o *opened, want *slot, at uint64, yield 
 	if yield {
 		// Its tasks yield to demand loads, and a new reader through the
 		// mount cancels it (readers.go).
-		e.yielding, e.ra = true, &raLoad{}
+		e.yielding, e.ra = true, &raLoad{gentle: true}
 		e.ra.ctx, e.ra.cancel = context.WithCancel(c.ctx)
 		e.ra.low.Store(true)
 	}

@@ -31,6 +31,32 @@ type job struct {
 	failed atomic.Bool      // a task failed: skip the rest
 	errMu  sync.Mutex       // guards err
 	err    error            // the first task error
+	// running counts tasks handed out and not ended; signal wakes the
+	// loader's workers when a task of a gentle job ends (run sets it).
+	running atomic.Int64
+	signal  func()
+}
+
+// gentleTasks bounds the tasks of a gentle load in flight: the staging
+// after a plain read (readers.go) runs beside a reader that may still be
+// copying the file to the device from the page cache itself (a loader's
+// mapping read after its last close), so it takes two of the link's
+// workers, not all of them, until a demand joins it.
+const gentleTasks = 2
+
+// capped reports whether j may not start another task now: a gentle load
+// nobody has joined, with gentleTasks in flight.
+func (j *job) capped() bool {
+	return j.ra != nil && j.ra.gentle && j.low() && j.running.Load() >= gentleTasks
+}
+
+// end ends task t (handed out by take).
+func (t *task) end(err error) {
+	t.j.running.Add(-1)
+	if t.j.ra != nil && t.j.ra.gentle {
+		t.j.signal() // a worker may take its next task
+	}
+	t.j.finish(err)
 }
 
 // finish ends one task of j; the last closes j.done.
@@ -102,6 +128,7 @@ func (l *loader) run(j *job) error {
 	}
 	j.next = j.start
 	j.done = make(chan struct{})
+	j.signal = l.signal
 	j.left.Store(n)
 	l.mu.Lock()
 	l.jobs = append(l.jobs, j)
@@ -141,18 +168,23 @@ func (l *loader) withdraw(j *job, err error) {
 }
 
 // take hands out the next task: of the first job in turn at demand
-// priority, else of the first read-ahead job. That job goes to the back
-// of the turn. nil: no task is waiting.
+// priority, else of the first read-ahead job (a gentle one only below
+// gentleTasks in flight). That job goes to the back of the turn. nil: no
+// task may start now.
 func (l *loader) take() *task {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if len(l.jobs) == 0 {
+	i := slices.IndexFunc(l.jobs, func(j *job) bool { return !j.low() })
+	if i < 0 {
+		i = slices.IndexFunc(l.jobs, func(j *job) bool { return !j.capped() })
+	}
+	if i < 0 {
 		return nil
 	}
-	i := max(0, slices.IndexFunc(l.jobs, func(j *job) bool { return !j.low() }))
 	j := l.jobs[i]
 	t := &task{j: j, off: j.next, n: int(min(int64(l.c.io.TaskSize), j.size-j.next))}
 	j.next += int64(t.n)
+	j.running.Add(1)
 	l.jobs = slices.Delete(l.jobs, i, i+1)
 	if j.next < j.size {
 		l.jobs = append(l.jobs, j)
@@ -199,7 +231,7 @@ func (wk *worker) complete(i int) {
 		p.t.err = err
 	}
 	if p.last {
-		p.t.j.finish(p.t.err)
+		p.t.end(p.t.err)
 	}
 }
 
@@ -238,13 +270,13 @@ func (l *loader) work() {
 		}
 		switch {
 		case t.j.failed.Load():
-			t.j.finish(nil)
+			t.end(nil)
 		case t.j.ra != nil && t.j.ra.ctx.Err() != nil:
-			t.j.finish(fmt.Errorf("read-ahead cancelled: %w", t.j.ra.ctx.Err()))
+			t.end(fmt.Errorf("read-ahead cancelled: %w", t.j.ra.ctx.Err()))
 		case t.j.cf != nil:
-			t.j.finish(t.readCuFile())
+			t.end(t.readCuFile())
 		case wk.err != nil:
-			t.j.finish(fmt.Errorf("bounce buffers: %w", wk.err))
+			t.end(fmt.Errorf("bounce buffers: %w", wk.err))
 		default:
 			wk.copyTask(t)
 		}
@@ -267,7 +299,7 @@ func (wk *worker) copyTask(t *task) {
 			if t.err == nil {
 				t.err = err
 			}
-			t.j.finish(t.err)
+			t.end(t.err)
 			return
 		}
 		wk.inflight[i] = &piece{t: t, last: off+n >= t.n}

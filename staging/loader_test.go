@@ -390,3 +390,56 @@ func TestDirectIOAuto(t *testing.T) {
 	}
 	checkStaged(t, c, "f", data)
 }
+
+// TestGentleLoadTakesTwoWorkers (issue 14, warm through the mount on the
+// H200): the staging after a plain read ran on every io worker while the
+// reader, done with its opens but still copying its mapping to the device,
+// shared the host link with it. Such a load now has at most gentleTasks
+// tasks in flight while nobody has joined it; a demand load still gets
+// every task it asks for, and a joined one is no longer capped.
+func TestGentleLoadTakesTwoWorkers(t *testing.T) {
+	opts, io := testOptions()
+	c := newCache(t, t.TempDir(), opts, io)
+	l := &loader{c: c, wake: make(chan struct{}, 1)}
+	ts := int64(c.io.TaskSize)
+	gentle := &job{rel: "after-read", size: 10 * ts, ra: &raLoad{gentle: true}, signal: l.signal}
+	gentle.ra.low.Store(true)
+	l.jobs = append(l.jobs, gentle)
+
+	var held []*task
+	for range 3 {
+		if tk := l.take(); tk != nil {
+			held = append(held, tk)
+		}
+	}
+	if len(held) != gentleTasks {
+		t.Fatalf("a gentle load got %d tasks at once, want %d", len(held), gentleTasks)
+	}
+	demand := &job{rel: "demand", size: 3 * ts, signal: l.signal}
+	l.jobs = append(l.jobs, demand)
+	for i := range 3 {
+		if tk := l.take(); tk == nil || tk.j != demand {
+			t.Fatalf("demand task %d not handed out beside a capped gentle load", i)
+		}
+	}
+	if tk := l.take(); tk != nil {
+		t.Fatalf("a third task of the gentle load (%s) was handed out", tk.j.rel)
+	}
+	gentle.done = make(chan struct{})
+	gentle.left.Store(10)
+	held[0].end(nil)
+	select {
+	case <-l.wake:
+	default:
+		t.Fatal("the end of a gentle task woke no worker")
+	}
+	if tk := l.take(); tk == nil || tk.j != gentle {
+		t.Fatal("the gentle load's next task was not handed out after one ended")
+	}
+	gentle.ra.low.Store(false) // a lease joined it (entry.keepLocked)
+	for i := range 3 {
+		if tk := l.take(); tk == nil || tk.j != gentle {
+			t.Fatalf("joined load: task %d not handed out", i)
+		}
+	}
+}

@@ -44,6 +44,9 @@ type raLoad struct {
 	ctx    context.Context // cancelled when its item leaves the window, or the cache closes
 	cancel context.CancelFunc
 	low    atomic.Bool // its tasks yield to demand tasks; cleared by a demand use
+	// gentle: a staging after a plain read (readers.go), at most
+	// gentleTasks tasks in flight while low.
+	gentle bool
 }
 
 // newRunner makes the detector and its runner for cfg; directories are

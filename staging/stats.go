@@ -18,6 +18,7 @@ type counters struct {
 	changeEvents, racyWaits, loadRetries atomic.Uint64
 	freeErrors, roomWaits, deferredOpens atomic.Uint64
 	yielded                              atomic.Uint64
+	mappedReadWaits                      atomic.Uint64
 	bytesPeer, splitLoads                atomic.Uint64
 	leasesActive                         atomic.Int64
 
@@ -84,9 +85,13 @@ type Stats struct {
 	// YieldedToReaders counts stagings after a plain read cancelled
 	// because a reader opened the file through the mount again.
 	YieldedToReaders uint64 `json:"yielded_to_readers"`
-	ReadersOpen      int    `json:"readers_open"`    // files open for reading through the mount now
-	IOThreads        int    `json:"io_threads"`      // io.num_threads in force (auto resolved)
-	IOBounceBytes    int64  `json:"io_bounce_bytes"` // io.bounce_size in force
+	// MappedReadWaits counts stagings after a plain read that waited for
+	// the file's page cache to stop growing (read through a mapping
+	// after its last close).
+	MappedReadWaits uint64 `json:"mapped_read_waits"`
+	ReadersOpen     int    `json:"readers_open"`    // files open for reading through the mount now
+	IOThreads       int    `json:"io_threads"`      // io.num_threads in force (auto resolved)
+	IOBounceBytes   int64  `json:"io_bounce_bytes"` // io.bounce_size in force
 	// Descriptors held by staged regions, and the budget they may use
 	// (RLIMIT_NOFILE less the reserve kept for the FUSE server and leases).
 	DescriptorsUsed   int `json:"descriptors_used"`
@@ -130,7 +135,7 @@ func (c *Cache) Stats() Stats {
 		LeasesActive: s.leasesActive.Load(), LeasesTotal: s.leasesTotal.Load(),
 		ChangeDetection: c.watch.mode(c.sourceDev), ChangeEvents: s.changeEvents.Load(),
 		RacyWaits: s.racyWaits.Load(), LoadRetries: s.loadRetries.Load(), FreeErrors: s.freeErrors.Load(),
-		RoomWaits: s.roomWaits.Load(), DeferredOpens: s.deferredOpens.Load(), YieldedToReaders: s.yielded.Load(), IOThreads: int(c.io.NumThreads), IOBounceBytes: int64(c.io.BounceSize),
+		RoomWaits: s.roomWaits.Load(), DeferredOpens: s.deferredOpens.Load(), YieldedToReaders: s.yielded.Load(), MappedReadWaits: s.mappedReadWaits.Load(), IOThreads: int(c.io.NumThreads), IOBounceBytes: int64(c.io.BounceSize),
 		DescriptorBudget: c.fdBudget, DescriptorReserve: c.fdReserve,
 	}
 	out.Stats = c.ra.Stats()

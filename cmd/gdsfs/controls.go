@@ -117,7 +117,7 @@ var sections = []struct {
 	{"staging", []string{"device", "staged_files", "loading_files", "failed_files", "resident_bytes", "used_bytes",
 		"capacity_bytes", "prefetches", "prefetch_dropped", "hits", "misses", "shared_loads", "split_loads", "evictions",
 		"invalidations", "load_errors", "too_large", "no_space", "free_errors", "change_detection", "change_events",
-		"racy_waits", "load_retries", "room_waits", "room_waiting", "deferred_opens", "readers_open",
+		"racy_waits", "load_retries", "room_waits", "room_waiting", "deferred_opens", "readers_open", "yielded_to_readers", "mapped_read_waits",
 		"descriptors_used", "descriptor_budget", "descriptor_reserve"}},
 	{"io", []string{"bytes_cufile", "bytes_posix", "bytes_host", "bytes_peer", "cufile_mode", "cufile_fallbacks", "cufile_last_error",
 		"io_threads", "io_bounce_bytes"}},

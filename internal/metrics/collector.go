@@ -33,6 +33,7 @@ var (
 		"ipc_connections": true, "ipc_requests": true, "ipc_bad_requests": true,
 		"autoload_fallbacks": true, "change_events": true, "racy_waits": true,
 		"load_retries": true, "free_errors": true, "room_waits": true, "deferred_opens": true,
+		"yielded_to_readers": true, "mapped_read_waits": true,
 		"ipc_accept_errors": true, "ipc_timeouts": true, "ipc_refused": true,
 	}
 )

@@ -208,7 +208,7 @@ def open_served(loader, filename, device, original=None):
     if path is None:
         raise Fallback("not-a-path")
     dev = _device(torch, device)
-    if dev.type == "cpu" and _serve.known_gpu(path) and _serve.cpu_policy() == "original":
+    if dev.type == "cpu" and _serve.cpu_policy() == "original" and _serve.mount_is_gpu(path):
         raise Fallback("cpu-target-gpu-staged")
     lease = _serve.acquire(path)
     try:

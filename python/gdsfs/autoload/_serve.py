@@ -9,8 +9,12 @@ import stat as _stat
 import threading
 
 import gdsfs
+from gdsfs import _proto
+from gdsfs._registry import _is_gpu
 
 from . import _report
+
+_HELLO_TIMEOUT = 5.0  # seconds
 
 _tls = threading.local()
 
@@ -85,10 +89,39 @@ def path_of(f):
     return p
 
 
-def known_gpu(path):
-    """True/False when a file of path's directory was leased before from a
-    GPU/host mount, None when not known yet."""
-    return _gpu_dirs.get(os.path.dirname(path))
+def mount_is_gpu(path):
+    """True when the gdsfs mount path is under stages onto a GPU, False on
+    the host backend, None when it cannot tell (not a mount, no daemon, a
+    daemon whose hello names no devices). Known from a lease of a file in
+    the same directory, else asked with hello, which stages nothing: a CPU
+    load from a GPU mount is left to the original loader without the
+    daemon reading the file beside it."""
+    d = os.path.dirname(path)
+    known = _gpu_dirs.get(d)
+    if known is not None:
+        return known
+    sock = _socket_of(path)
+    if sock is None:
+        return None
+    try:
+        conn = _proto.Conn(sock, _HELLO_TIMEOUT)
+        try:
+            resp, _ = conn.request({"op": "hello", "version": 1})
+        finally:
+            conn.close()
+    except OSError:
+        return None
+    devs = resp.get("devices") or []
+    if not devs:
+        return None
+    _remember(d, _is_gpu(devs[0]))
+    return _gpu_dirs[d]
+
+
+def _remember(d, gpu):
+    if len(_gpu_dirs) >= 4096:
+        _gpu_dirs.clear()
+    _gpu_dirs[d] = gpu
 
 
 _socket_of = _report.mount_socket
@@ -106,9 +139,7 @@ def acquire(path):
         raise Fallback("daemon-unavailable", None, str(e)) from None
     except Exception as e:  # a client failure (CUDA mapping, ...) is not the caller's
         raise Fallback("client-error:" + type(e).__name__, _socket_of(path), str(e)) from None
-    _gpu_dirs[os.path.dirname(path)] = lease.is_gpu
-    if len(_gpu_dirs) > 4096:
-        _gpu_dirs.clear()
+    _remember(os.path.dirname(path), lease.is_gpu)
     return lease
 
 

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -54,14 +55,28 @@ func TestReadAheadThroughMount(t *testing.T) {
 	}
 }
 
-// stagedOrder is the order the daemon logged files as staged (log.level
-// debug: one "staged" line per load, in the order loads ended).
-var stagedLine = regexp.MustCompile(`\bstaged\b[^\n]*"path": "([^"]+)"`)
+// stagedLine is the daemon's "staged" log line (log.level debug: one per
+// load), with its path and seq.
+var stagedLine = regexp.MustCompile(`\bstaged\b[^\n]*"path": "([^"]+)"[^\n]*"seq": (\d+)`)
 
+// stagedOrder is the order of the daemon's loads, by the seq of its
+// "staged" log lines: loads that end together may write their lines out
+// of order (a replay's next load starts once the runner hears of the last
+// one, before that one's line is written).
 func stagedOrder(log string) []string {
-	var out []string
+	type staged struct {
+		rel string
+		seq int
+	}
+	var all []staged
 	for _, m := range stagedLine.FindAllStringSubmatch(log, -1) {
-		out = append(out, m[1])
+		n, _ := strconv.Atoi(m[2])
+		all = append(all, staged{m[1], n})
+	}
+	slices.SortFunc(all, func(a, b staged) int { return a.seq - b.seq })
+	out := make([]string, len(all))
+	for i, s := range all {
+		out[i] = s.rel
 	}
 	return out
 }
@@ -100,7 +115,7 @@ func TestTraceRecordAndReplay(t *testing.T) {
 		waitState(t, m.path(rel), "resident")
 	}
 	if got := stagedOrder(m.log.String()); !slices.Equal(got, order) {
-		t.Fatalf("staged in the order %v, want the trace's %v", got, order)
+		t.Fatalf("staged in the order %v, want the trace's %v; the daemon's log:\n%s", got, order, m.log.String())
 	}
 	if got := m.control("trace"); !strings.Contains(got, "# no trace recorded: staging.trace_entries is 0\n") {
 		t.Fatalf(".gdsfs/trace with trace_entries 0:\n%s", got)

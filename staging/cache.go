@@ -76,6 +76,7 @@ type Cache struct {
 	queuedKeys map[string]bool             // the same requests by key (path and devices): duplicates are dropped
 	readers    map[string]*readers         // opens through the mount (readers.go)
 	settling   map[string]*settling        // closed by their readers, page cache still growing (readers.go)
+	published  uint64                      // loads ended (publish), numbering the "staged" log lines
 	// settleMapMin: files this large are checked for readers' mappings
 	// after their last close (readers.go; tests lower it).
 	settleMapMin int64

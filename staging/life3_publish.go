@@ -51,6 +51,8 @@ func (c *Cache) publish(e *entry, region gpu.Region, path, note string, err erro
 	}
 	close(e.done)
 	c.wakeLocked() // resident: evictable once unleased
+	c.published++
+	seq := c.published
 	c.mu.Unlock()
 	if e.ra != nil {
 		e.ra.cancel() // the load is over: release its context
@@ -65,7 +67,8 @@ func (c *Cache) publish(e *entry, region gpu.Region, path, note string, err erro
 		c.log.Warn("load failed", zap.String("path", e.rel), zap.Error(err))
 	default:
 		c.log.Debug("staged", zap.String("path", e.rel), zap.String("load_path", path),
-			zap.Int64("bytes", e.id.size), zap.Duration("took", dur), zap.Bool("read_ahead", ahead))
+			zap.Int64("bytes", e.id.size), zap.Duration("took", dur), zap.Bool("read_ahead", ahead),
+			zap.Uint64("seq", seq)) // the order loads ended in: log lines of loads ending together may be written out of it
 	}
 }
 

@@ -327,6 +327,21 @@ func settleHooks(t *testing.T, c *Cache) (counts chan int64, ticks chan chan tim
 	return counts, ticks
 }
 
+// settleCache is a cache over a SOURCE of 50,000-byte files named names,
+// with settleHooks installed and its events recorded.
+func settleCache(t *testing.T, names ...string) (c *Cache, src string, rec *recorder, counts chan int64, ticks chan chan time.Time) {
+	t.Helper()
+	src = t.TempDir()
+	for i, name := range names {
+		writeFile(t, src, name, randomBytes(50000, uint64(i+1)))
+	}
+	opts, io := testOptions()
+	c = newCache(t, src, opts, io)
+	rec = record(t, c)
+	counts, ticks = settleHooks(t, c)
+	return c, src, rec, counts, ticks
+}
+
 // nextCheck ends the settling wait's current sleep and answers its page
 // cache check with n.
 func nextCheck(t *testing.T, counts chan int64, ticks chan chan time.Time, n int64) {
@@ -346,12 +361,7 @@ func nextCheck(t *testing.T, counts chan int64, ticks chan chan time.Time, n int
 // file's page cache grows, and starts once it has not grown for
 // settleQuiet checks.
 func TestStagingAfterReadWaitsWhileThePageCacheGrows(t *testing.T) {
-	src := t.TempDir()
-	writeFile(t, src, "f", randomBytes(50000, 1))
-	opts, io := testOptions()
-	c := newCache(t, src, opts, io)
-	rec := record(t, c)
-	counts, ticks := settleHooks(t, c)
+	c, _, rec, counts, ticks := settleCache(t, "f")
 
 	c.Opened("f")
 	closed := make(chan struct{})
@@ -381,13 +391,7 @@ func TestStagingAfterReadWaitsWhileThePageCacheGrows(t *testing.T) {
 // cache at its last close is queued at once (staging reads it from there),
 // and one that becomes whole while settling is queued at that check.
 func TestStagingAfterReadOfACachedFileStartsAtOnce(t *testing.T) {
-	src := t.TempDir()
-	writeFile(t, src, "f", randomBytes(50000, 1))
-	writeFile(t, src, "g", randomBytes(50000, 2))
-	opts, io := testOptions()
-	c := newCache(t, src, opts, io)
-	rec := record(t, c)
-	counts, ticks := settleHooks(t, c)
+	c, _, rec, counts, ticks := settleCache(t, "f", "g")
 
 	c.Opened("f")
 	go c.Closed("f")
@@ -407,12 +411,7 @@ func TestStagingAfterReadOfACachedFileStartsAtOnce(t *testing.T) {
 // TestReopenEndsTheSettlingWait: a reader opening the file again ends the
 // wait; staging follows its own last close, once.
 func TestReopenEndsTheSettlingWait(t *testing.T) {
-	src := t.TempDir()
-	writeFile(t, src, "f", randomBytes(50000, 1))
-	opts, io := testOptions()
-	c := newCache(t, src, opts, io)
-	rec := record(t, c)
-	counts, ticks := settleHooks(t, c)
+	c, _, rec, counts, ticks := settleCache(t, "f")
 
 	c.Opened("f")
 	go c.Closed("f")
@@ -483,19 +482,13 @@ func TestPageCacheOf(t *testing.T) {
 // beside the copy (0.88 of SOURCE's speed against 0.94 with no staging).
 // A file a reader still maps is staged after it unmaps it.
 func TestStagingAfterReadWaitsForTheReadersMapping(t *testing.T) {
-	src := t.TempDir()
-	data := randomBytes(50000, 3)
-	writeFile(t, src, "f", data)
-	opts, io := testOptions()
-	c := newCache(t, src, opts, io)
+	c, src, rec, counts, ticks := settleCache(t, "f")
 	c.settleMapMin = 0
-	rec := record(t, c)
-	counts, ticks := settleHooks(t, c)
 	f, err := os.Open(filepath.Join(src, "f"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := unix.Mmap(int(f.Fd()), 0, len(data), unix.PROT_READ, unix.MAP_SHARED)
+	m, err := unix.Mmap(int(f.Fd()), 0, 50000, unix.PROT_READ, unix.MAP_SHARED)
 	f.Close()
 	if err != nil {
 		t.Fatal(err)

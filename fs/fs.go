@@ -24,9 +24,8 @@ import (
 // Stager is what fs needs from the staging cache. No method may block.
 type Stager interface {
 	// OpenedBy tells the cache that a regular file (path relative to
-	// SOURCE) was opened for reading through the mount by process pid
-	// (in the daemon's PID namespace; 0 when the kernel could not say).
-	OpenedBy(rel string, pid uint32)
+	// SOURCE) was opened for reading through the mount, by r.
+	OpenedBy(rel string, r Reader)
 	// Closed tells the cache that one such open ended (the kernel
 	// released that handle).
 	Closed(rel string)
@@ -36,6 +35,17 @@ type Stager interface {
 	Changed(rel string)
 	// Attr answers the user.gdsfs.state and user.gdsfs.path xattrs.
 	Attr(rel string) (state, path string)
+}
+
+// Reader is what the mount knows of an open for reading: the thread that
+// opened the file (the FUSE request's, in the daemon's PID namespace; 0
+// when the kernel could not say), the device and inode number a mapping
+// of the file made through the mount shows in /proc/PID/maps, and the
+// file's size.
+type Reader struct {
+	PID      uint32
+	Dev, Ino uint64
+	Size     int64
 }
 
 // Control is one file of MOUNTPOINT/.gdsfs/. Exactly one of Read and Write
@@ -98,6 +108,9 @@ type Server struct {
 	// Settled once by Mount; read by open files and Stats.
 	passthrough    atomic.Bool
 	passthroughWhy atomic.Pointer[string]
+	// mountDev is the mount's device number (0 until mounted): a mapping
+	// made through the mount shows it in /proc/PID/maps.
+	mountDev atomic.Uint64
 
 	opens, reads, readBytes atomic.Uint64
 	drain                   drain // open files, and refusing new opens on shutdown (drain.go)
@@ -215,6 +228,10 @@ func (s *Server) serve(mnt string) error {
 	go srv.Serve()
 	if err := srv.WaitMount(); err != nil {
 		return err
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(mnt, &st); err == nil {
+		s.mountDev.Store(st.Dev)
 	}
 	s.fuse = srv
 	return nil

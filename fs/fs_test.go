@@ -28,7 +28,7 @@ func (f *fakeStager) record(call string) {
 	}
 }
 
-func (f *fakeStager) OpenedBy(rel string, _ uint32)        { f.record("opened " + rel) }
+func (f *fakeStager) OpenedBy(rel string, _ Reader)        { f.record("opened " + rel) }
 func (f *fakeStager) Closed(rel string)                    { f.record("closed " + rel) }
 func (f *fakeStager) Changed(rel string)                   { f.record("changed " + rel) }
 func (f *fakeStager) Attr(rel string) (state, path string) { return "absent", "" }

@@ -89,7 +89,7 @@ func (n *node) opened(f *os.File, st *syscall.Stat_t, rel string, pid, flags uin
 		n.srv.changed(rel)
 	} else if s := n.srv.stager; s != nil {
 		h.reading = true
-		s.OpenedBy(rel, pid)
+		s.OpenedBy(rel, Reader{PID: pid, Dev: n.srv.mountDev.Load(), Ino: n.StableAttr().Ino, Size: st.Size})
 	}
 	return h, fl, 0
 }

@@ -2,13 +2,17 @@ package integration
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/gdsfs/gdsfs/client"
 	"github.com/gdsfs/gdsfs/proto"
@@ -288,4 +292,54 @@ func TestStagedAfterReaderCloses(t *testing.T) {
 	if sha(t, p) != sha(t, filepath.Join(src, "shard.bin")) {
 		t.Fatal("bytes through the mount differ from SOURCE")
 	}
+}
+
+// TestStagedAfterTheReaderUnmaps (issue 14, found on the H200): a loader
+// that opens the file, maps it, closes it and then reads the mapping
+// (safetensors 0.8) was followed at once by the staging after its close,
+// which then ran beside it. The file is staged once the mapping is gone,
+// whose /proc/PID/maps line shows the mount's device and inode.
+func TestStagedAfterTheReaderUnmaps(t *testing.T) {
+	src := t.TempDir()
+	const size = 64<<20 + 4096
+	randomFile(t, filepath.Join(src, "model.safetensors"), size, 12)
+	m := startMount(t, src, "staging.defer_limit=10m")
+	p := m.path("model.safetensors")
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ, unix.MAP_SHARED)
+	f.Close() // the last close through the mount: the mapping reads on
+	if err != nil {
+		t.Fatal(err)
+	}
+	unmapped := false
+	defer func() {
+		if !unmapped {
+			unix.Munmap(data)
+		}
+	}()
+	var sum byte
+	for i := 0; i < size; i += 4096 {
+		sum ^= data[i] // the reader reads it all, through the mapping
+	}
+	// While the mapping lasts the file is not staged, however long that is
+	// (staging.defer_limit is 10 minutes): a second of it is asked for.
+	r, err := client.Wait(p, []string{proto.StateResident, proto.StateFailed}, time.Second)
+	if err == nil {
+		t.Fatalf("%s became %s while its reader maps it", p, r.State)
+	}
+	if !errors.Is(err, syscall.ETIMEDOUT) {
+		t.Fatal(err)
+	}
+	if err := unix.Munmap(data); err != nil {
+		t.Fatal(err)
+	}
+	unmapped = true
+	waitState(t, p, "resident")
+	if n, _ := statsOf(t, m)["mapped_read_waits"].(float64); n < 1 {
+		t.Fatalf("mapped_read_waits %v, want at least 1", statsOf(t, m)["mapped_read_waits"])
+	}
+	t.Logf("read through the mapping (xor of a byte per page: %d)", sum)
 }

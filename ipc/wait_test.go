@@ -29,7 +29,7 @@ func (f *fixture) waitRoomWaiting(t *testing.T, n int) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("room_waiting %v, want %d", v, n)
+			t.Fatalf("room_waiting %v, want %d; stats %s", v, n, b)
 		}
 		time.Sleep(time.Millisecond)
 	}

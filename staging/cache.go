@@ -80,6 +80,7 @@ type Cache struct {
 	// settleMapMin: files this large are checked for readers' mappings
 	// after their last close (readers.go; tests lower it).
 	settleMapMin int64
+	settleSem    chan struct{}     // bounds the settling checks running at once
 	absentWhy    map[string]string // why a file last became absent (AbsentReason)
 	waiters      *list.List        // of *waiter, waiting for room, first come first served
 	gen          uint64            // last generation handed out
@@ -143,7 +144,7 @@ func New(ctx context.Context, cfg Config) (*Cache, error) {
 		log: cfg.Log.Named("staging"), ctx: ctx, cancel: cancel, events: newEvents(),
 		queue:   make(chan prefetchReq, cfg.Options.PrefetchQueue),
 		entries: map[string]copies{}, queued: map[string]int{}, queuedOn: map[string]int{}, queuedKeys: map[string]bool{}, byFID: map[fid]map[*entry]struct{}{},
-		waiters: list.New(), readers: map[string]*readers{}, settling: map[string]*settling{}, settleMapMin: settleMapMin, absentWhy: map[string]string{},
+		waiters: list.New(), readers: map[string]*readers{}, settling: map[string]*settling{}, settleMapMin: settleMapMin, settleSem: make(chan struct{}, settleChecks), absentWhy: map[string]string{},
 	}
 	c.ra = newRunner(cfg, root, c.log)
 	c.log.Info("io", zap.Int("num_threads", int(c.io.NumThreads)), zap.Stringer("bounce_size", units.Size(c.io.BounceSize)),

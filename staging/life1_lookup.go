@@ -14,6 +14,7 @@ import (
 
 	"syscall"
 
+	"github.com/gdsfs/gdsfs/fs"
 	"github.com/gdsfs/gdsfs/gpu"
 	"github.com/gdsfs/gdsfs/internal/access"
 )
@@ -22,18 +23,17 @@ import (
 // rel once its readers are done (readers.go), or at once without
 // staging.defer_while_read; otherwise it only drops a stale entry. Either
 // way the open feeds read-ahead (readahead.go). It never blocks.
-func (c *Cache) Opened(rel string) { c.OpenedBy(rel, 0) }
+func (c *Cache) Opened(rel string) { c.OpenedBy(rel, fs.Reader{}) }
 
-// OpenedBy is Opened for a reader the kernel names: pid, its process ID
-// in the daemon's PID namespace (0: unknown). The staging after the last
-// close also waits while one of those processes still maps the file
-// (readers.go).
-func (c *Cache) OpenedBy(rel string, pid uint32) {
+// OpenedBy is Opened with what the mount knows of the open (fs.Reader):
+// the staging after the last close also waits while the process that
+// opened the file still maps it (readers.go).
+func (c *Cache) OpenedBy(rel string, r fs.Reader) {
 	c.watch.drain()
 	c.used(rel, c.ra.Opened(rel))
 	switch {
 	case c.opts.Prefetch == PrefetchOpen && c.opts.DeferWhileRead:
-		c.openedDeferred(rel, pid)
+		c.openedDeferred(rel, r)
 	case c.opts.Prefetch == PrefetchOpen:
 		c.Prefetch(rel)
 	default:

@@ -31,30 +31,28 @@ type job struct {
 	failed atomic.Bool      // a task failed: skip the rest
 	errMu  sync.Mutex       // guards err
 	err    error            // the first task error
-	// running counts tasks handed out and not ended; signal wakes the
-	// loader's workers when a task of a gentle job ends (run sets it).
-	running atomic.Int64
-	signal  func()
+	l      *loader          // the loader running it (run sets it)
 }
 
-// gentleTasks bounds the tasks of a gentle load in flight: the staging
-// after a plain read (readers.go) runs beside a reader that may still be
-// copying the file to the device from the page cache itself (a loader's
-// mapping read after its last close), so it takes two of the link's
-// workers, not all of them, until a demand joins it.
+// gentleTasks bounds the tasks of gentle loads in flight on one loader
+// (one device's link): a staging after a plain read (readers.go) may run
+// beside a reader still copying the file to the device itself, so such
+// stagings take two of the workers together, not all of them, until a
+// demand joins them.
 const gentleTasks = 2
 
-// capped reports whether j may not start another task now: a gentle load
-// nobody has joined, with gentleTasks in flight.
-func (j *job) capped() bool {
-	return j.ra != nil && j.ra.gentle && j.low() && j.running.Load() >= gentleTasks
-}
+// gentle reports whether j's tasks count against gentleTasks: a staging
+// after a read nobody has joined.
+func (j *job) gentle() bool { return j.ra != nil && j.ra.gentle && j.low() }
 
 // end ends task t (handed out by take).
 func (t *task) end(err error) {
-	t.j.running.Add(-1)
-	if t.j.ra != nil && t.j.ra.gentle {
-		t.j.signal() // a worker may take its next task
+	if t.gentle {
+		l := t.j.l
+		l.mu.Lock()
+		l.gentle--
+		l.mu.Unlock()
+		l.signal() // a worker may take the next gentle task
 	}
 	t.j.finish(err)
 }
@@ -88,10 +86,11 @@ func (j *job) ctx(c *Cache) context.Context {
 }
 
 type task struct {
-	j   *job
-	off int64
-	n   int
-	err error // the first error of its pieces; owned by the worker running it
+	j      *job
+	gentle bool // counted in loader.gentle
+	off    int64
+	n      int
+	err    error // the first error of its pieces; owned by the worker running it
 }
 
 // loader runs tasks on io.num_threads workers, each owning a gpu.Worker
@@ -104,8 +103,9 @@ type loader struct {
 	slot *slot
 	wake chan struct{} // capacity 1: tasks are waiting
 
-	mu   sync.Mutex
-	jobs []*job // jobs with tasks not handed out yet, in turn order
+	mu     sync.Mutex
+	jobs   []*job // jobs with tasks not handed out yet, in turn order
+	gentle int    // tasks of gentle jobs in flight
 }
 
 func newLoader(c *Cache, s *slot) *loader {
@@ -128,7 +128,7 @@ func (l *loader) run(j *job) error {
 	}
 	j.next = j.start
 	j.done = make(chan struct{})
-	j.signal = l.signal
+	j.l = l
 	j.left.Store(n)
 	l.mu.Lock()
 	l.jobs = append(l.jobs, j)
@@ -176,15 +176,17 @@ func (l *loader) take() *task {
 	defer l.mu.Unlock()
 	i := slices.IndexFunc(l.jobs, func(j *job) bool { return !j.low() })
 	if i < 0 {
-		i = slices.IndexFunc(l.jobs, func(j *job) bool { return !j.capped() })
+		i = slices.IndexFunc(l.jobs, func(j *job) bool { return !j.gentle() || l.gentle < gentleTasks })
 	}
 	if i < 0 {
 		return nil
 	}
 	j := l.jobs[i]
-	t := &task{j: j, off: j.next, n: int(min(int64(l.c.io.TaskSize), j.size-j.next))}
+	t := &task{j: j, off: j.next, n: int(min(int64(l.c.io.TaskSize), j.size-j.next)), gentle: j.gentle()}
 	j.next += int64(t.n)
-	j.running.Add(1)
+	if t.gentle {
+		l.gentle++
+	}
 	l.jobs = slices.Delete(l.jobs, i, i+1)
 	if j.next < j.size {
 		l.jobs = append(l.jobs, j)

@@ -391,55 +391,74 @@ func TestDirectIOAuto(t *testing.T) {
 	checkStaged(t, c, "f", data)
 }
 
-// TestGentleLoadTakesTwoWorkers (issue 14, warm through the mount on the
+// TestGentleLoadsTakeTwoWorkers (issue 14, warm through the mount on the
 // H200): the staging after a plain read ran on every io worker while the
 // reader, done with its opens but still copying its mapping to the device,
-// shared the host link with it. Such a load now has at most gentleTasks
-// tasks in flight while nobody has joined it; a demand load still gets
-// every task it asks for, and a joined one is no longer capped.
-func TestGentleLoadTakesTwoWorkers(t *testing.T) {
+// shared the host link with it. Such loads now have at most gentleTasks
+// tasks in flight together on a device's loader while nobody has joined
+// them (several files closed one after another count together); a demand
+// load still gets every task it asks for, and a joined one is no longer
+// capped.
+func TestGentleLoadsTakeTwoWorkers(t *testing.T) {
 	opts, io := testOptions()
 	c := newCache(t, t.TempDir(), opts, io)
 	l := &loader{c: c, wake: make(chan struct{}, 1)}
 	ts := int64(c.io.TaskSize)
-	gentle := &job{rel: "after-read", size: 10 * ts, ra: &raLoad{gentle: true}, signal: l.signal}
-	gentle.ra.low.Store(true)
-	l.jobs = append(l.jobs, gentle)
+	var gentle []*job
+	for _, rel := range []string{"a", "b", "c"} {
+		j := &job{rel: rel, size: 10 * ts, ra: &raLoad{gentle: true}, l: l, done: make(chan struct{})}
+		j.ra.low.Store(true)
+		j.left.Store(10)
+		gentle = append(gentle, j)
+		l.jobs = append(l.jobs, j)
+	}
 
 	var held []*task
-	for range 3 {
+	for range 4 {
 		if tk := l.take(); tk != nil {
 			held = append(held, tk)
 		}
 	}
 	if len(held) != gentleTasks {
-		t.Fatalf("a gentle load got %d tasks at once, want %d", len(held), gentleTasks)
+		t.Fatalf("three gentle loads got %d tasks at once, want %d in all", len(held), gentleTasks)
 	}
-	demand := &job{rel: "demand", size: 3 * ts, signal: l.signal}
+	demand := &job{rel: "demand", size: 3 * ts, l: l}
 	l.jobs = append(l.jobs, demand)
 	for i := range 3 {
 		if tk := l.take(); tk == nil || tk.j != demand {
-			t.Fatalf("demand task %d not handed out beside a capped gentle load", i)
+			t.Fatalf("demand task %d not handed out beside capped gentle loads", i)
 		}
 	}
 	if tk := l.take(); tk != nil {
-		t.Fatalf("a third task of the gentle load (%s) was handed out", tk.j.rel)
+		t.Fatalf("a third gentle task (%s) was handed out", tk.j.rel)
 	}
-	gentle.done = make(chan struct{})
-	gentle.left.Store(10)
 	held[0].end(nil)
 	select {
 	case <-l.wake:
 	default:
 		t.Fatal("the end of a gentle task woke no worker")
 	}
-	if tk := l.take(); tk == nil || tk.j != gentle {
-		t.Fatal("the gentle load's next task was not handed out after one ended")
+	next := l.take()
+	if next == nil || !next.gentle {
+		t.Fatal("no gentle task handed out after one ended")
 	}
-	gentle.ra.low.Store(false) // a lease joined it (entry.keepLocked)
+	if tk := l.take(); tk != nil {
+		t.Fatalf("a third gentle task (%s) was handed out", tk.j.rel)
+	}
+	for _, j := range gentle {
+		j.ra.low.Store(false) // a lease joined them (entry.keepLocked)
+	}
 	for i := range 3 {
-		if tk := l.take(); tk == nil || tk.j != gentle {
-			t.Fatalf("joined load: task %d not handed out", i)
+		if tk := l.take(); tk == nil || tk.gentle {
+			t.Fatalf("joined loads: task %d not handed out, or counted as gentle", i)
 		}
+	}
+	held[1].end(nil) // handed out while gentle: still counted as such
+	next.end(nil)
+	l.mu.Lock()
+	n := l.gentle
+	l.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("%d gentle tasks counted in flight after all ended", n)
 	}
 }

@@ -53,6 +53,11 @@ func (c *Cache) PrefetchOn(rel string, devs []string) (bool, error) {
 func (c *Cache) queueLocking(r prefetchReq) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.queuePrefetchLocked(r)
+}
+
+// queuePrefetchLocked is queueLocking with Cache.mu held.
+func (c *Cache) queuePrefetchLocked(r prefetchReq) bool {
 	if c.closed {
 		return false
 	}

@@ -2,15 +2,18 @@ package staging
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
-	"slices"
+	"strconv"
 	"strings"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gdsfs/gdsfs/fs"
 )
 
 // Staging waits for the readers. A file opened for reading through the
@@ -29,15 +32,44 @@ type readers struct {
 	opens    int
 	deferred bool        // staging waits for the last close
 	timer    *time.Timer // staging.defer_limit
-	pids     []uint32    // the processes that opened it (maxReaderPids at most)
+	openers  []opener    // the latest processes that opened it (files of settleMapMin bytes or more)
 }
 
-// maxReaderPids bounds the processes remembered per file.
-const maxReaderPids = 16
+// opener is a process that opened a file through the mount, and the
+// device and inode its /proc/PID/maps shows for a mapping made through
+// the mount.
+type opener struct {
+	pid      uint32 // process (thread group) ID
+	dev, ino uint64
+}
 
-// openedDeferred counts an open of rel by pid (0: unknown) and defers its
-// staging.
-func (c *Cache) openedDeferred(rel string, pid uint32) {
+// maxOpeners bounds the processes remembered per file: the latest.
+const maxOpeners = 4
+
+// mergeOpeners adds add to list, keeping the latest maxOpeners distinct
+// processes.
+func mergeOpeners(list []opener, add ...opener) []opener {
+	for _, o := range add {
+		for i, x := range list {
+			if x.pid == o.pid {
+				list = append(list[:i:i], list[i+1:]...)
+				break
+			}
+		}
+		list = append(list, o)
+	}
+	if len(list) > maxOpeners {
+		list = append([]opener(nil), list[len(list)-maxOpeners:]...)
+	}
+	return list
+}
+
+// openedDeferred counts an open of rel by r and defers its staging.
+func (c *Cache) openedDeferred(rel string, rd fs.Reader) {
+	var o opener
+	if rd.PID != 0 && rd.Size >= c.settleMapMin {
+		o = opener{pid: processOf(rd.PID), dev: rd.Dev, ino: rd.Ino}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -50,8 +82,8 @@ func (c *Cache) openedDeferred(rel string, pid uint32) {
 	}
 	r.opens++
 	r.deferred = true
-	if pid != 0 && len(r.pids) < maxReaderPids && !slices.Contains(r.pids, pid) {
-		r.pids = append(r.pids, pid)
+	if o.pid != 0 {
+		r.openers = mergeOpeners(r.openers, o)
 	}
 	c.stats.deferredOpens.Add(1)
 	if r.timer == nil && c.opts.DeferLimit > 0 {
@@ -65,6 +97,7 @@ func (c *Cache) openedDeferred(rel string, pid uint32) {
 	if s := c.settling[rel]; s != nil {
 		close(s.stop) // staged after this reader closes it
 		delete(c.settling, rel)
+		r.openers = mergeOpeners(r.openers, s.openers...) // it may still map the file
 	}
 	for _, e := range c.replicasLocked(rel) {
 		if e.yielding && e.state == StateLoading {
@@ -83,6 +116,9 @@ func (e *entry) keepLocked() {
 	if e.yielding {
 		e.yielding = false
 		e.ra.low.Store(false)
+		if e.slot != nil && e.slot.loader != nil {
+			e.slot.loader.signal() // its tasks are no longer capped (loader.go)
+		}
 	}
 }
 
@@ -98,27 +134,36 @@ func (c *Cache) stageYielding(ctx context.Context, rel string, at uint64) error 
 }
 
 // Closed tells the cache that one open of rel through the mount ended;
-// after the last, a staging deferred by Opened is queued. It never blocks.
+// after the last, a staging deferred by Opened follows (once the reader
+// is done with the file: settle). It never blocks.
 func (c *Cache) Closed(rel string) {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	r := c.readers[rel]
 	if r == nil {
-		c.mu.Unlock()
 		return
 	}
 	r.opens--
 	if r.opens > 0 {
-		c.mu.Unlock()
 		return
 	}
 	delete(c.readers, rel)
 	if r.timer != nil {
 		r.timer.Stop()
 	}
-	c.mu.Unlock()
-	if r.deferred {
-		c.settleThenStage(rel, r.pids)
+	if !r.deferred || c.closed {
+		return
 	}
+	if len(c.replicasLocked(rel)) > 0 {
+		// Staged or loading already: the staging after the read is a hit
+		// or joins that load, nothing to wait for.
+		c.queuePrefetchLocked(prefetchReq{rel: rel, afterRead: true})
+		return
+	}
+	s := &settling{stop: make(chan struct{}), openers: r.openers}
+	c.settling[rel] = s
+	c.wg.Add(1)
+	go c.settle(rel, s)
 }
 
 // deferLimit stages rel, still open after staging.defer_limit.
@@ -154,49 +199,38 @@ func (c *Cache) stopReadersLocked() {
 // mapping it made before closing (safetensors 0.8 opens the file, maps it,
 // closes it, then reads the whole mapping and copies it to the device).
 // With passthrough the daemon sees none of those reads. So the staging
-// after the last close waits while a process that opened the file through
-// the mount still maps it (its /proc/PID/maps names the file; checked for
-// files of settleMapMin bytes or more, where a staging beside the reader
-// costs it most), and while the file's page cache grows (a reader the
-// daemon cannot name). It starts once neither holds: at once for a file
-// wholly in the page cache and mapped by none of them, else once the page
-// cache has not grown for settleQuiet checks settleEvery apart; or after
-// staging.defer_limit. A reader opening the file again meanwhile ends the
-// wait (its own close starts another). Counted as mapped_read_waits.
+// after the last close waits while one of the latest processes that opened
+// the file through the mount still maps it (its /proc/PID/maps names the
+// file; checked for files of settleMapMin bytes or more, where a staging
+// beside the reader costs it most), and while the file's page cache grows
+// (a reader the daemon cannot name; cachestat(2), Linux 6.5: not waited
+// for without it). It starts once neither holds: at the first check for a
+// file wholly in the page cache and mapped by none of them, else once the
+// page cache has not grown for settleQuiet checks settleEvery apart; or
+// staging.defer_limit after the last close. A reader opening the file
+// again ends the wait (its own last close starts another, still watching
+// the processes this one watched). A file staged or loading already is
+// not waited for. Waits are counted as mapped_read_waits.
 const (
 	settleEvery  = 250 * time.Millisecond
 	settleQuiet  = 2
 	settleMapMin = 64 << 20
+	// mapsLimit bounds the bytes of one /proc/PID/maps read per check (a
+	// process can have tens of thousands of mappings).
+	mapsLimit = 2 << 20
+	// settleChecks bounds the checks running at once.
+	settleChecks = 2
 )
 
 // settling is one such wait.
-type settling struct{ stop chan struct{} }
-
-// settleThenStage queues the staging after rel's last close now if its
-// page cache is whole (or cannot be read) and none of pids maps it, else
-// once that holds or the page cache stops growing (a goroutine waits).
-func (c *Cache) settleThenStage(rel string, pids []uint32) {
-	cached, whole, mapped := c.readerState(rel, pids)
-	if whole && !mapped {
-		c.queueLocking(prefetchReq{rel: rel, afterRead: true})
-		return
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return
-	}
-	if old := c.settling[rel]; old != nil {
-		close(old.stop)
-	}
-	s := &settling{stop: make(chan struct{})}
-	c.settling[rel] = s
-	c.stats.mappedReadWaits.Add(1)
-	c.wg.Add(1)
-	go c.settle(rel, s, pids, cached)
+type settling struct {
+	stop    chan struct{}
+	openers []opener
 }
 
-func (c *Cache) settle(rel string, s *settling, pids []uint32, last int64) {
+// settle waits until rel's reader is done with it (above), then queues its
+// staging after the read.
+func (c *Cache) settle(rel string, s *settling) {
 	defer c.wg.Done()
 	var limit <-chan time.Time
 	if c.opts.DeferLimit > 0 {
@@ -204,22 +238,23 @@ func (c *Cache) settle(rel string, s *settling, pids []uint32, last int64) {
 		defer t.Stop()
 		limit = t.C
 	}
-	for quiet := 0; quiet < settleQuiet; {
+	last, whole, mapped := c.readerState(rel, s.openers)
+	if !whole || mapped {
+		c.stats.mappedReadWaits.Add(1)
+	}
+	for quiet := 0; (!whole || mapped) && quiet < settleQuiet; {
 		select {
 		case <-s.stop:
 			return
 		case <-c.ctx.Done():
 			return
 		case <-limit:
-			quiet = settleQuiet
+			whole, mapped = true, false
 		case <-c.settleTick(rel):
-			n, whole, mapped := c.readerState(rel, pids)
+			var n int64
+			n, whole, mapped = c.readerState(rel, s.openers)
 			switch {
-			case mapped:
-				quiet = 0
-			case whole:
-				quiet = settleQuiet
-			case n > last:
+			case mapped || n > last:
 				quiet = 0
 			default:
 				quiet++
@@ -228,13 +263,10 @@ func (c *Cache) settle(rel string, s *settling, pids []uint32, last int64) {
 		}
 	}
 	c.mu.Lock()
-	mine := c.settling[rel] == s
-	if mine {
+	defer c.mu.Unlock()
+	if c.settling[rel] == s {
 		delete(c.settling, rel)
-	}
-	c.mu.Unlock()
-	if mine {
-		c.queueLocking(prefetchReq{rel: rel, afterRead: true})
+		c.queuePrefetchLocked(prefetchReq{rel: rel, afterRead: true})
 	}
 }
 
@@ -247,9 +279,12 @@ func (c *Cache) settleTick(rel string) <-chan time.Time {
 
 // readerState says how many of rel's pages are in the page cache,
 // whether that is all of them (true too where it cannot tell: the file
-// cannot be opened, and the staging will say why), and whether one of
-// pids maps it (for a file of settleMapMin bytes or more).
-func (c *Cache) readerState(rel string, pids []uint32) (cached int64, whole, mapped bool) {
+// cannot be opened, and the staging will say why; or no cachestat), and
+// whether one of openers maps it (for a file of settleMapMin bytes or
+// more).
+func (c *Cache) readerState(rel string, openers []opener) (cached int64, whole, mapped bool) {
+	c.settleSem <- struct{}{}
+	defer func() { <-c.settleSem }()
 	f, st, err := c.openRegular(rel, 0)
 	if err != nil {
 		return 0, true, false
@@ -261,30 +296,31 @@ func (c *Cache) readerState(rel string, pids []uint32) (cached int64, whole, map
 		cached, whole = pageCacheOf(f, st.Size)
 	}
 	if st.Size >= c.settleMapMin {
-		mapped = mappedBy(pids, st.Dev, st.Ino)
+		mapped = mappedBy(openers, st.Dev, st.Ino)
 	}
 	return cached, whole, mapped
 }
 
-// mappedBy reports whether one of pids maps the file dev:ino, as its
-// /proc/PID/maps says (a process that exited, or that this daemon cannot
-// see, maps nothing).
-func mappedBy(pids []uint32, dev, ino uint64) bool {
-	want := fmt.Sprintf("%02x:%02x %d ", unix.Major(dev), unix.Minor(dev), ino)
-	for _, pid := range pids {
-		f, err := os.Open(fmt.Sprintf("/proc/%d/maps", pid))
+// mappedBy reports whether one of openers maps the file, as its
+// /proc/PID/maps says: by the device and inode it showed through the
+// mount, or SOURCE's (dev, ino: a mapping of the backing file itself). A
+// process that exited, or that this daemon cannot see, maps nothing; so
+// does a mapping past the first mapsLimit bytes of its maps.
+func mappedBy(openers []opener, dev, ino uint64) bool {
+	src := mapsID(dev, ino)
+	for _, o := range openers {
+		f, err := os.Open("/proc/" + strconv.FormatUint(uint64(o.pid), 10) + "/maps")
 		if err != nil {
 			continue
 		}
-		sc := bufio.NewScanner(f)
+		mnt := mapsID(o.dev, o.ino)
+		sc := bufio.NewScanner(io.LimitReader(f, mapsLimit))
+		sc.Buffer(make([]byte, 0, 64<<10), 64<<10)
 		found := false
-		for sc.Scan() {
+		for sc.Scan() && !found {
 			// address perms offset dev inode path
-			line := sc.Text()
-			if i := strings.Index(line, want); i > 0 && fieldStart(line, i) == 3 {
-				found = true
-				break
-			}
+			line := sc.Bytes()
+			found = fieldIs(line, 3, src) || o.dev != 0 && fieldIs(line, 3, mnt)
 		}
 		f.Close()
 		if found {
@@ -294,17 +330,46 @@ func mappedBy(pids []uint32, dev, ino uint64) bool {
 	return false
 }
 
-// fieldStart is the index of the space-separated field starting at byte i
-// of line (-1: i does not start a field).
-func fieldStart(line string, i int) int {
-	if i > 0 && line[i-1] != ' ' {
-		return -1
-	}
-	return len(strings.Fields(line[:i]))
+// mapsID is "DEV INODE " as /proc/PID/maps spells a mapping's file.
+func mapsID(dev, ino uint64) []byte {
+	return fmt.Appendf(nil, "%02x:%02x %d ", unix.Major(dev), unix.Minor(dev), ino)
 }
 
-// pageCacheOf counts f's pages in the page cache with cachestat(2)
-// (Linux 6.5), else mincore(2) over a mapping of the file.
+// fieldIs reports whether line's space-separated fields from the n-th on
+// start with want (its last byte a space).
+func fieldIs(line []byte, n int, want []byte) bool {
+	for range n {
+		i := bytes.IndexByte(line, ' ')
+		if i < 0 {
+			return false
+		}
+		line = bytes.TrimLeft(line[i:], " ")
+	}
+	return bytes.HasPrefix(line, want)
+}
+
+// processOf is the process (thread group) of thread tid, which the FUSE
+// request names; 0 when it cannot be read (the thread is gone, or lives
+// in another PID namespace).
+func processOf(tid uint32) uint32 {
+	b, err := os.ReadFile("/proc/" + strconv.FormatUint(uint64(tid), 10) + "/status")
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "Tgid:"); ok {
+			n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 32)
+			if err != nil {
+				return 0
+			}
+			return uint32(n)
+		}
+	}
+	return 0
+}
+
+// pageCacheOf counts f's pages in the page cache with cachestat(2) (Linux
+// 6.5); whole is true too where it cannot tell.
 func pageCacheOf(f *os.File, size int64) (cached int64, whole bool) {
 	page := int64(os.Getpagesize())
 	pages := (size + page - 1) / page
@@ -312,32 +377,8 @@ func pageCacheOf(f *os.File, size int64) (cached int64, whole bool) {
 		return 0, true
 	}
 	var cs unix.Cachestat_t
-	err := unix.Cachestat(uint(f.Fd()), &unix.CachestatRange{Off: 0, Len: uint64(size)}, &cs, 0)
-	if err == nil {
-		return int64(cs.Cache), int64(cs.Cache) >= pages
-	}
-	return mincorePages(f, size)
-}
-
-// mincorePages counts f's pages in the page cache with mincore(2); whole
-// is true too where it cannot tell.
-func mincorePages(f *os.File, size int64) (cached int64, whole bool) {
-	page := int64(os.Getpagesize())
-	pages := (size + page - 1) / page
-	if pages == 0 {
+	if err := unix.Cachestat(uint(f.Fd()), &unix.CachestatRange{Off: 0, Len: uint64(size)}, &cs, 0); err != nil {
 		return 0, true
 	}
-	m, err := unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_READ, unix.MAP_SHARED)
-	if err != nil {
-		return 0, true
-	}
-	defer unix.Munmap(m)
-	vec := make([]byte, pages)
-	if _, _, errno := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&m[0])), uintptr(len(m)), uintptr(unsafe.Pointer(&vec[0]))); errno != 0 {
-		return 0, true
-	}
-	for _, v := range vec {
-		cached += int64(v & 1)
-	}
-	return cached, cached >= pages
+	return int64(cs.Cache), int64(cs.Cache) >= pages
 }

@@ -5,12 +5,15 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gdsfs/gdsfs/fs"
 )
 
 // TestStagedAfterReadersClose (issue 14): a file opened for reading
@@ -432,8 +435,7 @@ func TestReopenEndsTheSettlingWait(t *testing.T) {
 	}
 }
 
-// TestPageCacheOf counts a real file's cached pages, with cachestat and
-// with the mincore fallback.
+// TestPageCacheOf counts a real file's cached pages with cachestat.
 func TestPageCacheOf(t *testing.T) {
 	dir := t.TempDir()
 	data := randomBytes(4<<20, 1)
@@ -463,10 +465,6 @@ func TestPageCacheOf(t *testing.T) {
 	n, whole := pageCacheOf(f, size)
 	if whole || n != pages/2 {
 		t.Fatalf("half read: %d of %d pages cached (whole %v)", n, pages, whole)
-	}
-	m, mwhole := mincorePages(f, size)
-	if m != n || mwhole {
-		t.Fatalf("mincore counts %d (whole %v), cachestat %d", m, mwhole, n)
 	}
 	if _, err := f.ReadAt(make([]byte, size), 0); err != nil {
 		t.Fatal(err)
@@ -500,7 +498,7 @@ func TestStagingAfterReadWaitsForTheReadersMapping(t *testing.T) {
 		}
 	}()
 
-	c.OpenedBy("f", uint32(os.Getpid()))
+	c.OpenedBy("f", fs.Reader{PID: uint32(unix.Gettid()), Size: 50000})
 	go c.Closed("f")
 	within(t, "the check at the last close", func() { counts <- 16 }) // whole, but mapped
 	nextCheck(t, counts, ticks, 16)                                   // still mapped
@@ -519,6 +517,23 @@ func TestStagingAfterReadWaitsForTheReadersMapping(t *testing.T) {
 	tc <- time.Time{}
 	within(t, "the check after the unmap", func() { counts <- 16 })
 	rec.waitFor(t, "f", StateResident)
+}
+
+// TestProcessOf: the FUSE request names a thread; its process is what
+// maps files (defect found by a review: a thread that opened and mapped
+// the file, then exited, took its /proc/TID/maps with it).
+func TestProcessOf(t *testing.T) {
+	got := make(chan uint32)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread exits with the goroutine
+		got <- processOf(uint32(unix.Gettid()))
+	}()
+	if p := <-got; p != uint32(os.Getpid()) {
+		t.Fatalf("the process of another thread of this process is %d, want %d", p, os.Getpid())
+	}
+	if p := processOf(1 << 30); p != 0 {
+		t.Fatalf("the process of a thread that does not exist is %d", p)
+	}
 }
 
 // TestMappedBy reads /proc/PID/maps: this process's mapping of a file is
@@ -544,14 +559,20 @@ func TestMappedBy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	me := []uint32{uint32(os.Getpid())}
+	me := []opener{{pid: uint32(os.Getpid())}}
 	if !mappedBy(me, st.Dev, st.Ino) {
 		t.Fatal("this process's mapping of f not found")
 	}
 	if mappedBy(me, other.Dev, other.Ino) {
 		t.Fatal("g, never mapped, found mapped")
 	}
-	if mappedBy([]uint32{1 << 30}, st.Dev, st.Ino) {
+	// Through a mount, maps shows the mount's device and inode, which the
+	// opener carries.
+	through := []opener{{pid: uint32(os.Getpid()), dev: st.Dev, ino: st.Ino}}
+	if !mappedBy(through, other.Dev, other.Ino) {
+		t.Fatal("the mapping by the identity the opener saw not found")
+	}
+	if mappedBy([]opener{{pid: 1 << 30}}, st.Dev, st.Ino) {
 		t.Fatal("a process that does not exist maps f")
 	}
 	if err := unix.Munmap(m); err != nil {
@@ -559,5 +580,91 @@ func TestMappedBy(t *testing.T) {
 	}
 	if mappedBy(me, st.Dev, st.Ino) {
 		t.Fatal("f found mapped after munmap")
+	}
+}
+
+// TestSettlingKeepsTheEarlierReaders (found by a review): a reader that
+// opens the file again ends the wait, but the process that mapped the
+// file before is still watched after that reader's close.
+func TestSettlingKeepsTheEarlierReaders(t *testing.T) {
+	c, src, rec, counts, ticks := settleCache(t, "f")
+	c.settleMapMin = 0
+	f, err := os.Open(filepath.Join(src, "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := unix.Mmap(int(f.Fd()), 0, 50000, unix.PROT_READ, unix.MAP_SHARED)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	unmapped := false
+	defer func() {
+		if !unmapped {
+			unix.Munmap(m)
+		}
+	}()
+	c.OpenedBy("f", fs.Reader{PID: uint32(unix.Gettid()), Size: 50000}) // maps it
+	c.Closed("f")
+	within(t, "the first check", func() { counts <- 16 })
+	within(t, "the settling wait", func() { <-ticks })
+	c.OpenedBy("f", fs.Reader{PID: 1, Size: 50000}) // another process reads it, and closes
+	c.Closed("f")
+	within(t, "the check after the second close", func() { counts <- 16 })
+	var tc chan time.Time
+	within(t, "the second settling wait", func() { tc = <-ticks })
+	if state, _ := c.Attr("f"); state != StateAbsent {
+		t.Fatalf("f is %s while the first reader maps it", state)
+	}
+	if err := unix.Munmap(m); err != nil {
+		t.Fatal(err)
+	}
+	unmapped = true
+	tc <- time.Time{}
+	within(t, "the check after the unmap", func() { counts <- 16 })
+	rec.waitFor(t, "f", StateResident)
+}
+
+// TestReopenBeforeTheFirstCheck (found by a review): a reader opening the
+// file while the first check after the last close runs leaves no wait and
+// no staging behind; its own close stages the file, once.
+func TestReopenBeforeTheFirstCheck(t *testing.T) {
+	c, _, rec, counts, _ := settleCache(t, "f")
+	c.Opened("f")
+	c.Closed("f") // the check waits for its count
+	c.Opened("f")
+	within(t, "the first check", func() { counts <- 16 })
+	c.mu.Lock()
+	n := len(c.settling)
+	c.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("%d settling waits while f is open", n)
+	}
+	c.Closed("f")
+	within(t, "the check after the last close", func() { counts <- 16 })
+	rec.waitFor(t, "f", StateResident)
+	if s := c.Stats(); s.Prefetches != 1 || s.YieldedToReaders != 0 {
+		t.Fatalf("prefetches %d (want 1), yielded %d (want 0)", s.Prefetches, s.YieldedToReaders)
+	}
+}
+
+// TestNoSettlingForAStagedFile (found by a review): the close of a file
+// already staged queues its (hit) staging at once, with no check.
+func TestNoSettlingForAStagedFile(t *testing.T) {
+	c, _, rec, _, _ := settleCache(t, "f")
+	c.hooks.pageCache = func(string) (int64, bool) {
+		t.Error("the page cache of a staged file was checked")
+		return 0, true
+	}
+	if _, err := c.Stage(context.Background(), "f"); err != nil {
+		t.Fatal(err)
+	}
+	rec.waitFor(t, "f", StateResident)
+	for range 3 {
+		c.Opened("f")
+		c.Closed("f")
+	}
+	if s := c.Stats(); s.MappedReadWaits != 0 || s.Prefetches == 0 { // a close while one is queued adds none
+		t.Fatalf("mapped_read_waits %d (want 0), prefetches %d (want some)", s.MappedReadWaits, s.Prefetches)
 	}
 }

@@ -431,11 +431,11 @@ class _HelloDaemon:
     """A daemon socket that answers hello naming a GPU device and every
     other request ok, recording the ops it was sent."""
 
-    def __init__(self, devices):
+    def __init__(self, devices, silent=False):
         import socket
         import threading
 
-        self.devices, self.ops = devices, []
+        self.devices, self.ops, self.silent = devices, [], silent
         self.path = os.path.join(_support.tmpdir(), "fake.sock")
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.bind(self.path)
@@ -460,6 +460,8 @@ class _HelloDaemon:
                         line, buf = buf.split(b"\n", 1)
                         req = json.loads(line)
                         self.ops.append(req.get("op"))
+                        if self.silent and req.get("op") == "hello":
+                            continue  # never answers it
                         ans = {"ok": True, "epoch": 1}
                         if req.get("op") == "hello":
                             ans.update(version=1, devices=self.devices)
@@ -495,6 +497,27 @@ class TestCpuTargetOnAGpuMount(AutoloadCase):
         self.assertNotIn("acquire", fake.ops)
         self.assertEqual(fake.ops.count("hello"), 1, fake.ops)  # remembered for the directory
         self.assertEqual(fake.ops.count("report"), 2, fake.ops)
+
+    def test_hello_asked_once_per_daemon_whatever_it_answers(self):
+        """A daemon that never answers hello, or answers nonsense, costs
+        the process one question, and the load goes on as before (found by
+        a review: every load waited out the timeout again, and a malformed
+        answer raised out of safe_open)."""
+        from gdsfs.autoload import _serve
+
+        src = os.path.join(S.ST_FIXTURES, "nometa.safetensors")
+        for fake in (_HelloDaemon(None, silent=True), _HelloDaemon({"x": 1}), _HelloDaemon([])):
+            os.environ["GDSFS_SOCKET"] = fake.path
+            old = _serve._HELLO_TIMEOUT
+            _serve._HELLO_TIMEOUT = 0.2
+            try:
+                for _ in range(2):
+                    self.assertIsNone(_serve.mount_is_gpu(src))
+            finally:
+                _serve._HELLO_TIMEOUT = old
+                del os.environ["GDSFS_SOCKET"]
+                fake.close()
+            self.assertEqual(fake.ops.count("hello"), 1, fake.ops)
 
     def test_host_mount_still_serves_cpu_loads(self):
         path, _ = self.put("cpu/nometa.safetensors", os.path.join(S.ST_FIXTURES, "nometa.safetensors"))

@@ -21,6 +21,9 @@ _tls = threading.local()
 # Directories whose files were leased from a GPU (True) or host (False)
 # mount: CPU requests there skip the lease (see cpu_policy).
 _gpu_dirs = {}
+# Daemons' answers to hello by socket (mount_is_gpu).
+_hello = {}
+_hello_lock = threading.Lock()
 
 
 class Fallback(Exception):
@@ -92,10 +95,11 @@ def path_of(f):
 def mount_is_gpu(path):
     """True when the gdsfs mount path is under stages onto a GPU, False on
     the host backend, None when it cannot tell (not a mount, no daemon, a
-    daemon whose hello names no devices). Known from a lease of a file in
-    the same directory, else asked with hello, which stages nothing: a CPU
-    load from a GPU mount is left to the original loader without the
-    daemon reading the file beside it."""
+    daemon whose hello names no devices, or that did not answer). Known
+    from a lease of a file in the same directory, else asked once per
+    daemon with hello, which stages nothing: a CPU load from a GPU mount is
+    left to the original loader without a lease making the daemon stage
+    the file beside it."""
     d = os.path.dirname(path)
     known = _gpu_dirs.get(d)
     if known is not None:
@@ -103,19 +107,31 @@ def mount_is_gpu(path):
     sock = _socket_of(path)
     if sock is None:
         return None
+    with _hello_lock:
+        if sock in _hello:
+            gpu = _hello[sock]
+        else:
+            gpu = _hello[sock] = _ask_hello(sock)
+    if gpu is not None:
+        _remember(d, gpu)
+    return gpu
+
+
+def _ask_hello(sock):
+    """Whether the daemon on sock stages onto a GPU, by its hello; None
+    when it cannot tell."""
     try:
         conn = _proto.Conn(sock, _HELLO_TIMEOUT)
         try:
             resp, _ = conn.request({"op": "hello", "version": 1})
         finally:
             conn.close()
-    except OSError:
-        return None
-    devs = resp.get("devices") or []
-    if not devs:
-        return None
-    _remember(d, _is_gpu(devs[0]))
-    return _gpu_dirs[d]
+        devs = resp.get("devices")
+        if isinstance(devs, list) and devs and isinstance(devs[0], str):
+            return _is_gpu(devs[0])
+    except Exception:  # no answer, or not one this client understands
+        pass
+    return None
 
 
 def _remember(d, gpu):

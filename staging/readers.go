@@ -97,7 +97,7 @@ func (c *Cache) openedDeferred(rel string, rd fs.Reader) {
 	if s := c.settling[rel]; s != nil {
 		close(s.stop) // staged after this reader closes it
 		delete(c.settling, rel)
-		r.openers = mergeOpeners(r.openers, s.openers...) // it may still map the file
+		r.openers = mergeOpeners(append([]opener(nil), s.openers...), r.openers...) // they may still map it; the newest kept last
 	}
 	for _, e := range c.replicasLocked(rel) {
 		if e.yielding && e.state == StateLoading {

@@ -668,3 +668,22 @@ func TestNoSettlingForAStagedFile(t *testing.T) {
 		t.Fatalf("mapped_read_waits %d (want 0), prefetches %d (want some)", s.MappedReadWaits, s.Prefetches)
 	}
 }
+
+// TestReopenKeepsTheNewestOpener (found by a review): a reopen during a
+// wait that watched four processes kept those four and dropped the
+// process that had just opened the file.
+func TestReopenKeepsTheNewestOpener(t *testing.T) {
+	c, _, _, _, _ := settleCache(t, "f")
+	c.settleMapMin = 0
+	s := &settling{stop: make(chan struct{}), openers: []opener{{pid: 101}, {pid: 102}, {pid: 103}, {pid: 104}}}
+	c.mu.Lock()
+	c.settling["f"] = s
+	c.mu.Unlock()
+	c.OpenedBy("f", fs.Reader{PID: uint32(unix.Gettid()), Size: 50000})
+	c.mu.Lock()
+	got := c.readers["f"].openers
+	c.mu.Unlock()
+	if len(got) != maxOpeners || got[len(got)-1].pid != uint32(os.Getpid()) {
+		t.Fatalf("openers after the reopen: %+v, want the last four ending with this process %d", got, os.Getpid())
+	}
+}

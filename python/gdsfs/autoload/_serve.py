@@ -108,10 +108,12 @@ def mount_is_gpu(path):
     if sock is None:
         return None
     with _hello_lock:
-        if sock in _hello:
-            gpu = _hello[sock]
-        else:
-            gpu = _hello[sock] = _ask_hello(sock)
+        gpu = _hello.get(sock)
+    if gpu is None:
+        gpu = _ask_hello(sock)
+        if gpu is not None:  # only a definite answer is kept: a daemon away now may answer later
+            with _hello_lock:
+                _hello[sock] = gpu
     if gpu is not None:
         _remember(d, gpu)
     return gpu

@@ -474,6 +474,32 @@ func TestPageCacheOf(t *testing.T) {
 	}
 }
 
+// mapFile maps size bytes of path read-only, and closes its descriptor, as
+// a loader that reads the mapping after its close does. The mapping goes
+// when unmap is called, or when the test ends.
+func mapFile(t *testing.T, path string, size int) (unmap func()) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ, unix.MAP_SHARED)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	unmap = func() {
+		once.Do(func() {
+			if err := unix.Munmap(m); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	t.Cleanup(unmap)
+	return unmap
+}
+
 // TestStagingAfterReadWaitsForTheReadersMapping (issue 14, found on the
 // H200): a warm load_file through the mount maps the file, closes it and
 // copies the mapping to the device; the staging queued by that close ran
@@ -482,21 +508,7 @@ func TestPageCacheOf(t *testing.T) {
 func TestStagingAfterReadWaitsForTheReadersMapping(t *testing.T) {
 	c, src, rec, counts, ticks := settleCache(t, "f")
 	c.settleMapMin = 0
-	f, err := os.Open(filepath.Join(src, "f"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := unix.Mmap(int(f.Fd()), 0, 50000, unix.PROT_READ, unix.MAP_SHARED)
-	f.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	unmapped := false
-	defer func() {
-		if !unmapped {
-			unix.Munmap(m)
-		}
-	}()
+	unmap := mapFile(t, filepath.Join(src, "f"), 50000)
 
 	c.OpenedBy("f", fs.Reader{PID: uint32(unix.Gettid()), Size: 50000})
 	go c.Closed("f")
@@ -510,10 +522,7 @@ func TestStagingAfterReadWaitsForTheReadersMapping(t *testing.T) {
 	if s := c.Stats(); s.Prefetches != 0 || s.MappedReadWaits != 1 {
 		t.Fatalf("staging queued while the reader maps the file: %+v", s)
 	}
-	if err := unix.Munmap(m); err != nil {
-		t.Fatal(err)
-	}
-	unmapped = true
+	unmap()
 	tc <- time.Time{}
 	within(t, "the check after the unmap", func() { counts <- 16 })
 	rec.waitFor(t, "f", StateResident)
@@ -550,15 +559,7 @@ func TestMappedBy(t *testing.T) {
 	if err := unix.Stat(filepath.Join(dir, "g"), &other); err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.Open(filepath.Join(dir, "f"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := unix.Mmap(int(f.Fd()), 0, 8192, unix.PROT_READ, unix.MAP_SHARED)
-	f.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	unmap := mapFile(t, filepath.Join(dir, "f"), 8192)
 	me := []opener{{pid: uint32(os.Getpid())}}
 	if !mappedBy(me, st.Dev, st.Ino) {
 		t.Fatal("this process's mapping of f not found")
@@ -575,9 +576,7 @@ func TestMappedBy(t *testing.T) {
 	if mappedBy([]opener{{pid: 1 << 30}}, st.Dev, st.Ino) {
 		t.Fatal("a process that does not exist maps f")
 	}
-	if err := unix.Munmap(m); err != nil {
-		t.Fatal(err)
-	}
+	unmap()
 	if mappedBy(me, st.Dev, st.Ino) {
 		t.Fatal("f found mapped after munmap")
 	}
@@ -589,21 +588,7 @@ func TestMappedBy(t *testing.T) {
 func TestSettlingKeepsTheEarlierReaders(t *testing.T) {
 	c, src, rec, counts, ticks := settleCache(t, "f")
 	c.settleMapMin = 0
-	f, err := os.Open(filepath.Join(src, "f"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := unix.Mmap(int(f.Fd()), 0, 50000, unix.PROT_READ, unix.MAP_SHARED)
-	f.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	unmapped := false
-	defer func() {
-		if !unmapped {
-			unix.Munmap(m)
-		}
-	}()
+	unmap := mapFile(t, filepath.Join(src, "f"), 50000)
 	c.OpenedBy("f", fs.Reader{PID: uint32(unix.Gettid()), Size: 50000}) // maps it
 	c.Closed("f")
 	within(t, "the first check", func() { counts <- 16 })
@@ -616,10 +601,7 @@ func TestSettlingKeepsTheEarlierReaders(t *testing.T) {
 	if state, _ := c.Attr("f"); state != StateAbsent {
 		t.Fatalf("f is %s while the first reader maps it", state)
 	}
-	if err := unix.Munmap(m); err != nil {
-		t.Fatal(err)
-	}
-	unmapped = true
+	unmap()
 	tc <- time.Time{}
 	within(t, "the check after the unmap", func() { counts <- 16 })
 	rec.waitFor(t, "f", StateResident)

@@ -13,7 +13,9 @@ its bytes read through the mount are SOURCE's: nothing is timed.
 
 Needs root, /dev/fuse, a GPU, torch, safetensors and transformers (nothing
 is downloaded: the model is made here with random weights). Measured, each
-in a fresh interpreter, median of --repeat runs:
+in a fresh interpreter, median of --repeat runs (the cases of one
+loader interleaved round by round, each after the staging a previous case
+left is finished and evicted):
 - safetensors.torch.load_file(FILE, device="cuda") of a --size-gib file:
   plain from SOURCE and through the mount (page cache warm, and dropped),
   and under `gdsfs run` with the file resident, and not yet staged (warm
@@ -31,6 +33,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -62,10 +65,14 @@ def measure(a):
     torch.empty(1, device="cuda")
     torch.cuda.synchronize()
     out = {}
-    t0 = time.perf_counter()
+    # The libraries are imported before the clock starts: their import
+    # time (seconds for transformers, and varying) is not the load's.
     if a.what == "load_file":
         from safetensors.torch import load_file
-
+    elif a.what == "hf":
+        from transformers import AutoModelForCausalLM
+    t0 = time.perf_counter()
+    if a.what == "load_file":
         res = load_file(a.path, device="cuda")
         torch.cuda.synchronize()
         out["seconds"] = time.perf_counter() - t0
@@ -76,8 +83,6 @@ def measure(a):
         out["seconds"] = time.perf_counter() - t0
         out["checksum"] = checksum(res)
     elif a.what == "hf":
-        from transformers import AutoModelForCausalLM
-
         model = AutoModelForCausalLM.from_pretrained(a.path, device_map="cuda", torch_dtype=torch.bfloat16)
         torch.cuda.synchronize()
         out["seconds"] = time.perf_counter() - t0
@@ -160,6 +165,7 @@ class Bench:
         self.src = os.path.join(self.work, "src")
         self.mnt = os.path.join(self.work, "mnt")
         self.results = {"cases": {}, "checks": {}}
+        self.t0 = time.time()
 
     def prepare(self):
         """The work directory: SOURCE (src, where make_files writes) and the
@@ -262,42 +268,73 @@ class Bench:
             raise SystemExit("%s failed:\n%s" % (cmd, r.stderr.decode(errors="replace")[-3000:]))
         return json.loads(r.stdout.decode().strip().splitlines()[-1])
 
-    def case(self, name, what, src_path, where, wrap, prep):
-        path = src_path if where == "src" else os.path.join(self.mnt, os.path.relpath(src_path, self.src))
-        runs = []
-        for _ in range(self.a.repeat):
-            if prep(src_path) is False:
-                self.results["cases"][name] = {"skipped": "page cache could not be dropped"}
-                return
-            runs.append(self.one(what, path, wrap))
-        secs = [r["seconds"] for r in runs]
-        r = dict(runs[-1], seconds=statistics.median(secs), runs=secs)
-        self.results["cases"][name] = r
-        print("%-40s %8.3f s  served=%s fallbacks=%s" % (name, r["seconds"], r.get("served"), r.get("fallbacks")),
-              file=sys.stderr)
+    def cases(self, what, src_path, cases):
+        """Runs each of cases (name, where, wrap, prep) --repeat times,
+        interleaved: round i runs them all once, starting at case i, so a
+        machine that drifts during the run (page cache, clocks, a noisy
+        start) weighs on every case alike rather than on the block that
+        ran last. The median of each case's runs is its figure."""
+        if self.a.cases:
+            cases = [c for c in cases if re.search(self.a.cases, c[0])]
+        if not cases:
+            return
+        runs, skipped = {c[0]: [] for c in cases}, {}
+        for i in range(self.a.repeat):
+            k = i % len(cases)
+            for name, where, wrap, prep in cases[k:] + cases[:k]:
+                if name in skipped:
+                    continue
+                path = src_path if where == "src" else os.path.join(self.mnt, os.path.relpath(src_path, self.src))
+                if prep(src_path) is False:
+                    skipped[name] = {"skipped": "page cache could not be dropped"}
+                    continue
+                r = self.one(what, path, wrap)
+                runs[name].append(r)
+                print("%-40s %8.3f s  (round %d, at %.0f s)" % (name, r["seconds"], i + 1, time.time() - self.t0),
+                      file=sys.stderr)
+        for name, _, _, _ in cases:
+            if name in skipped:
+                self.results["cases"][name] = skipped[name]
+                continue
+            secs = [r["seconds"] for r in runs[name]]
+            r = dict(runs[name][-1], seconds=statistics.median(secs), runs=secs)
+            self.results["cases"][name] = r
+            print("%-40s %8.3f s  median; served=%s fallbacks=%s" % (name, r["seconds"], r.get("served"),
+                                                                   r.get("fallbacks")), file=sys.stderr)
 
     def loaders(self, st, pt, hf):
-        warm = lambda p: (self.evict(p), self.warm_cache(p))  # noqa: E731
-        for what, p in (("load_file", st), ("hf", hf), ("torch_load", pt)):
-            self.case(what + " plain SOURCE warm", what, p, "src", False, warm)
-            self.case(what + " plain mount warm", what, p, "mnt", False, warm)
-            self.case(what + " run resident", what, p, "mnt", True, lambda q: (self.warm_cache(q), self.stage(q)))
-            self.case(what + " run not staged warm", what, p, "mnt", True, warm)
-            if what != "torch_load":
-                self.case(what + " plain SOURCE cold", what, p, "src", False, self._cold)
-                self.case(what + " plain mount cold", what, p, "mnt", False, self._cold)
-                self.case(what + " run not staged cold", what, p, "mnt", True, self._cold)
+        def warm(p):
+            self.quiesce(p)
+            self.warm_cache(p)
 
-    def _cold(self, p):
-        # A plain load through the mount ends with a close, after which the
-        # daemon stages the file (deferred while it was read). Wait for
-        # that staging before evicting and dropping the page cache: left
-        # running, it reads the disk again during the next measurement
-        # (an earlier run measured plain mount cold at twice SOURCE's time
-        # this way).
+        def resident(p):
+            self.warm_cache(p)
+            self.stage(p)
+
+        def cold(p):
+            self.quiesce(p)
+            return self.drop_cache()
+
+        for what, p in (("load_file", st), ("hf", hf), ("torch_load", pt)):
+            cs = [(what + " plain SOURCE warm", "src", False, warm),
+                  (what + " plain mount warm", "mnt", False, warm),
+                  (what + " run resident", "mnt", True, resident),
+                  (what + " run not staged warm", "mnt", True, warm)]
+            if what != "torch_load":
+                cs += [(what + " plain SOURCE cold", "src", False, cold),
+                       (what + " plain mount cold", "mnt", False, cold),
+                       (what + " run not staged cold", "mnt", True, cold)]
+            self.cases(what, p, cs)
+
+    def quiesce(self, p):
+        """No staging of p left running, and p not staged: a plain load
+        through the mount ends with a close, after which the daemon stages
+        the file (deferred while it is read). Left running, that staging
+        reads the disk and crosses PCIe during the next measurement (an
+        earlier run measured plain mount cold at twice SOURCE's time this
+        way), so every case waits for it (warmup joins it) and evicts."""
         self.stage(p)
         self.evict(p)
-        return self.drop_cache()
 
     def checks(self, st, pt, hf):
         fixtures = os.path.join(os.path.dirname(HERE), "..", "python", "tests", "fixtures", "safetensors")
@@ -406,6 +443,7 @@ def main():
     ap.add_argument("--work", default="/tmp/gdsfs-autoload")
     ap.add_argument("--size-gib", type=int, default=4)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--cases", default="", help="only the cases whose name this regular expression finds (default: all)")
     ap.add_argument("--dry-run", action="store_true", help="no GPU: the work directory, a small torch.save file, mount, warmup")
     a = ap.parse_args()
     if a.mode == "measure":

@@ -47,8 +47,9 @@ work directory, files, mount, warmup and unmount with a small torch.save
 file, its bytes through the mount checked; nothing timed; the CI tests under
 python/tests cover the autoloader there), unless --force runs it all.
 --quick: --size-gib 1 --repeat 1.
-Flags after -- go to the script (--size-gib, --repeat, --work). Needs root,
-a GPU, torch, safetensors and transformers.`},
+Flags after -- go to the script (--size-gib, --repeat, --cases REGEX: only
+the cases it names, --work). Needs root, a GPU, torch, safetensors and
+transformers.`},
 	"readahead": {file: "readahead-gpu.py", body: scripts.Readahead,
 		short: "Read-ahead across files off / on / trace replay (issue 10): scripts/readahead-gpu.py",
 		doc: `Runs scripts/readahead-gpu.py (embedded in this binary, or --script) with --bin

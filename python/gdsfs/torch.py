@@ -50,9 +50,13 @@ def leased(paths, dtype=None, shape=None, *, ahead=8, batch=None, transform=None
     ahead = max(1, int(ahead))
     batch = max(1, int(batch or ahead))
     # Batches, not leases, go through the queue (one hand-over between the
-    # threads per round trip); permits bound the files leased and not yet
-    # handed to the caller.
-    room = threading.Semaphore(ahead + batch)
+    # threads per round trip). `out` counts the files leased and not yet
+    # handed to the caller; the producer takes room for a whole batch at
+    # once and the consumer wakes it once per batch (when a batch fits
+    # again), not once per file: each wake-up costs the consumer the GIL.
+    limit = ahead + batch
+    cv = threading.Condition()
+    out = [0]
     q = queue.Queue()
     stop = threading.Event()
 
@@ -60,17 +64,23 @@ def leased(paths, dtype=None, shape=None, *, ahead=8, batch=None, transform=None
         try:
             for k in range(0, len(paths), batch):
                 part = paths[k:k + batch]
-                for _ in part:
-                    while not room.acquire(timeout=0.1):
-                        if stop.is_set():
-                            return
-                if stop.is_set():
-                    return
+                with cv:
+                    while out[0] + len(part) > limit and not stop.is_set():
+                        cv.wait()
+                    if stop.is_set():
+                        return
+                    out[0] += len(part)
                 q.put(open_many(part, socket=socket, timeout=timeout))
         except BaseException as e:  # handed to the consumer
             q.put(_Failure(e))
             return
         q.put(_END)
+
+    def handed():
+        with cv:
+            out[0] -= 1
+            if out[0] == limit - batch:
+                cv.notify()
 
     th = threading.Thread(target=produce, name="gdsfs-lease-ahead", daemon=True)
     th.start()
@@ -85,14 +95,16 @@ def leased(paths, dtype=None, shape=None, *, ahead=8, batch=None, transform=None
             pending = item
             while pending:
                 lease = pending.pop(0)
-                room.release()
+                handed()
                 try:
                     value = transform(lease) if transform is not None else lease.tensor(dtype, shape)
                 finally:
                     lease.close()  # takes effect when the tensor (every view) is gone
                 yield value
     finally:
-        stop.set()
+        with cv:
+            stop.set()
+            cv.notify()
         _close(pending)
         while th.is_alive() or not q.empty():
             try:

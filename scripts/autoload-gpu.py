@@ -176,8 +176,11 @@ class Bench:
 
     def mount(self):
         self.log = open(os.path.join(self.work, "daemon.log"), "wb")
-        self.proc = subprocess.Popen([self.a.bin, "mount", "--set", "ipc.socket=" + os.path.join(self.work, "lease.sock"),
-                                      self.src, self.mnt], stdout=self.log, stderr=subprocess.STDOUT)
+        sets = ["--set", "ipc.socket=" + os.path.join(self.work, "lease.sock")]
+        for kv in self.a.sets:
+            sets += ["--set", kv]
+        self.proc = subprocess.Popen([self.a.bin, "mount"] + sets + [self.src, self.mnt], stdout=self.log,
+                                     stderr=subprocess.STDOUT)
         for _ in range(600):
             if os.path.exists(os.path.join(self.mnt, ".gdsfs", "version")):
                 return
@@ -443,6 +446,8 @@ def main():
     ap.add_argument("--work", default="/tmp/gdsfs-autoload")
     ap.add_argument("--size-gib", type=int, default=4)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                    help="a config.yaml key for the mount (repeatable; gdsfs bench autoload passes its --set here)")
     ap.add_argument("--cases", default="", help="only the cases whose name this regular expression finds (default: all)")
     ap.add_argument("--dry-run", action="store_true", help="no GPU: the work directory, a small torch.save file, mount, warmup")
     a = ap.parse_args()

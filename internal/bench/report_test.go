@@ -203,6 +203,11 @@ func TestScriptArgs(t *testing.T) {
 	if got := strings.Join(scriptArgs(ScriptOptions{Name: "autoload", Force: true}, py, true), " "); got != "" {
 		t.Errorf("autoload --force on the host backend: %s", got)
 	}
+	// --set reaches the script's mount, not only the choice of backend.
+	sets := []string{"staging.device=host", "io.direct_io=off"}
+	if got := strings.Join(scriptArgs(ScriptOptions{Name: "autoload", Sets: sets}, py, true), " "); got != "--dry-run --set staging.device=host --set io.direct_io=off" {
+		t.Errorf("autoload --set: %s", got)
+	}
 }
 
 // The embedded scripts are laid out as in the repository, so they find the

@@ -47,6 +47,7 @@ work directory, files, mount, warmup and unmount with a small torch.save
 file, its bytes through the mount checked; nothing timed; the CI tests under
 python/tests cover the autoloader there), unless --force runs it all.
 --quick: --size-gib 1 --repeat 1.
+--set KEY=VALUE goes to the script's mount too (io.direct_io=off, say).
 Flags after -- go to the script (--size-gib, --repeat, --cases REGEX: only
 the cases it names, --work). Needs root, a GPU, torch, safetensors and
 transformers.`},
@@ -113,6 +114,9 @@ func scriptArgs(o ScriptOptions, py *pyEnv, host bool) []string {
 		}
 		if o.Quick {
 			args = append(args, "--size-gib", "1", "--repeat", "1")
+		}
+		for _, kv := range o.Sets { // the script's mount gets them too
+			args = append(args, "--set", kv)
 		}
 	case "readahead":
 		args = append(args, "--python", py.Bin)

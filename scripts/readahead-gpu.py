@@ -132,7 +132,7 @@ class Mount:
         args = [a.bin, "mount", "--set", "log.format=json", "--set", "ipc.socket=" + os.path.join(a.work, "lease.sock")]
         if a.device == "host":
             args += ["--set", "staging.device=host"]
-        for s in sets:
+        for s in a.sets + sets:  # the caller's keys, then this mode's (which win)
             args += ["--set", s]
         self.log = open(os.path.join(a.work, "daemon.log"), "ab")
         self.proc = subprocess.Popen(args + [os.path.join(a.work, "src"), self.mnt], stdout=self.log,
@@ -341,6 +341,8 @@ def main():
     ap.add_argument("--device", choices=("auto", "host"), default="auto")
     ap.add_argument("--python", default=sys.executable, help="the python that runs the loader (needs torch)")
     ap.add_argument("--no-drop", action="store_true", help="leave the page cache (results are then warm)")
+    ap.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                    help="a config.yaml key for every mount (repeatable; gdsfs bench readahead passes its --set here)")
     ap.add_argument("--dry-run", action="store_true", help="report targets without enforcing them")
     a = ap.parse_args()
     if a.mode == "loader":

@@ -229,7 +229,7 @@ func benchScriptCmd(name string) *cobra.Command {
 	f.StringVar(&o.Dir, "dir", "/var/tmp/gdsfs-bench", "work directory (a disk filesystem)")
 	f.StringVar(&o.Py.Bin, "python-bin", "", "Python interpreter (default: python3, or /usr/bin/python3 where only it has torch)")
 	f.StringVar(&o.Py.Pkg, "python", "", "directory holding the gdsfs Python package (default: python/ beside the binary's directory)")
-	f.StringArrayVar(&o.Sets, "set", nil, "config.yaml key: decides the device (staging.device=host); autoload's mount gets it too")
+	f.StringArrayVar(&o.Sets, "set", nil, "config.yaml key for the script's mount; staging.device=host also picks the host run")
 	return c
 }
 

@@ -203,10 +203,13 @@ func TestScriptArgs(t *testing.T) {
 	if got := strings.Join(scriptArgs(ScriptOptions{Name: "autoload", Force: true}, py, true), " "); got != "" {
 		t.Errorf("autoload --force on the host backend: %s", got)
 	}
-	// --set reaches the script's mount, not only the choice of backend.
+	// --set reaches the scripts' mounts, not only the choice of backend.
 	sets := []string{"staging.device=host", "io.direct_io=off"}
 	if got := strings.Join(scriptArgs(ScriptOptions{Name: "autoload", Sets: sets}, py, true), " "); got != "--dry-run --set staging.device=host --set io.direct_io=off" {
 		t.Errorf("autoload --set: %s", got)
+	}
+	if got := strings.Join(scriptArgs(ScriptOptions{Name: "readahead", Sets: sets}, py, true), " "); got != "--python /usr/bin/python3 --device host --no-drop --dry-run --set staging.device=host --set io.direct_io=off" {
+		t.Errorf("readahead --set: %s", got)
 	}
 }
 

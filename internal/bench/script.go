@@ -46,8 +46,8 @@ GPU memory: on the host backend it runs as its dry run (--dry-run: the same
 work directory, files, mount, warmup and unmount with a small torch.save
 file, its bytes through the mount checked; nothing timed; the CI tests under
 python/tests cover the autoloader there), unless --force runs it all.
---quick: --size-gib 1 --repeat 1.
---set KEY=VALUE goes to the script's mount too (io.direct_io=off, say).
+--quick: --size-gib 1 --repeat 1. --set KEY=VALUE goes to the script's
+mount too (io.direct_io=off, say).
 Flags after -- go to the script (--size-gib, --repeat, --cases REGEX: only
 the cases it names, --work). Needs root, a GPU, torch, safetensors and
 transformers.`},
@@ -59,7 +59,8 @@ and the page cache dropped, read-ahead off, on and replaying a recorded
 trace; epoch time, time to first batch, hit ratio, against the disk's cold
 read rate measured in the same run. On the host backend it runs as its dry
 run (--device host --no-drop --dry-run: targets reported, not enforced).
---quick: --shards 16 --shard-mib 4. Flags after -- go to the script
+--quick: --shards 16 --shard-mib 4. --set KEY=VALUE goes to the script's
+mounts too (under each mode's own keys). Flags after -- go to the script
 (--shards, --shard-mib, --workers, --io-threads, --work). Needs root and torch.`},
 }
 
@@ -115,9 +116,6 @@ func scriptArgs(o ScriptOptions, py *pyEnv, host bool) []string {
 		if o.Quick {
 			args = append(args, "--size-gib", "1", "--repeat", "1")
 		}
-		for _, kv := range o.Sets { // the script's mount gets them too
-			args = append(args, "--set", kv)
-		}
 	case "readahead":
 		args = append(args, "--python", py.Bin)
 		if host {
@@ -126,6 +124,9 @@ func scriptArgs(o ScriptOptions, py *pyEnv, host bool) []string {
 		if o.Quick {
 			args = append(args, "--shards", "16", "--shard-mib", "4")
 		}
+	}
+	for _, kv := range o.Sets { // the script's mounts get them too
+		args = append(args, "--set", kv)
 	}
 	return args
 }

@@ -181,7 +181,7 @@ func advice(r *Report, cr cuda.Report, d dirFacts, p probes, compatAllowed bool)
 		add(fmt.Sprintf("cuFile refuses files on block device %s (5018 unsupported file type) without a udev database entry (%s): run udevd, or in a container mount the host's /run/udev read-only.", d.BlockDevice, strings.TrimPrefix(strings.TrimSuffix(d.UdevEntry, ")"), "missing (")))
 	}
 	if !d.oDirect {
-		add(fmt.Sprintf("%s (%s) does not do O_DIRECT: cuFile and gdsfs's cold-read path need a filesystem that does (ext4, xfs, NFS or Lustre with GDS support); point --dir at where the data lives.", d.Path, d.fstype))
+		add(fmt.Sprintf("%s (%s) does not do O_DIRECT: GPUDirect Storage (cuFile in gds mode) and io.direct_io auto or on need a filesystem that does (ext4, xfs, NFS or Lustre with GDS support); gdsfs's default POSIX path reads buffered and works here. Point --dir at where the data lives.", d.Path, d.fstype))
 	}
 	if !compatAllowed {
 		add("cufile.json sets allow_compat_mode false: without nvidia-fs cuFile then refuses every file; set it true (or CUFILE_FORCE_COMPAT_MODE=true) to use cuFile's compatibility mode.")

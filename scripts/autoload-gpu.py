@@ -20,7 +20,9 @@ left is finished and evicted):
   plain from SOURCE and through the mount (page cache warm, and dropped),
   and under `gdsfs run` with the file resident, and not yet staged (warm
   and dropped page cache). Targets: resident >= 20x plain; not staged no
-  slower than plain; plain through the mount >= 0.95 of plain from SOURCE.
+  slower than plain; plain through the mount >= 0.95 of plain from SOURCE
+  (warm and cold). A target whose cases --cases left out is "not
+  measured"; the exit status is 1 only where a measured one failed.
 - transformers from_pretrained(DIR, device_map="cuda") of a >= 2 GiB model:
   the same cases, with identical state-dict checksums and logits required.
 - torch.load(FILE, map_location="cuda") of a torch.save state dict.
@@ -105,9 +107,26 @@ def check(a):
     from gdsfs.autoload import _serve
 
     def desc(t):
-        return (str(t.dtype), tuple(t.shape), tuple(t.stride()), str(t.device),
-                hashlib.sha256(t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
-                               if t.numel() else b"").hexdigest())
+        return (str(t.dtype), tuple(t.shape), tuple(t.stride()), str(t.device))
+
+    def same(g, w):
+        """dtype, shape, strides, device and every byte alike; the bytes
+        are compared on the device (hashing them on the CPU took most of
+        the bench's time)."""
+        if isinstance(g, Exception) or isinstance(w, Exception):
+            return type(g) is type(w)
+        if desc(g) != desc(w):
+            return False
+        if not g.numel():
+            return True
+        u = lambda t: t.detach().contiguous().reshape(-1).view(torch.uint8)  # noqa: E731
+        return torch.equal(u(g), u(w))
+
+    def slice_or_error(f, k, key):
+        try:
+            return f.get_slice(k)[key]
+        except Exception as e:
+            return e
 
     bad, n = [], 0
     for p in a.files:
@@ -117,8 +136,8 @@ def check(a):
                 want = stt.load_file._gdsfs_original(p, device="cuda")
             for k in want:
                 n += 1
-                if desc(got[k]) != desc(want[k]):
-                    bad.append("%s load_file %s: %s != %s" % (p, k, desc(got[k])[:4], desc(want[k])[:4]))
+                if not same(got[k], want[k]):
+                    bad.append("%s load_file %s: %s != %s" % (p, k, desc(got[k]), desc(want[k])))
             with safetensors.safe_open(p, framework="pt", device="cuda") as f, _serve.bypass():
                 o = safetensors.safe_open._gdsfs_original(p, framework="pt", device="cuda")
                 for k in o.keys():
@@ -127,24 +146,19 @@ def check(a):
                     keys += [(slice(None), slice(0, 2))] if len(shape) > 1 and shape[1] > 2 else []
                     for key in keys:
                         n += 1
-                        try:
-                            w = desc(o.get_slice(k)[key])
-                        except Exception as e:
-                            w = type(e).__name__
-                        try:
-                            g = desc(f.get_slice(k)[key])
-                        except Exception as e:
-                            g = type(e).__name__
-                        if g != w:
-                            bad.append("%s get_slice %s[%r]: %s != %s" % (p, k, key, g[:3], w[:3]))
+                        w, g = slice_or_error(o, k, key), slice_or_error(f, k, key)
+                        if not same(g, w):
+                            bad.append("%s get_slice %s[%r]: %s != %s" % (
+                                p, k, key, repr(g) if isinstance(g, Exception) else desc(g),
+                                repr(w) if isinstance(w, Exception) else desc(w)))
         elif p.endswith(".pt"):
             got = torch.load(p, map_location="cuda", weights_only=True)
             with _serve.bypass():
                 want = torch.load._gdsfs_original(p, map_location="cuda", weights_only=True)
             for k in want:
                 n += 1
-                if desc(got[k]) != desc(want[k]):
-                    bad.append("%s torch.load %s" % (p, k))
+                if not same(got[k], want[k]):
+                    bad.append("%s torch.load %s: %s != %s" % (p, k, desc(got[k]), desc(want[k])))
     from gdsfs import autoload
 
     print(json.dumps({"compared": n, "mismatches": bad, "served": autoload.served(),
@@ -375,18 +389,32 @@ class Bench:
             cold, ncold = s(what + " plain SOURCE cold"), s(what + " run not staged cold")
             if cold and ncold:
                 v[what + " not staged (cold) vs plain cold"] = round(cold / ncold, 2)
-            sums = {c[k].get("checksum") for k in c if k.startswith(what) and "checksum" in c[k]}
-            v[what + " identical checksums"] = len(sums) == 1
-            if what == "hf":
-                logits = {c[k].get("logits") for k in c if k.startswith("hf") and "logits" in c[k]}
-                v["hf identical logits"] = len(logits) == 1
+            cmnt = s(what + " plain mount cold")
+            if cold and cmnt:
+                v[what + " plain mount / SOURCE cold (speed)"] = round(cold / cmnt, 3)
+            # Alike across the cases run (at least two of them to compare).
+            ran = [c[k] for k in c if k.startswith(what + " ") and "checksum" in c[k]]
+            if len(ran) > 1:
+                v[what + " identical checksums"] = len({r["checksum"] for r in ran}) == 1
+                if what == "hf":
+                    v["hf identical logits"] = len({r.get("logits") for r in ran}) == 1
+
+        def at_least(key, bound):  # None: not measured in this run (--cases)
+            return None if v.get(key) is None else v[key] >= bound
+
+        def alike(what):
+            return None if what + " identical checksums" not in v else v[what + " identical checksums"]
+
+        hf = alike("hf")
         v["targets"] = {
-            "load_file resident >= 20x": (v.get("load_file resident speed-up") or 0) >= 20,
-            "load_file not staged (warm) not slower": (v.get("load_file not staged (warm) vs plain") or 0) >= 1.0,
-            "load_file not staged (cold) not slower": (v.get("load_file not staged (cold) vs plain cold") or 0) >= 1.0,
-            "load_file plain mount >= 0.95 SOURCE": (v.get("load_file plain mount / SOURCE (speed)") or 0) >= 0.95,
-            "hf plain mount >= 0.95 SOURCE": (v.get("hf plain mount / SOURCE (speed)") or 0) >= 0.95,
-            "hf identical checksums and logits": bool(v.get("hf identical checksums") and v.get("hf identical logits")),
+            "load_file resident >= 20x": at_least("load_file resident speed-up", 20),
+            "load_file not staged (warm) not slower": at_least("load_file not staged (warm) vs plain", 1.0),
+            "load_file not staged (cold) not slower": at_least("load_file not staged (cold) vs plain cold", 1.0),
+            "load_file plain mount >= 0.95 SOURCE": at_least("load_file plain mount / SOURCE (speed)", 0.95),
+            "load_file plain mount cold >= 0.95 SOURCE": at_least("load_file plain mount / SOURCE cold (speed)", 0.95),
+            "hf plain mount >= 0.95 SOURCE": at_least("hf plain mount / SOURCE (speed)", 0.95),
+            "hf plain mount cold >= 0.95 SOURCE": at_least("hf plain mount / SOURCE cold (speed)", 0.95),
+            "hf identical checksums and logits": None if hf is None else bool(hf and v.get("hf identical logits")),
             "no mismatches against the libraries": not self.results["checks"].get("mismatches", ["not run"]),
         }
         self.results["verdicts"] = v
@@ -408,7 +436,7 @@ class Bench:
             if k != "targets":
                 rows.append("| %s | %s |" % (k, val))
         for k, ok in self.results["verdicts"]["targets"].items():
-            rows.append("| target: %s | %s |" % (k, "PASS" if ok else "FAIL"))
+            rows.append("| target: %s | %s |" % (k, {True: "PASS", False: "FAIL", None: "not measured (--cases)"}[ok]))
         return "\n".join(rows)
 
 
@@ -479,7 +507,7 @@ def main():
     print(json.dumps(b.results, indent=1))
     print()
     print(b.table())
-    return 0 if all(b.results["verdicts"]["targets"].values()) else 1
+    return 1 if False in b.results["verdicts"]["targets"].values() else 0
 
 
 if __name__ == "__main__":

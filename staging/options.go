@@ -54,7 +54,6 @@ const (
 	DirectAuto = "auto" // O_DIRECT when most of the file is not in the page cache
 	DirectOn   = "on"
 	DirectOff  = "off" // the default: buffered reads, as a plain reader's
-
 )
 
 // Options is the staging section of config.yaml; errors name its keys.

@@ -122,6 +122,9 @@ def check(a):
         u = lambda t: t.detach().contiguous().reshape(-1).view(torch.uint8)  # noqa: E731
         return torch.equal(u(g), u(w))
 
+    def show(x):
+        return repr(x) if isinstance(x, Exception) else desc(x)
+
     def slice_or_error(f, k, key):
         try:
             return f.get_slice(k)[key]
@@ -137,7 +140,7 @@ def check(a):
             for k in want:
                 n += 1
                 if not same(got[k], want[k]):
-                    bad.append("%s load_file %s: %s != %s" % (p, k, desc(got[k]), desc(want[k])))
+                    bad.append("%s load_file %s: %s != %s" % (p, k, show(got[k]), show(want[k])))
             with safetensors.safe_open(p, framework="pt", device="cuda") as f, _serve.bypass():
                 o = safetensors.safe_open._gdsfs_original(p, framework="pt", device="cuda")
                 for k in o.keys():
@@ -148,9 +151,7 @@ def check(a):
                         n += 1
                         w, g = slice_or_error(o, k, key), slice_or_error(f, k, key)
                         if not same(g, w):
-                            bad.append("%s get_slice %s[%r]: %s != %s" % (
-                                p, k, key, repr(g) if isinstance(g, Exception) else desc(g),
-                                repr(w) if isinstance(w, Exception) else desc(w)))
+                            bad.append("%s get_slice %s[%r]: %s != %s" % (p, k, key, show(g), show(w)))
         elif p.endswith(".pt"):
             got = torch.load(p, map_location="cuda", weights_only=True)
             with _serve.bypass():
@@ -158,7 +159,7 @@ def check(a):
             for k in want:
                 n += 1
                 if not same(got[k], want[k]):
-                    bad.append("%s torch.load %s: %s != %s" % (p, k, desc(got[k]), desc(want[k])))
+                    bad.append("%s torch.load %s: %s != %s" % (p, k, show(got[k]), show(want[k])))
     from gdsfs import autoload
 
     print(json.dumps({"compared": n, "mismatches": bad, "served": autoload.served(),
@@ -402,10 +403,8 @@ class Bench:
         def at_least(key, bound):  # None: not measured in this run (--cases)
             return None if v.get(key) is None else v[key] >= bound
 
-        def alike(what):
-            return None if what + " identical checksums" not in v else v[what + " identical checksums"]
-
-        hf = alike("hf")
+        hf = v.get("hf identical checksums")  # None: fewer than two hf cases run
+        sums = [v[k] for k in ("load_file identical checksums", "torch_load identical checksums") if k in v]
         v["targets"] = {
             "load_file resident >= 20x": at_least("load_file resident speed-up", 20),
             "load_file not staged (warm) not slower": at_least("load_file not staged (warm) vs plain", 1.0),
@@ -415,8 +414,7 @@ class Bench:
             "hf plain mount >= 0.95 SOURCE": at_least("hf plain mount / SOURCE (speed)", 0.95),
             "hf plain mount cold >= 0.95 SOURCE": at_least("hf plain mount / SOURCE cold (speed)", 0.95),
             "hf identical checksums and logits": None if hf is None else bool(hf and v.get("hf identical logits")),
-            "load_file and torch_load identical checksums": (None if alike("load_file") is None and alike("torch_load") is None
-                                                             else alike("load_file") is not False and alike("torch_load") is not False),
+            "load_file and torch_load identical checksums": all(sums) if sums else None,
             "no mismatches against the libraries": not self.results["checks"].get("mismatches", ["not run"]),
         }
         self.results["verdicts"] = v

@@ -53,9 +53,10 @@ the exit status 1.
 Flags after -- go to the script (--size-gib, --repeat, --cases REGEX: only
 the cases it names, --work). Needs root, a GPU, torch, safetensors and
 transformers. Measured on an H200 (2026-12-01, README "Unmodified
-loaders"): load_file resident 64x plain, not staged 11.7x (page cache
-warm) and 1.07x (dropped); plain through the mount 1.25 of SOURCE warm,
-0.89-0.99 cold.`},
+loaders", one run, every target passed): load_file resident 85x plain,
+not staged 10.7x (page cache warm) and 1.19x (dropped); plain through the
+mount 1.046 of SOURCE warm and 1.02 cold for load_file, 0.989 for
+from_pretrained (0.89-1.14 on other starts: single rounds vary by 10%).`},
 	"readahead": {file: "readahead-gpu.py", body: scripts.Readahead,
 		short: "Read-ahead across files off / on / trace replay (issue 10): scripts/readahead-gpu.py",
 		doc: `Runs scripts/readahead-gpu.py (embedded in this binary, or --script) with --bin

@@ -186,7 +186,7 @@ func TestIOSettingsNamesTheWorkers(t *testing.T) {
 func TestScriptArgs(t *testing.T) {
 	py := &pyEnv{Bin: "/usr/bin/python3"}
 	got := strings.Join(scriptArgs(ScriptOptions{Name: "readahead", Quick: true}, py, true), " ")
-	if got != "--python /usr/bin/python3 --device host --no-drop --dry-run --shards 16 --shard-mib 4" {
+	if got != "--python /usr/bin/python3 --device host --no-drop --dry-run --shards 64 --shard-mib 1" {
 		t.Errorf("readahead on the host backend: %s", got)
 	}
 	if got := strings.Join(scriptArgs(ScriptOptions{Name: "readahead"}, py, false), " "); got != "--python /usr/bin/python3" {

@@ -180,6 +180,28 @@ func (c *Cache) deferLimit(rel string, r *readers) {
 	}
 }
 
+// cancelAfterReadLocked cancels the staging deferred for rel's readers:
+// the one their last close starts (r.deferred) and a settling wait
+// already started. It reports whether there was one. Cache.mu must be
+// held (an explicit evict).
+func (c *Cache) cancelAfterReadLocked(rel string) bool {
+	cancelled := false
+	if r := c.readers[rel]; r != nil && r.deferred {
+		r.deferred = false
+		if r.timer != nil {
+			r.timer.Stop()
+			r.timer = nil
+		}
+		cancelled = true
+	}
+	if s := c.settling[rel]; s != nil {
+		close(s.stop)
+		delete(c.settling, rel)
+		cancelled = true
+	}
+	return cancelled
+}
+
 // stopReadersLocked stops the timers and the settling waits; Cache.mu must
 // be held (Close).
 func (c *Cache) stopReadersLocked() {

@@ -669,3 +669,58 @@ func TestReopenKeepsTheNewestOpener(t *testing.T) {
 		t.Fatalf("openers after the reopen: %+v, want the last four ending with this process %d", got, os.Getpid())
 	}
 }
+
+// TestEvictCancelsTheStagingAfterARead (found in issue 14's bench): an
+// explicit evict of a file whose staging waits for its readers (still
+// open through the mount, or closed and still read through a mapping)
+// answered ENOENT and left that staging to run, so the file was staged
+// again after the evict. The evict now cancels it; a later read defers
+// and stages as before, and a file with nothing staged or waiting is
+// still ENOENT.
+func TestEvictCancelsTheStagingAfterARead(t *testing.T) {
+	c, _, rec, counts, ticks := settleCache(t, "f", "g", "h")
+
+	// f: closed, its reader still reading (the page cache grows).
+	c.Opened("f")
+	go c.Closed("f")
+	within(t, "the check at the last close", func() { counts <- 1 })
+	// The wait sleeps; its tick never comes, so only the evict can end it
+	// (a tick would let it check once more and take the count below).
+	within(t, "the settling wait", func() { <-ticks })
+	if err := c.Evict("f"); err != nil {
+		t.Fatalf("evict of f, waiting for its reader: %v", err)
+	}
+
+	// g: still open through the mount.
+	c.Opened("g")
+	if err := c.Evict("g"); err != nil {
+		t.Fatalf("evict of g, open: %v", err)
+	}
+	c.Closed("g") // no wait starts: nothing asks for a page cache count
+	c.mu.Lock()
+	waits := len(c.settling)
+	c.mu.Unlock()
+	if waits != 0 {
+		t.Fatalf("%d settling waits after the evicts", waits)
+	}
+	if s := c.Stats(); s.Prefetches != 0 || s.Misses != 0 {
+		t.Fatalf("staged after the evicts: %+v", s)
+	}
+
+	// Nothing staged or waiting: ENOENT as before.
+	if err := c.Evict("h"); !errors.Is(err, syscall.ENOENT) {
+		t.Fatalf("evict of h, never read: %v, want ENOENT", err)
+	}
+
+	// A later read of f is deferred and staged after it, once.
+	c.Opened("f")
+	go c.Closed("f")
+	within(t, "the check at the new last close", func() { counts <- 16 })
+	rec.waitFor(t, "f", StateResident)
+	if s := c.Stats(); s.Prefetches != 1 || s.Misses != 1 {
+		t.Fatalf("after the later read: %+v, want 1 prefetch and 1 load", s)
+	}
+	if state, _ := c.Attr("g"); state != StateAbsent {
+		t.Fatalf("g is %s after its evict and close", state)
+	}
+}

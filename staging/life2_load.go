@@ -212,8 +212,11 @@ func (c *Cache) fillSpan(e *entry, f *os.File, region gpu.Region, sp span) (path
 		}
 	}
 	if !j.direct {
-		// Start reading the whole file ahead: parallel tasks on one
-		// descriptor defeat the kernel's sequential read-ahead.
+		// Parallel tasks on one descriptor defeat the kernel's sequential
+		// read-ahead; this starts a read-ahead at the span's start. The
+		// kernel caps it at the device's read-ahead window
+		// (force_page_cache_ra: max of io_pages and ra_pages), so it does
+		// not read the whole span ahead.
 		unix.Fadvise(int(f.Fd()), sp.off, sp.end-sp.off, unix.FADV_WILLNEED)
 	}
 	return posix, note, e.slot.loader.run(j)

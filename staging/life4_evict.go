@@ -104,12 +104,12 @@ func (c *Cache) Evict(rel string) error { return c.EvictOn(rel, nil) }
 
 // EvictOn drops rel's replicas on the devices devs names (none: on every
 // device), each unless it is leased or loading: those stay, and the
-// answer is then EBUSY naming them (the others were dropped). With no
-// devices named it also cancels the staging that waits for rel's readers
-// (readers.go: after the last close through the mount, or after a reader
-// is done with its mapping), which would otherwise stage the file again
-// after it was evicted. A file with no replica there and no such staging
-// is ENOENT.
+// answer is then EBUSY naming them (the others were dropped). Named for
+// every device (none named, "all", or each one) it also cancels the
+// staging that waits for rel's readers (readers.go: after the last close
+// through the mount, or after a reader is done with its mapping), which
+// would otherwise stage the file again after it was evicted. A file with
+// no replica there and no such staging is ENOENT.
 func (c *Cache) EvictOn(rel string, devs []string) error {
 	on, err := c.slotsFor(devs)
 	if err != nil {
@@ -118,7 +118,7 @@ func (c *Cache) EvictOn(rel string, devs []string) error {
 	c.mu.Lock()
 	var free []gpu.Region
 	var busy []string
-	found := len(on) == 0 && c.cancelAfterReadLocked(rel)
+	found := (len(on) == 0 || len(on) == len(c.slots)) && c.cancelAfterReadLocked(rel)
 	for _, e := range c.replicasLocked(rel) {
 		if len(on) > 0 && !slices.Contains(on, e.slot) {
 			continue

@@ -43,9 +43,16 @@ func isRoot(ctx context.Context) bool {
 var _ = (gofs.NodeGetxattrer)((*node)(nil))
 
 // Getxattr answers user.gdsfs.state and user.gdsfs.path for regular files
-// and passes every other name to the backing file.
+// and passes every other name to the backing file. user.gdsfs.* describes
+// the file now at the node's path, so it is an error (ESTALE, or ENOENT)
+// where that is no longer the node's file: asked through a descriptor
+// opened before SOURCE's file was replaced, it does not describe the new
+// file (the autoloader's check that a file object is the file it leased).
 func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
 	if name, ok := strings.CutPrefix(attr, xattrPrefix); ok && isRegular(n.StableAttr().Mode) {
+		if errno := n.self(ctx, func(int, *syscall.Stat_t) error { return nil }); errno != 0 {
+			return 0, errno
+		}
 		return answer(n.gdsfsAttr(name), dest)
 	}
 	if strings.HasPrefix(attr, "trusted.") && !isRoot(ctx) {

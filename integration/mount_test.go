@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/posixtest"
+	"golang.org/x/sys/unix"
 )
 
 // sourceTree makes a SOURCE with files of awkward sizes, nested
@@ -381,5 +384,41 @@ func TestGetfattrDump(t *testing.T) {
 	}
 	if got := sh(t, "getfattr --absolute-names -d -m - "+m.path("data")); strings.Contains(got, "gdsfs") {
 		t.Errorf("a directory lists gdsfs attributes:\n%s", got)
+	}
+}
+
+// TestGdsfsXattrOfAReplacedFile (found by an attack on the autoloader):
+// user.gdsfs.* asked through a descriptor opened before SOURCE's file was
+// replaced (renamed over) described the new file, since the daemon looked
+// the path up again. It is an error now (ESTALE, or ENOENT once the kernel
+// looked the path up again), while the descriptor still reads the old
+// bytes and the path the new ones.
+func TestGdsfsXattrOfAReplacedFile(t *testing.T) {
+	src := t.TempDir()
+	if err := os.WriteFile(filepath.Join(src, "f"), []byte("old"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m := startMount(t, src, "staging.prefetch=manual")
+	f, err := os.Open(m.path("f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, 64)
+	if _, err := unix.Fgetxattr(int(f.Fd()), "user.gdsfs.state", buf); err != nil {
+		t.Fatalf("user.gdsfs.state of the open file: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(src, "g"), []byte("new!"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(src, "g"), filepath.Join(src, "f")); err != nil {
+		t.Fatal(err)
+	}
+	n, err := unix.Fgetxattr(int(f.Fd()), "user.gdsfs.state", buf)
+	if !errors.Is(err, unix.ESTALE) && !errors.Is(err, unix.ENOENT) {
+		t.Fatalf("user.gdsfs.state through the replaced file's descriptor: %q, %v; want ESTALE or ENOENT", buf[:max(n, 0)], err)
+	}
+	if got, err := io.ReadAll(f); err != nil || string(got) != "old" {
+		t.Fatalf("the descriptor reads %q, %v; want the old bytes", got, err)
 	}
 }

@@ -309,9 +309,135 @@ class TestTorchLoad(AutoloadCase):
             want = torch.load._gdsfs_original(f)
         self.compare(got, want)
         self.assertEqual(self.A.served().get("torch.load"), 1)
-        buf = io.BytesIO(open(src, "rb").read())
+        with open(src, "rb") as f:
+            buf = io.BytesIO(f.read())
         self.compare(torch.load(buf), want)
         self.assertEqual(self.A.fallbacks(), {"not-a-path": 1})
+
+    def test_file_object_of_a_replaced_file(self):
+        """(found by an attack) A file object opened before SOURCE's file
+        was renamed over was served from the new file: the kernel answered
+        the path's stat from its cache, and the lease (by path) held the
+        new file. It falls back now, and the original reads the old file
+        through the descriptor."""
+        torch = self.torch
+        mnt, src = self.put("ck/rep.pt", b"")
+        torch.save({"who": "old"}, src)
+        self.assertEqual(torch.load(mnt)["who"], "old")  # staged, its path looked up
+        with open(mnt, "rb") as f:
+            new = os.path.join(os.path.dirname(src), "rep.tmp")
+            torch.save({"who": "new"}, new)
+            os.rename(new, src)
+            self.assertEqual(torch.load(f)["who"], "old")
+        self.assertEqual(self.A.fallbacks(), {"file-replaced": 1})
+        self.assertEqual(torch.load(mnt)["who"], "new")
+
+    def same_outcome(self, mnt, src, **kw):
+        """torch.load of mnt gives what the original gives for src: the
+        same objects, or an exception of the same type."""
+        try:
+            want = self.torch.load._gdsfs_original(src, **kw)
+        except Exception as e:
+            with self.assertRaises(type(e)):
+                self.torch.load(mnt, **kw)
+            return
+        self.compare(self.torch.load(mnt, **kw), want)
+
+    def test_bytes_before_the_archive(self):
+        """(found by an attack) Two archives written into one file, or
+        bytes before one: zipfile found the last archive's records where
+        torch reads the first (or refuses the file); such files fall back."""
+        torch = self.torch
+        b = io.BytesIO()
+        torch.save({"a": torch.ones(3)}, b)
+        torch.save({"b": torch.zeros(4)}, b)
+        one = io.BytesIO()
+        torch.save({"c": torch.arange(5)}, one)
+        for name, data in (("concat.pt", b.getvalue()), ("prefixed.pt", b"PK\x03\x04" + bytes(100) + one.getvalue())):
+            with self.subTest(name):
+                self.A.reset()
+                mnt, src = self.put("ck/" + name, data)
+                self.same_outcome(mnt, src)
+                self.assertEqual(self.A.fallbacks(), {"format:zip-prefix": 1})
+
+    def test_central_directory_offset_out_of_the_file(self):
+        """(found by an attack) A central directory whose offset is past
+        where it lies gave zipfile negative record offsets, and a gdsfs
+        ValueError escaped where torch raises RuntimeError."""
+        torch = self.torch
+        b = io.BytesIO()
+        torch.save(self.checkpoint(), b)
+        d = bytearray(b.getvalue())
+        e = d.rfind(b"PK\x05\x06")
+        off = struct.unpack_from("<I", d, e + 16)[0]
+        if off != 0xFFFFFFFF:
+            struct.pack_into("<I", d, e + 16, off + 64)
+        z = d.rfind(b"PK\x06\x06")
+        if z >= 0:
+            struct.pack_into("<Q", d, z + 48, struct.unpack_from("<Q", d, z + 48)[0] + 64)
+        mnt, src = self.put("ck/cdshift.pt", bytes(d))
+        self.same_outcome(mnt, src)
+        self.assertEqual(sum(self.A.fallbacks().values()), 1, self.A.fallbacks())
+
+    def test_version_record(self):
+        """(found by an attack) The archive's version record was not read:
+        files torch refuses (no version, an unparsable or a newer one)
+        loaded. Only the versions torch.save writes are served."""
+        import zipfile
+
+        torch = self.torch
+        b = io.BytesIO()
+        torch.save({"t": torch.arange(6.0)}, b)
+        zin = zipfile.ZipFile(io.BytesIO(b.getvalue()))
+
+        def rewrite(version):
+            out = io.BytesIO()
+            with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as zo:
+                for i in zin.infolist():
+                    data = zin.read(i.filename)
+                    if i.filename.endswith("/version"):
+                        if version is None:
+                            continue
+                        data = version
+                    zo.writestr(i.filename, data)
+            return out.getvalue()
+
+        for version, reason in ((None, "format:no-version"), (b"99\n", "format:version"), (b"abc", "format:version"),
+                                (b"3\n", None)):
+            with self.subTest(version=version):
+                self.A.reset()
+                mnt, src = self.put("ck/version.pt", rewrite(version))
+                self.same_outcome(mnt, src)
+                self.assertEqual(self.A.fallbacks(), {reason: 1} if reason else {})
+
+    def test_cpu_storages_go_through_torchs_restore(self):
+        """(found by an attack) CPU storages skipped torch's restore
+        function: deserializers registered for "cpu" never ran, and
+        locations torch refuses ("cpu:0") loaded."""
+        import torch.serialization as ser
+
+        torch = self.torch
+        mnt, src = self.put("ck/restore.pt", b"")
+        torch.save({"a": torch.ones(3), "b": torch.arange(4)}, src)
+        calls = []
+
+        def deserialize(obj, location):
+            if location.startswith("cpu"):
+                calls.append(location)
+            return None  # not handled here: torch's own deserializer follows
+
+        ser.register_package(1, lambda obj: None, deserialize)
+        try:
+            for load, path in ((torch.load._gdsfs_original, src), (torch.load, mnt)):
+                for kw in (dict(), dict(map_location="cpu"), dict(map_location=torch.device("cpu"))):
+                    load(path, **kw)
+            self.assertEqual(len(calls), 12, "the registered cpu deserializer ran %d times, want 6 each" % len(calls))
+        finally:
+            ser._package_registry[:] = [p for p in ser._package_registry if p[2] is not deserialize]
+        for kw in (dict(map_location="cpu:0"), dict(map_location=torch.device("cpu", 0)),
+                   dict(map_location={"cpu": torch.device("cpu")})):
+            with self.subTest(kw=kw):
+                self.same_outcome(mnt, src, **kw)
 
     def test_weights_only_keeps_its_safety(self):
         torch = self.torch

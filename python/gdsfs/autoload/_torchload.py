@@ -86,10 +86,11 @@ class _Ctx:
                     dev = None
             if dev is not None and dev.type == "cuda" and self.lease.is_gpu:
                 return self._to_cuda(view, dev)
-            cpu = self._to_cpu(view, rec)
-            if dev is not None and dev.type == "cpu":
-                return cpu
-            return restore(cpu, location)  # torch decides (callables, other devices)
+            # The storage torch would have read, and torch's restore: it
+            # runs the deserializers registered for the location, refuses
+            # what it refuses ("cpu:0"), and decides for callables and
+            # other devices.
+            return restore(self._to_cpu(view, rec), location)
 
         return restore_location
 
@@ -303,7 +304,40 @@ def _plan(torch, a, has_mmap):
             raise Fallback("format:torchscript", _serve.socket_of(lease))
         if "data.pkl" not in recs:
             raise Fallback("format:no-data.pkl", _serve.socket_of(lease))
+        _check_version(lease, recs)
+        if not isinstance(f, (str, bytes, os.PathLike)):
+            _check_same_file(f, lease)
     except BaseException:
         lease.close()
         raise
     return _Ctx(torch, lease, recs, path, mmap)
+
+
+# The archive versions torch.save writes (its "version" record); torch
+# refuses some others (missing, unparsable, newer than it reads), and any
+# other is left to it.
+_VERSIONS = (b"1", b"2", b"3")
+
+
+def _check_version(lease, recs):
+    """Fallback unless the archive's version record, the one torch reads
+    (.data/version, else version), is one torch.save writes."""
+    r = recs.get(".data/version") or recs.get("version")
+    if r is None:
+        raise Fallback("format:no-version", _serve.socket_of(lease))
+    if r.size > 16 or lease.read(r.offset, r.size).strip() not in _VERSIONS:
+        raise Fallback("format:version", _serve.socket_of(lease))
+
+
+def _check_same_file(f, lease):
+    """Fallback unless the file object's descriptor is still the file at
+    its path, which the lease (asked for by path) holds. The kernel may
+    answer a stat of the path from its cache for a while after SOURCE's
+    file was replaced (renamed over), so path_of's check cannot tell; the
+    daemon can: its user.gdsfs.state of the descriptor's file is an error
+    (ESTALE, ENOENT) once the path names another file. Checked after the
+    lease was taken, so a file replaced before the lease is caught too."""
+    try:
+        os.getxattr(f.fileno(), "user.gdsfs.state")
+    except OSError as e:
+        raise Fallback("file-replaced", _serve.socket_of(lease), str(e)) from None

@@ -64,6 +64,14 @@ def records(read, size):
         raise ZipError("format:not-zip", str(e)) from None
     if not infos:
         raise ZipError("format:empty-zip")
+    # torch's reader takes the central directory's offsets as they are
+    # written; zipfile adds to them the bytes before the archive (another
+    # archive written before it into the same file, or anything else), so
+    # it would find records torch does not. torch.save's first record is
+    # at byte 0: anything else is left to torch.
+    first = min(i.header_offset for i in infos)
+    if first != 0:
+        raise ZipError("format:zip-prefix", "the first record is at byte %d, not 0" % first)
     top = infos[0].filename.split("/", 1)[0]
     out = {}
     for i in infos:
@@ -71,7 +79,7 @@ def records(read, size):
             raise ZipError("format:zip-layout", "%s is outside %s/" % (i.filename, top))
         if i.compress_type != zipfile.ZIP_STORED or i.flag_bits & 0x1:
             raise ZipError("format:compressed", i.filename)
-        if i.header_offset + _LOCAL.size > size:
+        if i.header_offset < 0 or i.header_offset + _LOCAL.size > size:
             raise ZipError("format:zip-offsets", i.filename)
         h = _LOCAL.unpack(read(i.header_offset, _LOCAL.size))
         if h[0] != _LOCAL_SIG:

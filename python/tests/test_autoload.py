@@ -111,7 +111,7 @@ class TestSafetensors(AutoloadCase):
                     continue  # test_dtype_torch_lacks_falls_back
                 got = load_file(mnt)
                 served += 1
-                self.assertEqual(list(got), sorted(f["tensors"]))
+                self.assertEqual(sorted(got), sorted(f["tensors"]))
                 for tname, t in f["tensors"].items():
                     g = got[tname]
                     self.assertEqual(str(g.dtype), "torch." + _torch_name(t["dtype"]), tname)
@@ -119,7 +119,7 @@ class TestSafetensors(AutoloadCase):
                     self.assertTrue(g.is_contiguous(), tname)
                     self.assertEqual(S.sha(g), t["sha256"], tname)
                 want = self.original(orig, src)
-                self.assertEqual(list(got), list(want))
+                self.assertEqual(list(got), list(want), "the order of the dict")
                 for tname in want:
                     self.assertSameTensor(got[tname], want[tname], tname)
                 g = next(iter(got.values()), None)
@@ -358,7 +358,8 @@ class TestTorchLoad(AutoloadCase):
                 self.A.reset()
                 mnt, src = self.put("ck/" + name, data)
                 self.same_outcome(mnt, src)
-                self.assertEqual(self.A.fallbacks(), {"format:zip-prefix": 1})
+                # Python 3.12's zipfile refuses some such files itself.
+                self.assertIn(self.A.fallbacks(), ({"format:zip-prefix": 1}, {"format:not-zip": 1}))
 
     def test_central_directory_offset_out_of_the_file(self):
         """(found by an attack) A central directory whose offset is past

@@ -151,10 +151,12 @@ class Served:
 
     def _sliced(self, info, key):
         torch = self._torch
-        if info.nbytes == 0:
-            # The library indexes a new empty tensor of the full shape and
-            # returns that view, strides of the full shape included
-            # (safetensors 0.8.0, compared on the GPU machine).
+        if info.nbytes == 0 or self._dev.type == "cpu":
+            # The library indexes a tensor of the full shape and returns
+            # that view, strides of the full shape included: an empty one
+            # on any device, and on the CPU every tensor (its mapping of
+            # the file there). Compared on the GPU machine, safetensors
+            # 0.8.0; on CUDA it returns the slice contiguous.
             return self._materialize(info)[key]
         full = self._view(info)
         if full is None:
@@ -272,6 +274,10 @@ def patch_safe_open(orig):
 def patch_load_file(orig):
     """safetensors.torch.load_file served from a lease when it can be."""
     sig = inspect.signature(lambda filename, device="cpu": None)
+    # The order of the dict the library returns: safetensors 0.8's
+    # load_file walks offset_keys() (the tensors in file order), older
+    # ones keys() (sorted by name). Read off the original's code.
+    order = "offset_keys" if "offset_keys" in getattr(getattr(orig, "__code__", None), "co_names", ()) else "keys"
 
     @functools.wraps(orig)
     def load_file(*args, **kwargs):
@@ -286,7 +292,7 @@ def patch_load_file(orig):
             with _serve.bypass():
                 return orig(*args, **kwargs)
         with served:
-            out = {k: served.get_tensor(k) for k in served.keys()}
+            out = {k: served.get_tensor(k) for k in getattr(served, order)()}
         _report.count_served(loader)
         return out
 

@@ -77,6 +77,10 @@ class Served:
         info = self._info(name)
         return self._materialize(info)
 
+    def get_tensors(self):
+        """Every tensor, in file order (safetensors 0.8's get_tensors)."""
+        return {k: self.get_tensor(k) for k in self.offset_keys()}
+
     def get_slice(self, name):
         return _Slice(self, self._info(name))
 
@@ -275,9 +279,11 @@ def patch_load_file(orig):
     """safetensors.torch.load_file served from a lease when it can be."""
     sig = inspect.signature(lambda filename, device="cpu": None)
     # The order of the dict the library returns: safetensors 0.8's
-    # load_file walks offset_keys() (the tensors in file order), older
-    # ones keys() (sorted by name). Read off the original's code.
-    order = "offset_keys" if "offset_keys" in getattr(getattr(orig, "__code__", None), "co_names", ()) else "keys"
+    # load_file returns its handle's get_tensors() (the tensors in file
+    # order), older ones walk keys() (sorted by name) or offset_keys().
+    # Read off the original's code.
+    names = getattr(getattr(orig, "__code__", None), "co_names", ())
+    order = "offset_keys" if "offset_keys" in names or "get_tensors" in names else "keys"
 
     @functools.wraps(orig)
     def load_file(*args, **kwargs):

@@ -188,6 +188,24 @@ class TestSafetensors(AutoloadCase):
         self.assertTrue(reasons[0] in ("dtype:" + dt, "format:dtype"), reasons)
         self.assertEqual(self.mount.wait_leases(0), 0)
 
+    def test_backend_argument_is_served(self):
+        """safetensors 0.8's load_file(..., backend=...) (how the library
+        reads the file) is served where the library takes it; it fell back
+        as an unknown argument."""
+        import inspect
+
+        load_file, orig = self.load_file()
+        if "backend" not in inspect.signature(orig).parameters:
+            self.skipTest("SKIPPED: this safetensors has no backend argument")
+        mnt, src = self.put("backend.safetensors", os.path.join(S.ST_FIXTURES, "all_dtypes.safetensors"))
+        for backend in ("mmap", "pread"):
+            got, want = load_file(mnt, backend=backend), self.original(orig, src, backend=backend)
+            self.assertEqual(list(got), list(want))
+            for name in want:
+                self.assertSameTensor(got[name], want[name], name)
+        self.assertEqual(self.A.served().get("safetensors.torch.load_file"), 2)
+        self.assertEqual(self.A.fallbacks(), {})
+
     def test_unknown_argument_falls_back_naming_it(self):
         # A keyword a newer library (or a caller like transformers) passes
         # that the patch does not know: the original runs, and the log

@@ -278,6 +278,11 @@ def patch_safe_open(orig):
 def patch_load_file(orig):
     """safetensors.torch.load_file served from a lease when it can be."""
     sig = inspect.signature(lambda filename, device="cpu": None)
+    try:  # safetensors 0.8 added backend (how it reads the file; nothing served changes)
+        if "backend" in inspect.signature(orig).parameters:
+            sig = inspect.signature(lambda filename, device="cpu", backend="mmap": None)
+    except (TypeError, ValueError):
+        pass
     # The order of the dict the library returns: safetensors 0.8's
     # load_file returns its handle's get_tensors() (the tensors in file
     # order), older ones walk keys() (sorted by name) or offset_keys().

@@ -94,9 +94,7 @@ func (c *Cache) openedDeferred(rel string, rd fs.Reader) {
 	// alongside the reader (a loader that opens a file to read its header,
 	// closes it, and opens it again to read the rest). Staged again after
 	// this reader closes it.
-	if s := c.settling[rel]; s != nil {
-		close(s.stop) // staged after this reader closes it
-		delete(c.settling, rel)
+	if s := c.endSettlingLocked(rel); s != nil { // staged after this reader closes it
 		r.openers = mergeOpeners(append([]opener(nil), s.openers...), r.openers...) // they may still map it; the newest kept last
 	}
 	for _, e := range c.replicasLocked(rel) {
@@ -194,12 +192,21 @@ func (c *Cache) cancelAfterReadLocked(rel string) bool {
 		}
 		cancelled = true
 	}
-	if s := c.settling[rel]; s != nil {
-		close(s.stop)
-		delete(c.settling, rel)
+	if c.endSettlingLocked(rel) != nil {
 		cancelled = true
 	}
 	return cancelled
+}
+
+// endSettlingLocked ends rel's settling wait, if one runs, and returns
+// it; Cache.mu must be held.
+func (c *Cache) endSettlingLocked(rel string) *settling {
+	s := c.settling[rel]
+	if s != nil {
+		close(s.stop)
+		delete(c.settling, rel)
+	}
+	return s
 }
 
 // stopReadersLocked stops the timers and the settling waits; Cache.mu must

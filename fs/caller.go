@@ -11,9 +11,11 @@ import (
 )
 
 // caller returns the credentials of the request in ctx: uid and gid from
-// the FUSE request header, supplementary groups of the calling process. A
-// process the daemon cannot see (it exited, or lives in another PID
-// namespace) keeps no supplementary group: fewer rights, never more.
+// the FUSE request header, supplementary groups and capabilities of the
+// calling thread (a uid-0 caller without CAP_DAC_OVERRIDE has no more
+// rights than its ids give). A thread the daemon cannot see (it exited, or
+// lives in another PID namespace) keeps no supplementary group and no
+// capability: fewer rights, never more.
 func (s *Server) caller(ctx context.Context) (access.Cred, bool) {
 	c, ok := fuse.FromContext(ctx)
 	if !ok {
@@ -23,10 +25,6 @@ func (s *Server) caller(ctx context.Context) (access.Cred, bool) {
 		// A daemon that is not root serves only the user who mounted (no
 		// allow_other) and cannot take another identity.
 		return access.Daemon(), c.Uid == s.uid
-	}
-	if c.Uid == 0 {
-		// Root's rights do not depend on its groups.
-		return access.Cred{UID: 0, GID: c.Gid}, true
 	}
 	cred, err := access.FromPID(int32(c.Pid), c.Uid, c.Gid)
 	if err != nil {

@@ -3,14 +3,12 @@ package ipc
 import (
 	"bytes"
 	"errors"
-	"fmt"
 	"net"
 	"os"
 	"syscall"
 	"time"
 
 	"go.uber.org/zap"
-	"golang.org/x/sys/unix"
 
 	"github.com/gdsfs/gdsfs/gpu"
 	"github.com/gdsfs/gdsfs/internal/access"
@@ -202,26 +200,21 @@ func (cn *conn) readLine() ([]byte, error) {
 	}
 }
 
+// peerCred is who connected: ids, groups and capabilities as the kernel
+// recorded them at connect (access.Peer). A peer whose groups or
+// capabilities cannot be read keeps its uid and gid: it can only get
+// fewer rights than it has, never more.
 func peerCred(c *net.UnixConn) (access.Cred, error) {
 	raw, err := c.SyscallConn()
 	if err != nil {
-		return access.Cred{}, err
+		return access.Cred{UID: ^uint32(0), GID: ^uint32(0)}, err
 	}
-	var uc *unix.Ucred
-	var uerr error
-	if err := raw.Control(func(fd uintptr) {
-		uc, uerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	}); err != nil {
-		return access.Cred{}, err
+	var cred access.Cred
+	var perr error
+	if err := raw.Control(func(fd uintptr) { cred, perr = access.Peer(int(fd)) }); err != nil {
+		return access.Cred{UID: ^uint32(0), GID: ^uint32(0)}, err
 	}
-	if uerr != nil {
-		return access.Cred{UID: ^uint32(0), GID: ^uint32(0)}, fmt.Errorf("SO_PEERCRED: %w", uerr)
-	}
-	// Without its groups (the process is gone, or in a PID namespace the
-	// daemon cannot see) the peer keeps its uid and gid: it can only get
-	// fewer rights than it has, never more.
-	c2, _ := access.FromPID(uc.Pid, uc.Uid, uc.Gid)
-	return c2, nil
+	return cred, perr
 }
 
 // handle answers one request line.

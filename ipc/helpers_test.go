@@ -2,6 +2,7 @@ package ipc_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -175,17 +176,28 @@ func dial(t *testing.T, path string) *raw {
 }
 
 // dialAs connects with effective uid/gid set on this thread only, so the
-// daemon's SO_PEERCRED sees uid (the process's groups come along).
+// daemon's SO_PEERCRED sees uid (the thread's groups come along).
 func dialAs(t *testing.T, path string, uid, gid uint32) *raw {
 	t.Helper()
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
+	c, err := dialAsErr(path, uid, gid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return &raw{t: t, c: c, r: proto.NewReader(c, proto.MaxAnswer)}
+}
+
+// dialAsErr is dialAs's connect, on a thread the caller has locked.
+func dialAsErr(path string, uid, gid uint32) (*net.UnixConn, error) {
 	keep := ^uintptr(0)
 	if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, keep, uintptr(gid), keep); e != 0 {
-		t.Fatalf("setresgid: %v", e)
+		return nil, fmt.Errorf("setresgid: %w", e)
 	}
 	if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, keep, uintptr(uid), keep); e != 0 {
-		t.Fatalf("setresuid: %v", e)
+		unix.RawSyscall(unix.SYS_SETRESGID, keep, 0, keep)
+		return nil, fmt.Errorf("setresuid: %w", e)
 	}
 	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: path, Net: "unix"})
 	_, _, e1 := unix.RawSyscall(unix.SYS_SETRESUID, keep, 0, keep)
@@ -193,11 +205,7 @@ func dialAs(t *testing.T, path string, uid, gid uint32) *raw {
 	if e1 != 0 || e2 != 0 {
 		panic("cannot restore the thread's identity") // never hand it back to the scheduler
 	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return &raw{t: t, c: c, r: proto.NewReader(c, proto.MaxAnswer)}
+	return c, err
 }
 
 // do sends req and returns the answer and its descriptors (as files).

@@ -66,7 +66,8 @@ func TestOpenAsLetsTheKernelDecide(t *testing.T) {
 		{"group", nobody, syscall.EACCES},
 		{"group", member, nil},
 		{"closed/inside", nobody, syscall.EACCES}, // no search right on closed/
-		{"secret", Cred{}, nil},                   // root
+		{"secret", Daemon(), nil},
+		{"secret", Cred{}, nil}, // uid 0 without capabilities: the owner
 	} {
 		f, err := r.OpenAs(tc.cred, tc.rel, os.O_RDONLY, 0, Beneath)
 		if tc.want == nil && err != nil || tc.want != nil && !errors.Is(err, tc.want) {
@@ -268,5 +269,34 @@ func TestDoClearsCapabilities(t *testing.T) {
 	nobody.Do(func() error { return nil })
 	if after := capEff(); after != before {
 		t.Errorf("CapEff after Do: %s, before %s", after, before)
+	}
+}
+
+// TestCapabilitiesDecideNotUID: what passes another owner's modes is a
+// capability the caller holds, whatever its uid.
+func TestCapabilitiesDecideNotUID(t *testing.T) {
+	needRoot(t)
+	r, dir := tree(t)
+	other := filepath.Join(dir, "other")
+	write(t, other, 0o600)
+	os.Chown(other, 65534, 65534)
+	const readSearch, override = 1 << unix.CAP_DAC_READ_SEARCH, 1 << unix.CAP_DAC_OVERRIDE
+	for _, tc := range []struct {
+		cred Cred
+		want error
+	}{
+		{Daemon(), nil},
+		{Cred{}, syscall.EACCES}, // uid 0, no capability
+		{Cred{Caps: Daemon().Caps &^ (readSearch | override)}, syscall.EACCES},
+		{Cred{Caps: readSearch}, nil},
+		{Cred{UID: 1000, GID: 1000, Caps: override}, nil},
+	} {
+		f, _, err := r.OpenRegular(tc.cred, "other", 0, Beneath)
+		if tc.want == nil && err != nil || tc.want != nil && !errors.Is(err, tc.want) {
+			t.Errorf("as %v: %v, want %v", tc.cred, err, tc.want)
+		}
+		if f != nil {
+			f.Close()
+		}
 	}
 }

@@ -1,89 +1,94 @@
 package access
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"runtime"
-	"slices"
-	"strconv"
-	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
 )
 
 // Cred is who a request comes from: the uid, gid and supplementary groups
-// the kernel checks a file access against.
+// the kernel checks a file access against, and the effective capabilities
+// the caller holds (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER, ...),
+// which are what let a uid-0 caller past modes it does not own. A uid alone
+// grants nothing: a uid-0 caller without capabilities has only the rights
+// of an owner named uid 0.
 type Cred struct {
 	UID    uint32
 	GID    uint32
 	Groups []uint32 // supplementary groups
+	Caps   uint64   // effective capabilities, bit n for capability n
 }
 
-func (c Cred) String() string { return fmt.Sprintf("uid %d gid %d", c.UID, c.GID) }
+func (c Cred) String() string {
+	return fmt.Sprintf("uid %d gid %d caps %#x", c.UID, c.GID, c.Caps)
+}
+
+// daemonCaps is the daemon's effective set, read once at start-up on the
+// main thread (before any Do changes a thread's set).
+var daemonCaps = threadEffective()
 
 // Daemon is the daemon's own credentials.
 func Daemon() Cred {
-	return Cred{UID: uint32(os.Geteuid()), GID: uint32(os.Getegid())}
+	return Cred{UID: uint32(os.Geteuid()), GID: uint32(os.Getegid()), Caps: daemonCaps}
 }
 
-// FromPID returns the credentials of a request: uid and gid as the kernel
-// reported them (SO_PEERCRED, the FUSE request header), with the
-// supplementary groups of process pid from /proc/PID/status. A process
-// that cannot be read (it exited, or lives in a PID namespace the daemon
-// cannot see: pid 0) keeps no supplementary group: it can only get fewer
-// rights than it has, never more.
+// FromPID returns the credentials of a FUSE request: uid and gid as the
+// kernel reported them in the request header (the caller's fsuid and
+// fsgid), with the supplementary groups and effective capabilities of
+// thread pid read from /proc/PID/status (see procCred: they are taken only
+// while that thread's fs ids are the header's and it lives in the daemon's
+// user namespace). A thread that cannot be read (it exited, or lives in a
+// PID namespace the daemon cannot see: pid 0) keeps no supplementary group
+// and no capability: it can only get fewer rights than it has, never more.
 func FromPID(pid int32, uid, gid uint32) (Cred, error) {
 	c := Cred{UID: uid, GID: gid}
 	if pid <= 0 {
 		return c, fmt.Errorf("groups of pid %d: no such process", pid)
 	}
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	pidfd, err := unix.PidfdOpen(int(pid), pidfdThread)
+	if err == unix.EINVAL {
+		pidfd, err = unix.PidfdOpen(int(pid), 0) // kernels before 6.9 open no thread
+	}
 	if err != nil {
-		return c, fmt.Errorf("groups of pid %d: %w", pid, err)
+		pidfd = -1 // no check that pid was not reused; the fs ids still must match
+	} else {
+		defer unix.Close(pidfd)
 	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		line, ok := strings.CutPrefix(s.Text(), "Groups:")
-		if !ok {
-			continue
-		}
-		for _, g := range strings.Fields(line) {
-			v, err := strconv.ParseUint(g, 10, 32)
-			if err == nil && !slices.Contains(c.Groups, uint32(v)) {
-				c.Groups = append(c.Groups, uint32(v))
-			}
-		}
-		return c, nil
+	p, err := procCred(pid, pidfd, fsIDs, uid, gid)
+	if err != nil {
+		return c, err
 	}
-	return c, fmt.Errorf("groups of pid %d: no Groups line in /proc/%d/status", pid, pid)
+	c.Groups, c.Caps = p.Groups, p.Caps
+	return c, nil
 }
 
-// Do runs fn with the file-system credentials of c on the calling
-// goroutine's OS thread: fsuid, fsgid and supplementary groups are set for
-// that thread alone (raw setfsuid/setfsgid/setgroups, never the
-// all-threads variants), so the kernel itself decides every permission fn
-// needs, ACLs and masks included. A root daemon loses its file
-// capabilities on that thread while it acts for c: the kernel drops the
-// file ones (CAP_DAC_OVERRIDE, CAP_FOWNER, ...) with the fsuid change, and
-// Do clears the rest of the thread's effective set (CAP_SYS_ADMIN,
-// CAP_SETFCAP, CAP_SYS_RESOURCE, ...) so nothing fn does can use a right
-// the caller lacks; both come back before the thread is released.
+// Do runs fn with the credentials of c on the calling goroutine's OS
+// thread: fsuid, fsgid and supplementary groups are set for that thread
+// alone (raw setfsuid/setfsgid/setgroups, never the all-threads
+// variants), and the thread's effective capabilities become those of c
+// that the daemon holds, so the kernel itself decides every permission fn
+// needs, ACLs, masks and capabilities included. A caller without
+// CAP_DAC_OVERRIDE is refused what its ids do not allow, whatever its uid;
+// nothing fn does can use a right the caller lacks. The thread's ids and
+// capabilities come back before it is released.
 //
-// When c is the daemon itself, fn runs as it is. A daemon that is not root
-// cannot take another user's identity: fn does not run and the answer is
-// EACCES.
+// When c has the daemon's ids and every capability the daemon has, fn runs
+// as it is. A daemon that is not root cannot take another user's identity:
+// it serves its own uid and gid only (fn runs as it is); anyone else gets
+// EACCES and fn does not run.
 func (c Cred) Do(fn func() error) error {
 	me := Daemon()
-	if c.UID == me.UID && c.GID == me.GID && (me.UID != 0 || c.UID == 0) {
-		// The daemon itself (root callers keep root's rights, as they
-		// would have on SOURCE directly).
+	if me.UID != 0 {
+		if c.UID != me.UID || c.GID != me.GID {
+			return fmt.Errorf("%s: a daemon that is not root serves only its own user: %w", c, syscall.EACCES)
+		}
 		return fn()
 	}
-	if me.UID != 0 {
-		return fmt.Errorf("%s: a daemon that is not root serves only its own user: %w", c, syscall.EACCES)
+	if c.UID == me.UID && c.GID == me.GID && c.Caps&me.Caps == me.Caps {
+		return fn()
 	}
 	runtime.LockOSThread()
 	saved, err := threadGroups()
@@ -91,23 +96,27 @@ func (c Cred) Do(fn func() error) error {
 		runtime.UnlockOSThread()
 		return err
 	}
+	caps, err := threadCaps()
+	if err != nil {
+		runtime.UnlockOSThread()
+		return err
+	}
 	if err := c.enter(); err != nil {
-		if restore(saved) == nil {
+		if restore(saved, caps) == nil {
 			runtime.UnlockOSThread()
 		}
 		// else: the thread keeps an unknown identity; it stays locked to
 		// this goroutine and ends with it.
 		return err
 	}
-	caps, err := dropCapabilities()
-	if err != nil {
-		if restore(saved) == nil {
+	if err := keepCapabilities(caps, c.Caps); err != nil {
+		if restore(saved, caps) == nil {
 			runtime.UnlockOSThread()
 		}
 		return err
 	}
 	ferr := fn()
-	if restoreCapabilities(caps) != nil || restore(saved) != nil {
+	if restore(saved, caps) != nil {
 		// Never hand a thread with another user's identity back to the
 		// scheduler: stay locked; the runtime ends the thread with the
 		// goroutine.
@@ -136,8 +145,12 @@ func (c Cred) enter() error {
 	return nil
 }
 
-// restore puts the thread back to the daemon's identity.
-func restore(groups []uint32) error {
+// restore puts the thread back to the daemon's capabilities (first: the
+// rest needs CAP_SETGID), ids and groups.
+func restore(groups []uint32, caps [2]unix.CapUserData) error {
+	if err := unix.Capset(capsHeader(), &caps[0]); err != nil {
+		return fmt.Errorf("capset: %w", err)
+	}
 	me := Daemon()
 	unix.Setfsuid(int(me.UID))
 	unix.Setfsgid(int(me.GID))
@@ -187,25 +200,33 @@ func capsHeader() *unix.CapUserHeader {
 	return &unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 }
 
-// dropCapabilities clears the calling thread's effective capabilities
-// (the permitted set stays, so they can be raised again) and returns what
-// they were.
-func dropCapabilities() ([2]unix.CapUserData, error) {
-	var saved [2]unix.CapUserData
-	if err := unix.Capget(capsHeader(), &saved[0]); err != nil {
-		return saved, fmt.Errorf("capget: %w", err)
+// threadCaps returns the calling thread's capability sets.
+func threadCaps() ([2]unix.CapUserData, error) {
+	var d [2]unix.CapUserData
+	if err := unix.Capget(capsHeader(), &d[0]); err != nil {
+		return d, fmt.Errorf("capget: %w", err)
 	}
-	cleared := saved
-	cleared[0].Effective, cleared[1].Effective = 0, 0
-	if err := unix.Capset(capsHeader(), &cleared[0]); err != nil {
-		return saved, fmt.Errorf("capset: %w", err)
-	}
-	return saved, nil
+	return d, nil
 }
 
-// restoreCapabilities puts back the effective set dropCapabilities saved.
-func restoreCapabilities(saved [2]unix.CapUserData) error {
-	if err := unix.Capset(capsHeader(), &saved[0]); err != nil {
+// threadEffective is the calling thread's effective set (none if it
+// cannot be read).
+func threadEffective() uint64 {
+	d, err := threadCaps()
+	if err != nil {
+		return 0
+	}
+	return uint64(d[0].Effective) | uint64(d[1].Effective)<<32
+}
+
+// keepCapabilities sets the calling thread's effective set to the part of
+// saved's effective set that is in keep (the permitted set stays, so the
+// rest can be raised again).
+func keepCapabilities(saved [2]unix.CapUserData, keep uint64) error {
+	d := saved
+	d[0].Effective &= uint32(keep)
+	d[1].Effective &= uint32(keep >> 32)
+	if err := unix.Capset(capsHeader(), &d[0]); err != nil {
 		return fmt.Errorf("capset: %w", err)
 	}
 	return nil

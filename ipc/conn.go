@@ -101,8 +101,8 @@ func (s *Server) admit(cn *conn) error {
 	switch {
 	case s.total.conns >= o.MaxConnections:
 		return proto.Errorf(proto.EMFILE, "more than ipc.max_connections (%d) clients", o.MaxConnections)
-	case u != nil && u.conns >= o.MaxConnectionsPerUID:
-		return proto.Errorf(proto.EMFILE, "uid %d has ipc.max_connections_per_uid (%d) connections open", cn.cred.UID, o.MaxConnectionsPerUID)
+	case u != nil && u.conns >= o.ConnectionsPerUID():
+		return proto.Errorf(proto.EMFILE, "uid %d has ipc.max_connections_per_uid (%d) connections open", cn.cred.UID, o.ConnectionsPerUID())
 	}
 	s.useLocked(cn.cred.UID, func(u *use) { u.conns++ })
 	s.active[cn] = true

@@ -44,7 +44,7 @@ type setup struct {
 func testOptions(sharing string) ipc.Options {
 	return ipc.Options{
 		Sharing: sharing, AcquireTimeout: 10 * time.Second, MaxRequest: 1024,
-		MaxConnections: 64, MaxConnectionsPerUID: 48, MaxLeasesPerUID: 100000,
+		MaxConnections: 96, MaxConnectionsPerUID: 48, MaxLeasesPerUID: 100000,
 		MaxHeldPerUID: units.Share{Percent: 100}, IdleTimeout: time.Minute, RequestTimeout: 10 * time.Second,
 	}
 }

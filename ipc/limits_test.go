@@ -40,14 +40,21 @@ func TestPerUIDConnectionLimit(t *testing.T) {
 	}
 }
 
+// TestTooManyConnections: past ipc.max_connections in all, a connection
+// of any uid is refused, naming the bound.
 func TestTooManyConnections(t *testing.T) {
-	f := start(t, ipc.SharingShared, setup{opts: func(o *ipc.Options) { o.MaxConnections = 4 }})
-	for range 4 {
-		dial(t, f.srv.Path()).do(proto.Request{Op: proto.OpHello})
+	f := start(t, ipc.SharingShared, setup{opts: func(o *ipc.Options) { o.MaxConnections, o.MaxConnectionsPerUID = 4, 2 }})
+	for range 2 {
+		if resp, _ := dial(t, f.srv.Path()).do(proto.Request{Op: proto.OpHello}); !resp.OK {
+			t.Fatalf("root: %+v", resp)
+		}
+		if resp, _ := dialAs(t, f.srv.Path(), nobody, nobody).do(proto.Request{Op: proto.OpHello}); !resp.OK {
+			t.Fatalf("uid %d: %+v", nobody, resp)
+		}
 	}
-	resp, _ := dial(t, f.srv.Path()).do(proto.Request{Op: proto.OpHello})
-	if resp.Errno != "EMFILE" || !strings.Contains(resp.Error, "ipc.max_connections") {
-		t.Fatalf("fifth connection: %+v, want EMFILE", resp)
+	resp, _ := dialAs(t, f.srv.Path(), 1000, 1000).do(proto.Request{Op: proto.OpHello})
+	if resp.Errno != "EMFILE" || !strings.Contains(resp.Error, "ipc.max_connections ") {
+		t.Fatalf("fifth connection (a third uid): %+v, want EMFILE naming ipc.max_connections", resp)
 	}
 }
 
@@ -100,27 +107,67 @@ func TestHalfLineTimesOut(t *testing.T) {
 	}
 }
 
-// TestFloodOfOneUIDLocksOutNobodyElse: uid 65534 fills its connection
-// bound with half-sent lines and idle connections; root is served at
-// once, and the flood's connections end with the timeouts.
+// TestFloodOfOneUIDLocksOutNobodyElse: with only ipc.max_connections set
+// (the per-uid bound left at auto), uid 65534 opening as many idle and
+// half-sent connections as the total allows gets a share of them only;
+// root and another uid are served during the flood.
 func TestFloodOfOneUIDLocksOutNobodyElse(t *testing.T) {
 	f := start(t, ipc.SharingShared, setup{opts: func(o *ipc.Options) {
-		o.MaxConnections, o.MaxConnectionsPerUID = 8, 6
-		o.RequestTimeout, o.IdleTimeout = 300*time.Millisecond, 300*time.Millisecond
+		o.MaxConnections, o.MaxConnectionsPerUID = 8, 0 // auto
 	}})
 	f.write(t, "a", pattern(100, 1))
-	for i := range 6 {
+	admitted := 0
+	for i := range 8 {
 		r := dialAs(t, f.srv.Path(), nobody, nobody)
-		if i%2 == 0 {
-			r.c.Write([]byte(`{"op":"acquire","pa`))
+		resp, _ := r.do(proto.Request{Op: proto.OpHello})
+		switch {
+		case resp.OK:
+			admitted++
+			if i%2 == 0 {
+				r.c.Write([]byte(`{"op":"acquire","pa`)) // and never finished
+			}
+		case resp.Errno != "EMFILE" || !strings.Contains(resp.Error, "max_connections_per_uid"):
+			t.Fatalf("flood connection %d: %+v, want EMFILE naming ipc.max_connections_per_uid", i, resp)
 		}
+	}
+	if admitted != 2 {
+		t.Fatalf("uid %d was admitted %d connections, want 2 (a quarter of ipc.max_connections 8)", nobody, admitted)
 	}
 	if resp, _ := dial(t, f.srv.Path()).do(proto.Request{Op: proto.OpStat, Path: "a"}); !resp.OK {
 		t.Fatalf("root during the flood: %+v", resp)
 	}
-	f.waitClosed(t, 7) // the flood's six and root's own
-	if resp, _ := dialAs(t, f.srv.Path(), nobody, nobody).do(proto.Request{Op: proto.OpStat, Path: "a"}); !resp.OK {
-		t.Fatalf("uid %d after its flood timed out: %+v", nobody, resp)
+	if resp, _ := dialAs(t, f.srv.Path(), 1000, 1000).do(proto.Request{Op: proto.OpStat, Path: "a"}); !resp.OK {
+		t.Fatalf("uid 1000 during the flood: %+v", resp)
+	}
+}
+
+// TestPerUIDConnectionsAShareOfTheTotal: the per-uid bound is at most half
+// of ipc.max_connections whatever is configured; auto is a quarter.
+func TestPerUIDConnectionsAShareOfTheTotal(t *testing.T) {
+	for _, tc := range []struct {
+		total, perUID int
+		want          int    // ConnectionsPerUID when valid
+		err           string // else: in Validate's error
+	}{
+		{256, 0, 64, ""},
+		{4096, 0, 1024, ""},
+		{3, 0, 1, ""},
+		{256, 128, 128, ""},
+		{256, 1024, 0, "ipc.max_connections_per_uid: 1024 is more than half of ipc.max_connections (256)"},
+		{8, 5, 0, "ipc.max_connections_per_uid: 5 is more than half"},
+		{1, 0, 0, "ipc.max_connections: 1 is below 2"},
+	} {
+		o := testOptions(ipc.SharingShared)
+		o.MaxConnections, o.MaxConnectionsPerUID = tc.total, units.AutoCount(tc.perUID)
+		err := o.Validate()
+		switch {
+		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+			t.Errorf("max_connections %d, per uid %d: %v, want an error with %q", tc.total, tc.perUID, err, tc.err)
+		case tc.err == "" && err != nil:
+			t.Errorf("max_connections %d, per uid %d: %v", tc.total, tc.perUID, err)
+		case tc.err == "" && o.ConnectionsPerUID() != tc.want:
+			t.Errorf("max_connections %d, per uid %d: %d per uid, want %d", tc.total, tc.perUID, o.ConnectionsPerUID(), tc.want)
+		}
 	}
 }
 

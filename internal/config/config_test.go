@@ -86,6 +86,18 @@ func TestFileOverlayAndSet(t *testing.T) {
 	}
 }
 
+// TestMaxConnectionsAloneBoundsEachUID: setting ipc.max_connections alone
+// leaves each uid a quarter of it.
+func TestMaxConnectionsAloneBoundsEachUID(t *testing.T) {
+	c, err := Load("", []string{"ipc.max_connections=256"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := c.IPC.ConnectionsPerUID(); n != 64 {
+		t.Fatalf("ipc.max_connections 256: %d connections per uid, want 64", n)
+	}
+}
+
 func TestErrorsNameTheKey(t *testing.T) {
 	dir := t.TempDir()
 	n := 0
@@ -115,6 +127,7 @@ func TestErrorsNameTheKey(t *testing.T) {
 		{"", []string{"novalue"}, "want key=value"},
 		{"", []string{"ipc.sharing=public"}, `ipc.sharing: "public"`},
 		{"", []string{"log.format=xml"}, `log.format: "xml"`},
+		{"", []string{"ipc.max_connections=256", "ipc.max_connections_per_uid=1024"}, "ipc.max_connections_per_uid: 1024 is more than half of ipc.max_connections (256)"},
 		{"", []string{"staging.device=tpu"}, `staging.device: "tpu"`},
 		{"", []string{"staging.gpus=[]"}, "staging.gpus: empty"},
 		{"", []string{"io.task_size=1000"}, "io.task_size"},

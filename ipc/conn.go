@@ -240,7 +240,7 @@ func (cn *conn) handle(line []byte) (string, proto.Response, []int) {
 	case proto.OpStat:
 		return req.Op, cn.stat(req), nil
 	case proto.OpReport:
-		cn.s.reports.add(req.Reason)
+		cn.s.reports.add(cn.cred.UID, req.Reason)
 		return req.Op, cn.ok(), nil
 	case proto.OpWait:
 		return req.Op, cn.wait(req), nil

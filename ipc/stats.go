@@ -72,26 +72,45 @@ func (s *Server) cacheable() bool {
 	return s.room.free >= s.headroom
 }
 
-// maxReasons bounds the distinct fallback reasons counted; later ones are
-// counted as "other".
-const maxReasons = 64
+// Bounds on the fallback reasons counted per reason. Any local user may
+// report, so the reasons are bounded in all and per uid: a uid may name at
+// most maxReasonsPerUID reasons first (others' reasons it may count
+// freely; proto checks each reason's form). Reports past a bound still
+// count in the total, and under otherReason.
+const (
+	maxReasons       = 64
+	maxReasonsPerUID = 8
+	otherReason      = "other"
+)
 
 // reports counts report requests.
 type reports struct {
 	total    atomic.Uint64
 	mu       sync.Mutex
-	byReason map[string]uint64 // guarded by mu
+	byReason map[string]uint64 // guarded by mu; INVARIANT: len <= maxReasons
+	namedBy  map[uint32]int    // guarded by mu: reasons each uid named first
 }
 
-func (r *reports) add(reason string) {
+// add counts one fallback reported by uid.
+func (r *reports) add(uid uint32, reason string) {
 	r.total.Add(1)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.byReason == nil {
-		r.byReason = map[string]uint64{}
+		r.byReason, r.namedBy = map[string]uint64{}, map[uint32]int{}
 	}
-	if _, ok := r.byReason[reason]; !ok && len(r.byReason) >= maxReasons {
-		reason = "other"
+	if _, ok := r.byReason[reason]; !ok {
+		named := len(r.byReason)
+		if _, ok := r.byReason[otherReason]; ok {
+			named--
+		}
+		switch {
+		case reason == otherReason:
+		case named >= maxReasons-1 || r.namedBy[uid] >= maxReasonsPerUID:
+			reason = otherReason // one slot stays for it
+		default:
+			r.namedBy[uid]++
+		}
 	}
 	r.byReason[reason]++
 }

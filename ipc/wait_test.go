@@ -1,6 +1,7 @@
 package ipc_test
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -69,12 +70,17 @@ func TestWaitingAcquiresServedInOrder(t *testing.T) {
 }
 
 // TestWaitingAcquireTimesOut: an acquire that finds no room answers ENOSPC
-// only once ipc.acquire_timeout has passed, and says why.
+// only once ipc.acquire_timeout has passed, and says why. The file holding
+// the room is staged beforehand without a deadline, so the timeout bounds
+// only the wait for room, which must run out.
 func TestWaitingAcquireTimesOut(t *testing.T) {
-	const timeout = 300 * time.Millisecond
+	const timeout = time.Second
 	f := start(t, ipc.SharingShared, setup{capacity: 4 << 20, chunk: 4 << 20, opts: func(o *ipc.Options) { o.AcquireTimeout = timeout }})
 	f.write(t, "a", pattern(3<<20, 1))
 	f.write(t, "b", pattern(3<<20, 2))
+	if _, err := f.cache.Stage(context.Background(), "a"); err != nil {
+		t.Fatal(err)
+	}
 	h := dial(t, f.srv.Path())
 	if resp, _ := h.do(proto.Request{Op: proto.OpAcquire, Path: "a"}); !resp.OK {
 		t.Fatal(resp.Error)

@@ -36,7 +36,9 @@ func Peer(fd int) (Cred, error) {
 		c.Groups = g
 	}
 	pidfd, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_PEERPIDFD)
-	if err != nil && uc.Pid > 0 {
+	if err == unix.ENOPROTOOPT && uc.Pid > 0 {
+		// Before Linux 6.5. (Any other error, ESRCH for a peer that
+		// exited, must not lead to a pid that may name another process.)
 		pidfd, err = unix.PidfdOpen(int(uc.Pid), 0)
 	}
 	if err != nil {

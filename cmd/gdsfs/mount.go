@@ -28,7 +28,8 @@ func mountCmd() *cobra.Command {
 		Long: `Mounts SOURCE on MOUNTPOINT and serves it until unmounted or stopped by
 SIGINT or SIGTERM. On a stop signal the mount refuses new opens, waits up to
 shutdown.grace for open files to close, then unmounts (lazily, if files are
-still open) and exits 0.
+still open) and exits 0. SIGHUP reopens log.file (after log rotation) and
+changes nothing else.
 
 --daemon detaches once the mount is served: the exit status says whether it
 came up, and errors are printed before it returns. Under systemd run it in the
@@ -99,15 +100,20 @@ type daemon struct {
 
 func runMount(cfg *config.Config, source, mnt string) error {
 	ready := readyFromEnv()
-	log, err := newLogger(cfg.Log)
+	log, logFile, err := newLogger(cfg.Log)
 	if err != nil {
 		return ready.fail(usageError{fmt.Errorf("log: %w", err)})
+	}
+	if logFile != nil {
+		defer logFile.Close()
 	}
 	defer log.Sync()
 	d := &daemon{cfg: cfg, log: log}
 	// Signals that arrive while starting are handled once mounted.
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	stopHangups := d.handleHangups(logFile)
+	defer stopHangups()
 	if err := d.start(source, mnt); err != nil {
 		d.stop()
 		return ready.fail(err)

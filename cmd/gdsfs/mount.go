@@ -40,13 +40,16 @@ first.
 Installed as /sbin/mount.fuse.gdsfs (make install), gdsfs is the mount helper
 of "mount -t fuse.gdsfs SOURCE MOUNTPOINT -o OPTIONS" and of /etc/fstab:
 
-  /data/src  /gds  fuse.gdsfs  ro,allow_other,staging.capacity=8GiB,_netdev  0 0
+  /data/src  /gds  fuse.gdsfs  allow_other,noexec,staging.capacity=8GiB,_netdev  0 0
 
 OPTIONS are config keys (key.sub=value, as --set), config=FILE, ro
-(fuse.read_only=true), allow_other, debug, and mount's own (defaults, noauto,
-_netdev, nofail, user, x-*, ...), which are accepted and ignored; rw, which
-mount passes for every line, leaves fuse.read_only as configured. The helper
-mounts with --daemon: it returns once the mount is served.`,
+(fuse.read_only=true and a read-only kernel mount: control files refuse
+writes too), noexec, nosuid, nodev (kernel mount flags, fuse.mount_flags;
+nosuid and nodev are always set, suid and dev are refused), allow_other,
+debug, and mount's own (defaults, noauto, _netdev, nofail, user, x-*, ...),
+which are accepted and ignored; rw, which mount passes for every line,
+leaves fuse.read_only as configured. The helper mounts with --daemon: it
+returns once the mount is served.`,
 		Args: exactArgs("SOURCE", "MOUNTPOINT"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			r.source, r.mountpoint = args[0], args[1]

@@ -1,13 +1,11 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"path/filepath"
 
 	"github.com/spf13/cobra"
-	"golang.org/x/sys/unix"
 
 	"github.com/gdsfs/gdsfs/internal/mountinfo"
 )
@@ -44,29 +42,28 @@ it never takes a live mount from another daemon.`,
 }
 
 // unmountIfDead unmounts the gdsfs mount on mnt (absolute) if its daemon
-// is gone, and says on w what it did. statfs tells a dead mount for sure:
-// the kernel always asks the daemon.
+// is gone (mountAt), and says on w what it did.
 func unmountIfDead(mnt string, w io.Writer) (unmounted bool, err error) {
-	fstype, ok := mountinfo.MountedAt(mnt)
+	fstype, mounted, dead := mountAt(mnt)
 	switch {
-	case !ok:
+	case !mounted:
 		fmt.Fprintf(w, "gdsfs: %s: not a mount point; nothing to do\n", mnt)
 		return false, nil
 	case fstype != "fuse.gdsfs":
 		fmt.Fprintf(w, "gdsfs: %s: a %s mount, not gdsfs; left alone\n", mnt, fstype)
 		return false, nil
-	}
-	if err := unix.Statfs(mnt, &unix.Statfs_t{}); !errors.Is(err, unix.ENOTCONN) {
+	case !dead:
 		fmt.Fprintf(w, "gdsfs: %s: served by a live daemon; left alone\n", mnt)
 		return false, nil
 	}
-	if err := mountinfo.Unmount(mnt, false); err != nil {
-		if lerr := mountinfo.Unmount(mnt, true); lerr != nil {
-			return false, fmt.Errorf("%s: a dead gdsfs mount that cannot be unmounted: %w", mnt, lerr)
-		}
+	busy, err := unmountDead(mnt)
+	switch {
+	case err != nil:
+		return false, fmt.Errorf("%s: a dead gdsfs mount that cannot be unmounted: %w", mnt, err)
+	case busy != nil:
 		fmt.Fprintf(w, "gdsfs: %s: a dead gdsfs mount (its daemon is gone), busy: detached it lazily\n", mnt)
-		return true, nil
+	default:
+		fmt.Fprintf(w, "gdsfs: %s: a dead gdsfs mount (its daemon is gone): unmounted it\n", mnt)
 	}
-	fmt.Fprintf(w, "gdsfs: %s: a dead gdsfs mount (its daemon is gone): unmounted it\n", mnt)
 	return true, nil
 }

@@ -12,6 +12,7 @@ import (
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 
 	"github.com/gdsfs/gdsfs/internal/access"
 )
@@ -152,43 +153,109 @@ func (c *controlFile) Flush(ctx context.Context, f gofs.FileHandle) syscall.Errn
 
 type controlReader struct{ data []byte }
 
+// maxControlLine bounds one line written to a control file: a path of
+// PATH_MAX bytes and its arguments. A longer line is refused whole.
+const maxControlLine = unix.PathMax + 256
+
 // controlWriter buffers a partial line between writes.
 type controlWriter struct {
 	file *controlFile
 	cred access.Cred // the writer
 
-	mu      sync.Mutex
+	mu sync.Mutex
+	// INVARIANT: len(partial) <= maxControlLine.
 	partial []byte // guarded by mu
+	// overlong: the line being written passed maxControlLine; the rest of
+	// it, up to its newline, is dropped. Guarded by mu.
+	overlong bool
 }
 
 // write acts on every complete line of data (and on the partial line when
 // final). The first failing line's error is the write's errno; the lines
-// after it are still acted on.
+// after it are still acted on. A line longer than maxControlLine fails
+// with ENAMETOOLONG and is not buffered.
 func (w *controlWriter) write(data []byte, final bool) (uint32, syscall.Errno) {
-	w.mu.Lock()
-	buf := append(w.partial, data...)
-	var lines [][]byte
-	for {
-		i := bytes.IndexByte(buf, '\n')
-		if i < 0 {
-			break
-		}
-		lines = append(lines, buf[:i])
-		buf = buf[i+1:]
-	}
-	if final && len(buf) > 0 {
-		lines, buf = append(lines, buf), nil
-	}
-	w.partial = append([]byte(nil), buf...)
-	w.mu.Unlock()
-
-	var first syscall.Errno
+	lines, first := w.split(data, final)
 	for _, l := range lines {
 		if errno := w.line(strings.TrimSpace(string(l))); errno != 0 && first == 0 {
 			first = errno
 		}
 	}
 	return uint32(len(data)), first
+}
+
+// split cuts data, after the buffered partial line, into complete lines
+// and keeps the rest. Each byte is copied at most once into the buffer.
+func (w *controlWriter) split(data []byte, final bool) (lines [][]byte, errno syscall.Errno) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for {
+		i := bytes.IndexByte(data, '\n')
+		if i < 0 {
+			break
+		}
+		if l, ok := w.takeLocked(data[:i]); ok {
+			lines = append(lines, l)
+		} else {
+			errno = syscall.ENAMETOOLONG
+		}
+		w.overlong = false
+		data = data[i+1:]
+	}
+	switch {
+	case len(data) == 0:
+	case w.overlong || len(w.partial)+len(data) > maxControlLine:
+		w.refuseLocked(data)
+		errno = syscall.ENAMETOOLONG
+	default:
+		w.partial = append(w.partial, data...)
+	}
+	if final {
+		if len(w.partial) > 0 {
+			lines = append(lines, w.partial)
+		}
+		w.partial, w.overlong = nil, false
+	}
+	return lines, errno
+}
+
+// takeLocked ends the buffered line with tail and returns it; false when
+// the line is over-long. The caller holds mu.
+func (w *controlWriter) takeLocked(tail []byte) ([]byte, bool) {
+	if w.overlong || len(w.partial)+len(tail) > maxControlLine {
+		w.refuseLocked(tail)
+		return nil, false
+	}
+	l := tail
+	if len(w.partial) > 0 {
+		l = append(w.partial, tail...)
+	}
+	w.partial = nil
+	return l, true
+}
+
+// refuseLocked drops the over-long line being written (buffered part and
+// more), logging it once, clipped. The caller holds mu.
+func (w *controlWriter) refuseLocked(more []byte) {
+	if !w.overlong {
+		head := w.partial
+		if len(head) == 0 {
+			head = more
+		}
+		w.file.srv.log.Info("control write refused: line longer than the limit",
+			zap.String("control", w.file.ctl.Name), zap.Int("limit", maxControlLine),
+			zap.String("line_starts", clip(string(head))))
+	}
+	w.partial, w.overlong = nil, true
+}
+
+// clip shortens s for a log line.
+func clip(s string) string {
+	const n = 128
+	if len(s) <= n {
+		return s
+	}
+	return fmt.Sprintf("%s... (%d bytes)", s[:n], len(s))
 }
 
 func (w *controlWriter) line(text string) syscall.Errno {
@@ -199,7 +266,7 @@ func (w *controlWriter) line(text string) syscall.Errno {
 	text, args := splitArgs(text, w.file.ctl.WriteArgs != nil)
 	rel, err := s.relPath(text)
 	if err != nil {
-		s.log.Info("control write refused: " + err.Error())
+		s.log.Info("control write refused", zap.Error(err))
 		return syscall.EINVAL
 	}
 	// The writer must be able to read the file, and it must be a regular
@@ -244,7 +311,7 @@ func (s *Server) relPath(line string) (string, error) {
 	}
 	p = path.Clean("/" + p)[1:]
 	if p == "" || p == controlDirName || strings.HasPrefix(p, controlDirName+"/") {
-		return "", fmt.Errorf("%q does not name a file under the mount", line)
+		return "", fmt.Errorf("%q does not name a file under the mount", clip(line))
 	}
 	return p, nil
 }

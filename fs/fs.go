@@ -259,6 +259,12 @@ func (s *Server) mountOptions() *gofs.Options {
 	if o.AllowOther {
 		mo.Options = append(mo.Options, "default_permissions")
 	}
+	// Flags for mount(2) as root, and the same words for fusermount.
+	mo.DirectMountFlags = unix.MS_NOSUID | unix.MS_NODEV
+	for _, f := range o.MountFlags {
+		mo.DirectMountFlags |= mountFlagBits[f]
+		mo.Options = append(mo.Options, f)
+	}
 	if o.Passthrough == PassthroughOff {
 		mo.DisabledCapabilities = fuse.CAP_PASSTHROUGH
 	}

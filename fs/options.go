@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/gdsfs/gdsfs/internal/units"
 )
 
@@ -24,6 +26,14 @@ type Options struct {
 	AttrTimeout  time.Duration `yaml:"attr_timeout"`
 	EntryTimeout time.Duration `yaml:"entry_timeout"`
 	Debug        bool          `yaml:"debug"`
+	// MountFlags are kernel mount flags (mountFlagBits); nosuid and nodev
+	// are always set.
+	MountFlags []string `yaml:"mount_flags"`
+}
+
+// mountFlagBits are the flags fuse.mount_flags may name.
+var mountFlagBits = map[string]uintptr{
+	"ro": unix.MS_RDONLY, "noexec": unix.MS_NOEXEC, "nosuid": unix.MS_NOSUID, "nodev": unix.MS_NODEV,
 }
 
 // maxKernelRead is the largest FUSE request Linux accepts (256 pages).
@@ -44,6 +54,14 @@ func (o *Options) Validate() error {
 	}
 	if o.AttrTimeout < 0 {
 		return fmt.Errorf("fuse.attr_timeout: %s is negative", o.AttrTimeout)
+	}
+	for _, f := range o.MountFlags {
+		if _, ok := mountFlagBits[f]; !ok {
+			return fmt.Errorf("fuse.mount_flags: %q is not one of ro, noexec, nosuid, nodev", f)
+		}
+		if f == "ro" && !o.ReadOnly {
+			return fmt.Errorf("fuse.mount_flags: ro with fuse.read_only false: a read-only mount cannot pass writes")
+		}
 	}
 	if o.EntryTimeout < 0 {
 		return fmt.Errorf("fuse.entry_timeout: %s is negative", o.EntryTimeout)

@@ -12,37 +12,58 @@ import (
 	"github.com/gdsfs/gdsfs/internal/mountinfo"
 )
 
-// clearDeadMount unmounts a gdsfs mount on mnt whose daemon is gone: after
-// a kill -9 the mount stays, and accesses to it fail with ENOTCONN
-// ("transport endpoint is not connected"). statfs tells for sure: the
-// kernel always asks the daemon (a stat may still be answered from the
-// attribute cache). A dead mount of another filesystem is left alone, with
-// the command that clears it.
+// mountAt says what is mounted on abs (absolute): its type, and whether it
+// is a FUSE mount whose daemon is gone. After a kill -9 the mount stays,
+// and accesses to it fail with ENOTCONN ("transport endpoint is not
+// connected"). statfs tells for sure: the kernel always asks the daemon (a
+// stat may still be answered from the attribute cache).
+func mountAt(abs string) (fstype string, mounted, dead bool) {
+	fstype, mounted = mountinfo.MountedAt(abs)
+	if !mounted || !strings.HasPrefix(fstype, "fuse") {
+		return fstype, mounted, false
+	}
+	err := unix.Statfs(abs, &unix.Statfs_t{})
+	return fstype, true, errors.Is(err, unix.ENOTCONN)
+}
+
+// unmountDead unmounts a dead mount on abs, detaching it lazily where it
+// is busy (busy says why).
+func unmountDead(abs string) (busy error, err error) {
+	busy = mountinfo.Unmount(abs, false)
+	if busy == nil {
+		return nil, nil
+	}
+	if err := mountinfo.Unmount(abs, true); err != nil {
+		return busy, err
+	}
+	return busy, nil
+}
+
+// clearDeadMount unmounts a gdsfs mount on mnt whose daemon is gone. A
+// dead mount of another filesystem is left alone, with the command that
+// clears it.
 func clearDeadMount(mnt string, log *zap.Logger) error {
 	abs, err := filepath.Abs(mnt)
 	if err != nil {
 		return nil // CheckPaths reports it
 	}
-	fstype, ok := mountinfo.MountedAt(abs)
-	if !ok || !strings.HasPrefix(fstype, "fuse") {
-		return nil
-	}
-	var st unix.Statfs_t
-	if err := unix.Statfs(abs, &st); !errors.Is(err, unix.ENOTCONN) {
-		return nil // alive: CheckPaths says it is busy
+	fstype, _, dead := mountAt(abs)
+	if !dead {
+		return nil // nothing there, or alive: CheckPaths says it is busy
 	}
 	if fstype != "fuse.gdsfs" {
 		return usageError{fmt.Errorf("MOUNTPOINT %s: a dead %s mount (transport endpoint is not connected); clear it with: umount -l %s", mnt, fstype, abs)}
 	}
-	if err := mountinfo.Unmount(abs, false); err != nil {
-		if lerr := mountinfo.Unmount(abs, true); lerr != nil {
-			return fmt.Errorf("MOUNTPOINT %s: a dead gdsfs mount (its daemon is gone) that cannot be unmounted (%v); as root run: gdsfs umount --lazy %s", mnt, lerr, abs)
-		}
+	busy, err := unmountDead(abs)
+	switch {
+	case err != nil:
+		return fmt.Errorf("MOUNTPOINT %s: a dead gdsfs mount (its daemon is gone) that cannot be unmounted (%v); as root run: gdsfs umount --if-dead %s", mnt, err, abs)
+	case busy != nil:
 		log.Warn("MOUNTPOINT was a dead gdsfs mount (its daemon is gone) and busy; detached it lazily",
-			zap.String("mountpoint", abs), zap.NamedError("busy", err))
-		return nil
+			zap.String("mountpoint", abs), zap.NamedError("busy", busy))
+	default:
+		log.Warn("MOUNTPOINT was a dead gdsfs mount (its daemon is gone: transport endpoint is not connected); unmounted it",
+			zap.String("mountpoint", abs))
 	}
-	log.Warn("MOUNTPOINT was a dead gdsfs mount (its daemon is gone: transport endpoint is not connected); unmounted it",
-		zap.String("mountpoint", abs))
 	return nil
 }

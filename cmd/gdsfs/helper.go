@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/gdsfs/gdsfs/internal/config"
@@ -46,10 +47,12 @@ var ignoredOptions = map[string]bool{
 	"user": true, "users": true, "nouser": true, "owner": true, "group": true,
 	"sync": true, "async": true, "dirsync": true, "atime": true, "noatime": true, "relatime": true,
 	"norelatime": true, "strictatime": true, "nostrictatime": true, "lazytime": true, "nolazytime": true,
-	"diratime": true, "nodiratime": true, "dev": true, "nodev": true, "suid": true, "nosuid": true,
-	"exec": true, "noexec": true, "mand": true, "nomand": true, "silent": true, "loud": true,
+	"diratime": true, "nodiratime": true, "mand": true, "nomand": true, "silent": true, "loud": true,
 	"iversion": true, "noiversion": true, "default_permissions": true,
 }
+
+// flagOptions are kernel mount flags gdsfs applies (fuse.mount_flags).
+var flagOptions = map[string]bool{"noexec": true, "nosuid": true, "nodev": true}
 
 var ignoredPrefixes = []string{"x-", "comment=", "fsname=", "subtype=", "helper=", "context=", "fscontext=", "defcontext=", "rootcontext="}
 
@@ -96,22 +99,34 @@ func parseHelper(args []string) (helperCall, error) {
 		return h, usageError{fmt.Errorf("want SOURCE MOUNTPOINT [-o OPTIONS], got %d arguments %q", len(pos), pos)}
 	}
 	h.req = mountRequest{source: strings.TrimPrefix(pos[0], "gdsfs#"), mountpoint: pos[1], daemon: true}
+	var flags []string
 	for _, o := range opts {
-		if err := h.req.addOptions(o, sloppy); err != nil {
+		if err := h.req.addOptions(o, sloppy, &flags); err != nil {
 			return h, usageError{err}
 		}
+	}
+	if len(flags) > 0 {
+		h.req.sets = append(h.req.sets, "fuse.mount_flags=["+strings.Join(flags, ",")+"]")
 	}
 	return h, nil
 }
 
-// addOptions maps one -o string onto the request.
-func (r *mountRequest) addOptions(s string, sloppy bool) error {
+// addOptions maps one -o string onto the request; kernel mount flags are
+// added to flags.
+func (r *mountRequest) addOptions(s string, sloppy bool, flags *[]string) error {
 	for _, o := range splitOptions(s) {
 		key, value, hasValue := strings.Cut(o, "=")
 		switch {
 		case o == "" || ignoredOptions[o] || hasIgnoredPrefix(o):
 		case o == "ro":
 			r.sets = append(r.sets, "fuse.read_only=true")
+			addFlag(flags, o)
+		case flagOptions[o]:
+			addFlag(flags, o)
+		case o == "exec":
+			*flags = slices.DeleteFunc(*flags, func(f string) bool { return f == "noexec" })
+		case o == "suid" || o == "dev":
+			return fmt.Errorf("-o %s: gdsfs mounts are always nosuid,nodev", o)
 		case o == "allow_other":
 			r.sets = append(r.sets, "fuse.allow_other=true")
 		case o == "debug":
@@ -125,11 +140,17 @@ func (r *mountRequest) addOptions(s string, sloppy bool) error {
 		case sloppy:
 		default:
 			return fmt.Errorf("-o %s: unknown option; gdsfs options are config keys as key.sub=value "+
-				"(staging.capacity=8GiB, log.file=/var/log/gdsfs.log), config=FILE, ro, allow_other, debug, "+
+				"(staging.capacity=8GiB, log.file=/var/log/gdsfs.log), config=FILE, ro, noexec, nosuid, nodev, allow_other, debug, "+
 				"and mount's own (defaults, noauto, _netdev, nofail, user, x-*)", o)
 		}
 	}
 	return nil
+}
+
+func addFlag(flags *[]string, f string) {
+	if !slices.Contains(*flags, f) {
+		*flags = append(*flags, f)
+	}
 }
 
 func hasIgnoredPrefix(o string) bool {

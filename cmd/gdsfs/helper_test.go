@@ -36,9 +36,13 @@ func TestParseHelper(t *testing.T) {
 		err    string
 	}{
 		{name: "fstab defaults", args: []string{"/src", "/mnt", "-o", "rw,defaults,noauto,_netdev,nofail,user,x-systemd.automount,relatime,nosuid,nodev"},
-			source: "/src"},
+			sets: []string{"fuse.mount_flags=[nosuid,nodev]"}, source: "/src"},
 		{name: "ro and allow_other", args: []string{"/src", "/mnt", "-o", "ro,allow_other"},
-			sets: []string{"fuse.read_only=true", "fuse.allow_other=true"}, source: "/src"},
+			sets: []string{"fuse.read_only=true", "fuse.allow_other=true", "fuse.mount_flags=[ro]"}, source: "/src"},
+		{name: "kernel flags", args: []string{"/src", "/mnt", "-o", "noexec,ro", "-o", "nosuid,noexec,exec"},
+			sets: []string{"fuse.read_only=true", "fuse.mount_flags=[ro,nosuid]"}, source: "/src"},
+		{name: "noexec", args: []string{"/src", "/mnt", "-o", "exec,noexec"}, sets: []string{"fuse.mount_flags=[noexec]"}, source: "/src"},
+		{name: "suid refused", args: []string{"/src", "/mnt", "-o", "suid"}, err: "always nosuid,nodev"},
 		{name: "config keys", args: []string{"/src", "/mnt", "-o", "staging.capacity=8GiB,staging.gpus=[0,1],log.level=debug", "-o", "config=/etc/gdsfs/a.yaml"},
 			sets: []string{"staging.capacity=8GiB", "staging.gpus=[0,1]", "log.level=debug"}, config: "/etc/gdsfs/a.yaml", source: "/src"},
 		{name: "joined -o and flags", args: []string{"-n", "-ofuse.read_only=false", "/src", "/mnt", "-t", "fuse.gdsfs", "-fv"},

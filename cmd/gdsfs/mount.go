@@ -28,7 +28,8 @@ func mountCmd() *cobra.Command {
 		Long: `Mounts SOURCE on MOUNTPOINT and serves it until unmounted or stopped by
 SIGINT or SIGTERM. On a stop signal the mount refuses new opens, waits up to
 shutdown.grace for open files to close, then unmounts (lazily, if files are
-still open) and exits 0.
+still open) and exits 0. SIGHUP reopens log.file (after log rotation) and
+changes nothing else.
 
 --daemon detaches once the mount is served: the exit status says whether it
 came up, and errors are printed before it returns. Under systemd run it in the
@@ -39,13 +40,16 @@ first.
 Installed as /sbin/mount.fuse.gdsfs (make install), gdsfs is the mount helper
 of "mount -t fuse.gdsfs SOURCE MOUNTPOINT -o OPTIONS" and of /etc/fstab:
 
-  /data/src  /gds  fuse.gdsfs  ro,allow_other,staging.capacity=8GiB,_netdev  0 0
+  /data/src  /gds  fuse.gdsfs  allow_other,noexec,staging.capacity=8GiB,_netdev  0 0
 
 OPTIONS are config keys (key.sub=value, as --set), config=FILE, ro
-(fuse.read_only=true), allow_other, debug, and mount's own (defaults, noauto,
-_netdev, nofail, user, x-*, ...), which are accepted and ignored; rw, which
-mount passes for every line, leaves fuse.read_only as configured. The helper
-mounts with --daemon: it returns once the mount is served.`,
+(fuse.read_only=true and a read-only kernel mount: control files refuse
+writes too), noexec, nosuid, nodev (kernel mount flags, fuse.mount_flags;
+nosuid and nodev are always set, suid and dev are refused), allow_other,
+debug, and mount's own (defaults, noauto, _netdev, nofail, user, x-*, ...),
+which are accepted and ignored; rw, which mount passes for every line,
+leaves fuse.read_only as configured. The helper mounts with --daemon: it
+returns once the mount is served.`,
 		Args: exactArgs("SOURCE", "MOUNTPOINT"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			r.source, r.mountpoint = args[0], args[1]
@@ -99,15 +103,20 @@ type daemon struct {
 
 func runMount(cfg *config.Config, source, mnt string) error {
 	ready := readyFromEnv()
-	log, err := newLogger(cfg.Log)
+	log, logFile, err := newLogger(cfg.Log)
 	if err != nil {
 		return ready.fail(usageError{fmt.Errorf("log: %w", err)})
+	}
+	if logFile != nil {
+		defer logFile.Close()
 	}
 	defer log.Sync()
 	d := &daemon{cfg: cfg, log: log}
 	// Signals that arrive while starting are handled once mounted.
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	stopHangups := d.handleHangups(logFile)
+	defer stopHangups()
 	if err := d.start(source, mnt); err != nil {
 		d.stop()
 		return ready.fail(err)

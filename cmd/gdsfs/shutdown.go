@@ -2,6 +2,8 @@ package main
 
 import (
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -60,4 +62,39 @@ func (d *daemon) shutdown(sig os.Signal, sigs <-chan os.Signal, unmounted <-chan
 	}
 	d.log.Warn("files still open after the grace period: detached the mount lazily (umount -l); their next reads fail",
 		zap.String("mountpoint", mnt), zap.Int("open_files", d.fs.OpenFiles()), zap.Strings("used_by", users))
+}
+
+// handleHangups reopens log.file on each SIGHUP (log rotation: the old
+// file was renamed) until the returned function is called. Without a log
+// file a hangup is logged and ignored: a foreground daemon outlives the
+// terminal it was started from.
+func (d *daemon) handleHangups(lf *logFile) (stop func()) {
+	hups := make(chan os.Signal, 1)
+	signal.Notify(hups, syscall.SIGHUP)
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		for {
+			select {
+			case <-hups:
+			case <-done:
+				return
+			}
+			if lf == nil {
+				d.log.Info("SIGHUP: no log.file to reopen; going on")
+				continue
+			}
+			if err := lf.Reopen(); err != nil {
+				d.log.Error("SIGHUP: cannot reopen log.file; logging on to the old one", zap.Error(err))
+				continue
+			}
+			d.log.Info("SIGHUP: reopened log.file", zap.String("file", lf.path))
+		}
+	}()
+	return func() {
+		signal.Stop(hups)
+		close(done)
+		<-finished
+	}
 }

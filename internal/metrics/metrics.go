@@ -23,6 +23,8 @@ type Metrics struct {
 	loadRate   *prometheus.HistogramVec // GB/s per successful load, by path
 	leaseTime  *prometheus.HistogramVec // seconds per lease request, by op and result
 	srv        *http.Server
+	ln         *limitListener
+	limits     serveLimits
 	serveDone  chan struct{}
 	listenAddr string
 }
@@ -31,7 +33,8 @@ type Metrics struct {
 // called on every scrape.
 func New(stats func() map[string]any) *Metrics {
 	m := &Metrics{
-		reg: prometheus.NewRegistry(),
+		limits: defaultLimits,
+		reg:    prometheus.NewRegistry(),
 		loadTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "gdsfs_load_duration_seconds",
 			Help:    "Time to stage one file, from the start of its load to resident or failed.",
@@ -81,18 +84,28 @@ func (m *Metrics) Handler() http.Handler {
 }
 
 // Serve listens on addr (HOST:PORT) and serves /metrics until Close. A
-// failure to listen is returned at once, naming metrics.listen.
+// failure to listen is returned at once, naming metrics.listen. It holds at
+// most a few connections at once, each for a bounded time (serveLimits).
 func (m *Metrics) Serve(addr string, log *zap.Logger) error {
-	ln, err := net.Listen("tcp", addr)
+	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("metrics.listen: %w", err)
 	}
+	ln := newLimitListener(l, m.limits.conns)
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", m.Handler())
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "gdsfs: metrics are at /metrics", http.StatusNotFound)
 	})
-	m.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	m.srv = &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: m.limits.readHeader,
+		ReadTimeout:       m.limits.read,
+		WriteTimeout:      m.limits.write,
+		IdleTimeout:       m.limits.idle,
+		ErrorLog:          zap.NewStdLog(log),
+	}
+	m.ln = ln
 	m.listenAddr = ln.Addr().String()
 	m.serveDone = make(chan struct{})
 	go func() {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -180,6 +181,36 @@ func TestDaemonSet(t *testing.T) {
 	if !strings.Contains(cfg, "allow_other: true") {
 		t.Error("config.yaml: pods run as other users: fuse.allow_other must be true")
 	}
+	checkMetricsPrivate(t, parsed, ds)
+}
+
+// checkMetricsPrivate: the unauthenticated metrics endpoint listens on the
+// pod's loopback only, and nothing advertises it on the pod network.
+func checkMetricsPrivate(t *testing.T, cfg map[string]any, ds *appsv1.DaemonSet) {
+	t.Helper()
+	m, _ := cfg["metrics"].(map[string]any)
+	listen, _ := m["listen"].(string)
+	if listen != "" {
+		host, _, err := net.SplitHostPort(listen)
+		ip := net.ParseIP(host)
+		if err != nil || ip == nil || !ip.IsLoopback() {
+			t.Errorf("config.yaml metrics.listen %q: must be a loopback address (plain HTTP, no authentication)", listen)
+		}
+	}
+	spec := ds.Spec.Template.Spec
+	if spec.HostNetwork {
+		t.Error("the daemon must not share the host's network: its loopback would be the node's")
+	}
+	for _, c := range spec.Containers {
+		for _, p := range c.Ports {
+			t.Errorf("container %s advertises port %d (%s): the daemon serves nothing on the pod network", c.Name, p.ContainerPort, p.Name)
+		}
+	}
+	for k := range ds.Spec.Template.Annotations {
+		if strings.HasPrefix(k, "prometheus.io/") {
+			t.Errorf("annotation %s: Prometheus cannot scrape a loopback endpoint", k)
+		}
+	}
 }
 
 func TestTrainingPod(t *testing.T) {
@@ -208,6 +239,9 @@ func TestTrainingPod(t *testing.T) {
 			sawMount = m.MountPropagation != nil && *m.MountPropagation == corev1.MountPropagationHostToContainer
 		case "/run/gdsfs":
 			sawSocket = m.MountPath == "/run/gdsfs" // where MOUNT/.gdsfs/socket points
+			if !m.ReadOnly {
+				t.Error("the pod must mount /run/gdsfs read-only: clients only connect to the socket")
+			}
 		}
 	}
 	if !sawMount {

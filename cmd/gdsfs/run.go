@@ -27,8 +27,9 @@ starts (children and DataLoader workers too): safetensors and torch.load
 calls on files under a gdsfs mount are served from leases; anything else
 goes to the original function, counted and logged once per reason.
 
-It puts a sitecustomize on PYTHONPATH (ahead of any existing entries; the
-sitecustomize it hides still runs) and sets GDSFS_AUTOLOAD=1. The Python
+It puts the directory holding the gdsfs Python package and its
+sitecustomize first on PYTHONPATH (the sitecustomize it hides still runs)
+and sets GDSFS_AUTOLOAD=1. The Python
 package comes from $GDSFS_PYTHON_DIR, else ../python or ../share/gdsfs/python
 beside the binary, else the copy embedded in the binary, unpacked once per
 version into $XDG_CACHE_HOME/gdsfs (~/.cache/gdsfs).`,
@@ -66,11 +67,10 @@ func execWithAutoload(pydir string, zeroCopy bool, args []string) error {
 	return nil
 }
 
-// autoloadEnv is env with the bootstrap and pydir first on PYTHONPATH and
-// GDSFS_AUTOLOAD=1 (GDSFS_ZERO_COPY=1 with zeroCopy).
+// autoloadEnv is env with pydir first on PYTHONPATH and GDSFS_AUTOLOAD=1
+// (GDSFS_ZERO_COPY=1 with zeroCopy).
 func autoloadEnv(env []string, pydir string, zeroCopy bool) []string {
-	boot := filepath.Join(pydir, "gdsfs", "_bootstrap")
-	pp := boot + string(os.PathListSeparator) + pydir
+	pp := pydir
 	out := make([]string, 0, len(env)+3)
 	for _, kv := range env {
 		switch {
@@ -95,7 +95,7 @@ func autoloadEnv(env []string, pydir string, zeroCopy bool) []string {
 func pythonDir() (string, error) {
 	if d := os.Getenv("GDSFS_PYTHON_DIR"); d != "" {
 		if !hasPackage(d) {
-			return "", fmt.Errorf("GDSFS_PYTHON_DIR=%s: no gdsfs/_bootstrap/sitecustomize.py there", d)
+			return "", fmt.Errorf("GDSFS_PYTHON_DIR=%s: no sitecustomize.py and gdsfs/_bootstrap/boot.py there", d)
 		}
 		return d, nil
 	}
@@ -117,8 +117,13 @@ func pythonDir() (string, error) {
 }
 
 func hasPackage(dir string) bool {
-	st, err := os.Stat(filepath.Join(dir, "gdsfs", "_bootstrap", "sitecustomize.py"))
-	return err == nil && st.Mode().IsRegular()
+	for _, f := range []string{"sitecustomize.py", filepath.Join("gdsfs", "_bootstrap", "boot.py")} {
+		st, err := os.Stat(filepath.Join(dir, f))
+		if err != nil || !st.Mode().IsRegular() {
+			return false
+		}
+	}
+	return true
 }
 
 // cacheRoot is $XDG_CACHE_HOME/gdsfs, else ~/.cache/gdsfs, else a per-uid

@@ -58,7 +58,12 @@ func TestUnpackPythonRefusesSharedCache(t *testing.T) {
 	if err := os.Chmod(cache, 0o777); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := unpackPython(python.Files, cache, "v1"); err == nil {
-		t.Fatal("unpacked into a world-writable cache directory")
+	for _, mode := range []os.FileMode{0o777, 0o755} {
+		if err := os.Chmod(cache, mode); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := unpackPython(python.Files, cache, "v1"); err == nil {
+			t.Fatalf("unpacked into a cache directory of mode %04o", mode)
+		}
 	}
 }

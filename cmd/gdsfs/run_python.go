@@ -200,6 +200,17 @@ func privateDir(root string) (string, error) {
 	if err := os.MkdirAll(root, 0o700); err != nil {
 		return "", err
 	}
+	link, err := os.Lstat(root)
+	if err != nil {
+		return "", err
+	}
+	if link.Mode()&fs.ModeSymlink != 0 {
+		// Made by someone else in a shared directory, it could send the
+		// files anywhere the caller may write.
+		if sys, ok := link.Sys().(*syscall.Stat_t); !ok || !trusted(sys.Uid) {
+			return "", notPrivateError{fmt.Errorf("%s: a symbolic link another user made", root)}
+		}
+	}
 	real, err := filepath.EvalSymlinks(root)
 	if err != nil {
 		return "", err

@@ -308,3 +308,56 @@ func TestTrustedPackage(t *testing.T) {
 		}
 	}
 }
+
+func TestPrivateDir(t *testing.T) {
+	needRoot(t)
+	base, tmp, _ := sharedTree(t, "bin")
+	mk := func(p string, mode os.FileMode, uid int) string {
+		p = filepath.Join(base, p)
+		if err := os.Mkdir(p, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Lchown(p, uid, uid); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	link := func(name, target string, uid int) string {
+		p := filepath.Join(tmp, name)
+		if err := os.Symlink(target, p); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Lchown(p, uid, uid); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	mine := mk("mine", 0o700, 0)
+	open := mk("open", 0o777, 0)
+	for _, tc := range []struct {
+		root, why string // why: "" when it is private, else a part of the refusal
+	}{
+		{filepath.Join(tmp, "new", "gdsfs"), ""},
+		{mine, ""},
+		{link("mylink", mine, 0), ""},
+		{mk("searchable", 0o755, 0), "mode 0755"},
+		{mk("theirs", 0o700, attacker), "owned by uid 65534"},
+		{link("theirlink", mine, attacker), "symbolic link another user made"},
+		{filepath.Join(open, "gdsfs"), "open is writable by others"},
+	} {
+		real, err := privateDir(tc.root)
+		switch {
+		case tc.why == "" && err != nil:
+			t.Errorf("%s refused: %v", tc.root, err)
+		case tc.why == "":
+			if st, err := os.Lstat(real); err != nil || st.Mode().Perm() != 0o700 || !st.IsDir() {
+				t.Errorf("%s: real path %s: %v %v", tc.root, real, st.Mode(), err)
+			}
+		case err == nil || !strings.Contains(err.Error(), tc.why):
+			t.Errorf("%s: got %v, want an error saying %q", tc.root, err, tc.why)
+		}
+	}
+}

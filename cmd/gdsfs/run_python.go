@@ -9,8 +9,12 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/gdsfs/gdsfs"
 	"github.com/gdsfs/gdsfs/python"
@@ -81,7 +85,8 @@ func trustedPackage(dir string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if err := trustedAncestors(real); err != nil {
+	m := &mounts{}
+	if err := trustedAncestors(real, m); err != nil {
 		return "", err
 	}
 	err = filepath.WalkDir(real, func(p string, d fs.DirEntry, err error) error {
@@ -92,7 +97,7 @@ func trustedPackage(dir string) (string, error) {
 		if err != nil {
 			return err
 		}
-		return checkEntry(p, st, false)
+		return checkEntry(p, st, false, m)
 	})
 	if err != nil {
 		return "", err
@@ -102,7 +107,7 @@ func trustedPackage(dir string) (string, error) {
 
 // trustedAncestors checks / and every directory above path (path itself
 // not included) as trustedPackage does.
-func trustedAncestors(path string) error {
+func trustedAncestors(path string, m *mounts) error {
 	var up []string
 	for p := filepath.Dir(filepath.Clean(path)); ; p = filepath.Dir(p) {
 		up = append(up, p)
@@ -115,7 +120,7 @@ func trustedAncestors(path string) error {
 		if err != nil {
 			return err
 		}
-		if err := checkEntry(up[i], st, true); err != nil {
+		if err := checkEntry(up[i], st, true, m); err != nil {
 			return err
 		}
 	}
@@ -125,11 +130,15 @@ func trustedAncestors(path string) error {
 // checkEntry says why path (its Lstat st) is not trusted; above: it is a
 // directory above what is loaded, where a sticky bit makes write access
 // by others harmless.
-func checkEntry(path string, st fs.FileInfo, above bool) error {
+func checkEntry(path string, st fs.FileInfo, above bool, m *mounts) error {
 	sys, ok := st.Sys().(*syscall.Stat_t)
-	switch {
-	case !ok:
+	if !ok {
 		return fmt.Errorf("%s: no owner to check", path)
+	}
+	if err := m.check(path, sys.Dev); err != nil {
+		return err
+	}
+	switch {
 	case st.Mode()&fs.ModeSymlink != 0:
 		return fmt.Errorf("%s is a symbolic link", path)
 	case !st.IsDir() && (above || !st.Mode().IsRegular()):
@@ -142,6 +151,59 @@ func checkEntry(path string, st fs.FileInfo, above bool) error {
 		return fmt.Errorf("%s is writable by others", path)
 	case st.Mode().Perm()&0o020 != 0:
 		return fmt.Errorf("%s is writable by its group", path)
+	}
+	return nil
+}
+
+// mounts says, per device, whether a FUSE file system of another user is
+// mounted there: its daemon reports whatever owner and mode it likes, so
+// an entry there proves nothing (a user can mount one over a directory
+// of theirs in /tmp where fuse.conf has user_allow_other).
+type mounts struct {
+	info []string         // the lines of /proc/self/mountinfo, read on first need
+	seen map[uint64]error // device -> its answer
+}
+
+func (m *mounts) check(path string, dev uint64) error {
+	if err, ok := m.seen[dev]; ok {
+		return err
+	}
+	if m.seen == nil {
+		b, err := os.ReadFile("/proc/self/mountinfo")
+		if err != nil {
+			return fmt.Errorf("check the mounts below %s: %w", path, err)
+		}
+		m.info = strings.Split(string(b), "\n")
+		m.seen = map[uint64]error{}
+	}
+	err := fuseOwner(m.info, dev, path)
+	m.seen[dev] = err
+	return err
+}
+
+// fuseOwner says why path, on device dev, is not trusted: it is on a
+// FUSE mount (a line of mountinfo) whose user_id= is neither root nor
+// the caller.
+func fuseOwner(mountinfo []string, dev uint64, path string) error {
+	id := fmt.Sprintf("%d:%d", unix.Major(dev), unix.Minor(dev))
+	for _, line := range mountinfo {
+		f := strings.Fields(line)
+		sep := slices.Index(f, "-")
+		if len(f) < 3 || f[2] != id || sep < 0 || sep+3 >= len(f) {
+			continue
+		}
+		if typ := f[sep+1]; typ != "fuse" && typ != "fuseblk" && !strings.HasPrefix(typ, "fuse.") {
+			continue
+		}
+		for _, o := range strings.Split(f[sep+3], ",") {
+			if v, ok := strings.CutPrefix(o, "user_id="); ok {
+				if uid, err := strconv.ParseUint(v, 10, 32); err == nil && trusted(uint32(uid)) {
+					return nil
+				}
+				return fmt.Errorf("%s is on a FUSE file system mounted by uid %s", path, v)
+			}
+		}
+		return fmt.Errorf("%s is on a FUSE file system of unknown owner", path)
 	}
 	return nil
 }
@@ -228,8 +290,12 @@ func privateDir(root string) (string, error) {
 	case st.Mode().Perm()&0o077 != 0:
 		return "", notPrivateError{fmt.Errorf("%s: mode %04o, not private to its owner (0700)", real, st.Mode().Perm())}
 	}
-	if err := trustedAncestors(real); err != nil {
+	m := &mounts{}
+	if err := trustedAncestors(real, m); err != nil {
 		return "", notPrivateError{fmt.Errorf("%s: %w", real, err)}
+	}
+	if err := m.check(real, sys.Dev); err != nil {
+		return "", notPrivateError{err}
 	}
 	return real, nil
 }

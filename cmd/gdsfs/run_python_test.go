@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/gdsfs/gdsfs"
 	"github.com/gdsfs/gdsfs/python"
 )
@@ -358,6 +360,36 @@ func TestPrivateDir(t *testing.T) {
 			}
 		case err == nil || !strings.Contains(err.Error(), tc.why):
 			t.Errorf("%s: got %v, want an error saying %q", tc.root, err, tc.why)
+		}
+	}
+}
+
+func TestFuseOwner(t *testing.T) {
+	info := []string{
+		"22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw",
+		"90 22 0:52 / /tmp/evil rw,nosuid,nodev,relatime shared:40 - fuse.sshfs u@h: rw,user_id=65534,group_id=65534,allow_other",
+		"91 22 0:53 / /mnt/gdsfs rw,nosuid,nodev - fuse.gdsfs /src rw,user_id=0,group_id=0,allow_other",
+		fmt.Sprintf("92 22 0:54 / /run/user/x rw - fuse /src rw,user_id=%d,group_id=0", os.Geteuid()),
+		"93 22 0:55 / /odd rw - fuseblk /dev/sdb rw,default_permissions",
+	}
+	for _, tc := range []struct {
+		dev uint32
+		why string
+	}{
+		{1, ""}, // 8:1, not FUSE
+		{52, "mounted by uid 65534"},
+		{53, ""},
+		{54, ""},
+		{55, "unknown owner"},
+		{56, ""}, // not in the table
+	} {
+		dev := unix.Mkdev(0, tc.dev)
+		if tc.dev == 1 {
+			dev = unix.Mkdev(8, 1)
+		}
+		err := fuseOwner(info, dev, "/x")
+		if (tc.why == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.why)) {
+			t.Errorf("device %d: got %v, want %q", tc.dev, err, tc.why)
 		}
 	}
 }

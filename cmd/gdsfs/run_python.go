@@ -211,8 +211,9 @@ func fuseOwner(mountinfo []string, dev uint64, path string) error {
 // embeddedPython unpacks files into the first private cache directory
 // that works: $XDG_CACHE_HOME/gdsfs, ~/.cache/gdsfs,
 // $XDG_RUNTIME_DIR/gdsfs, $TMPDIR/gdsfs-EUID, else a new directory made
-// under $TMPDIR for this run. One that exists but is not private is
-// refused with a line on warn; one that cannot be made is skipped.
+// under $TMPDIR for this run. Each that fails privateDir is skipped;
+// $TMPDIR/gdsfs-EUID with a line on warn, since in a shared $TMPDIR
+// another user may have made it first.
 func embeddedPython(warn io.Writer, files fs.FS, version string) (string, error) {
 	var roots []string
 	if d := os.Getenv("XDG_CACHE_HOME"); filepath.IsAbs(d) {
@@ -224,15 +225,14 @@ func embeddedPython(warn io.Writer, files fs.FS, version string) (string, error)
 	if d := os.Getenv("XDG_RUNTIME_DIR"); filepath.IsAbs(d) {
 		roots = append(roots, filepath.Join(d, "gdsfs"))
 	}
-	roots = append(roots, filepath.Join(os.TempDir(), fmt.Sprintf("gdsfs-%d", os.Geteuid())))
+	shared := filepath.Join(os.TempDir(), fmt.Sprintf("gdsfs-%d", os.Geteuid()))
 	var errs []error
-	for _, root := range roots {
+	for _, root := range append(roots, shared) {
 		dir, err := unpackPython(files, root, version)
 		if err == nil {
 			return dir, nil
 		}
-		var nt notPrivateError
-		if errors.As(err, &nt) {
+		if root == shared {
 			fmt.Fprintf(warn, "gdsfs run: not unpacking the Python package into %v\n", err)
 		}
 		errs = append(errs, err)
@@ -246,13 +246,6 @@ func embeddedPython(warn io.Writer, files fs.FS, version string) (string, error)
 	}
 	return "", fmt.Errorf("unpack the Python package: %w", errors.Join(append(errs, err)...))
 }
-
-// notPrivateError: a cache directory exists but others could have
-// written into it.
-type notPrivateError struct{ err error }
-
-func (e notPrivateError) Error() string { return e.err.Error() }
-func (e notPrivateError) Unwrap() error { return e.err }
 
 // privateDir makes root (0700) unless it exists, and checks that it is
 // the caller's alone: owned by the caller, no access for group or
@@ -270,7 +263,7 @@ func privateDir(root string) (string, error) {
 		// Made by someone else in a shared directory, it could send the
 		// files anywhere the caller may write.
 		if sys, ok := link.Sys().(*syscall.Stat_t); !ok || !trusted(sys.Uid) {
-			return "", notPrivateError{fmt.Errorf("%s: a symbolic link another user made", root)}
+			return "", fmt.Errorf("%s: a symbolic link another user made", root)
 		}
 	}
 	real, err := filepath.EvalSymlinks(root)
@@ -284,18 +277,18 @@ func privateDir(root string) (string, error) {
 	sys, ok := st.Sys().(*syscall.Stat_t)
 	switch {
 	case !ok || !st.IsDir():
-		return "", notPrivateError{fmt.Errorf("%s: not a directory", real)}
+		return "", fmt.Errorf("%s: not a directory", real)
 	case int(sys.Uid) != os.Geteuid():
-		return "", notPrivateError{fmt.Errorf("%s: owned by uid %d, not uid %d", real, sys.Uid, os.Geteuid())}
+		return "", fmt.Errorf("%s: owned by uid %d, not uid %d", real, sys.Uid, os.Geteuid())
 	case st.Mode().Perm()&0o077 != 0:
-		return "", notPrivateError{fmt.Errorf("%s: mode %04o, not private to its owner (0700)", real, st.Mode().Perm())}
+		return "", fmt.Errorf("%s: mode %04o, not private to its owner (0700)", real, st.Mode().Perm())
 	}
 	m := &mounts{}
 	if err := trustedAncestors(real, m); err != nil {
-		return "", notPrivateError{fmt.Errorf("%s: %w", real, err)}
+		return "", fmt.Errorf("%s: %w", real, err)
 	}
 	if err := m.check(real, sys.Dev); err != nil {
-		return "", notPrivateError{err}
+		return "", err
 	}
 	return real, nil
 }

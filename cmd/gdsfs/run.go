@@ -1,20 +1,13 @@
 package main
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"io/fs"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
-
-	"github.com/gdsfs/gdsfs"
-	"github.com/gdsfs/gdsfs/python"
 )
 
 func runCmd() *cobra.Command {
@@ -27,11 +20,17 @@ starts (children and DataLoader workers too): safetensors and torch.load
 calls on files under a gdsfs mount are served from leases; anything else
 goes to the original function, counted and logged once per reason.
 
-It puts a sitecustomize on PYTHONPATH (ahead of any existing entries; the
-sitecustomize it hides still runs) and sets GDSFS_AUTOLOAD=1. The Python
-package comes from $GDSFS_PYTHON_DIR, else ../python or ../share/gdsfs/python
-beside the binary, else the copy embedded in the binary, unpacked once per
-version into $XDG_CACHE_HOME/gdsfs (~/.cache/gdsfs).`,
+It puts the directory holding the gdsfs Python package and its
+sitecustomize first on PYTHONPATH (the sitecustomize it hides still runs)
+and sets GDSFS_AUTOLOAD=1. The package comes from $GDSFS_PYTHON_DIR, else
+../python or ../share/gdsfs/python beside the binary, else the copy built
+into the binary. A directory that anyone but root and the caller could
+change (it, anything in it, or a directory above it) is refused with a
+line on stderr, and the built-in copy is used. That copy is unpacked once
+per version into a directory private to the caller: $XDG_CACHE_HOME/gdsfs,
+~/.cache/gdsfs, $XDG_RUNTIME_DIR/gdsfs or $TMPDIR/gdsfs-UID, the first that
+can be made and is the caller's alone (else a new one under $TMPDIR).
+See docs/run.md.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return usageError{fmt.Errorf("%s: want COMMAND [ARGS...]", cmd.CommandPath())}
@@ -39,7 +38,7 @@ version into $XDG_CACHE_HOME/gdsfs (~/.cache/gdsfs).`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			dir, err := pythonDir()
+			dir, err := pythonDir(cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
@@ -66,11 +65,10 @@ func execWithAutoload(pydir string, zeroCopy bool, args []string) error {
 	return nil
 }
 
-// autoloadEnv is env with the bootstrap and pydir first on PYTHONPATH and
-// GDSFS_AUTOLOAD=1 (GDSFS_ZERO_COPY=1 with zeroCopy).
+// autoloadEnv is env with pydir first on PYTHONPATH and GDSFS_AUTOLOAD=1
+// (GDSFS_ZERO_COPY=1 with zeroCopy).
 func autoloadEnv(env []string, pydir string, zeroCopy bool) []string {
-	boot := filepath.Join(pydir, "gdsfs", "_bootstrap")
-	pp := boot + string(os.PathListSeparator) + pydir
+	pp := pydir
 	out := make([]string, 0, len(env)+3)
 	for _, kv := range env {
 		switch {
@@ -89,138 +87,4 @@ func autoloadEnv(env []string, pydir string, zeroCopy bool) []string {
 		out = append(out, "GDSFS_ZERO_COPY=1")
 	}
 	return out
-}
-
-// pythonDir finds the directory holding the gdsfs Python package.
-func pythonDir() (string, error) {
-	if d := os.Getenv("GDSFS_PYTHON_DIR"); d != "" {
-		if !hasPackage(d) {
-			return "", fmt.Errorf("GDSFS_PYTHON_DIR=%s: no gdsfs/_bootstrap/sitecustomize.py there", d)
-		}
-		return d, nil
-	}
-	if exe, err := os.Executable(); err == nil {
-		if exe, err = filepath.EvalSymlinks(exe); err == nil {
-			base := filepath.Dir(filepath.Dir(exe))
-			for _, d := range []string{filepath.Join(base, "python"), filepath.Join(base, "share", "gdsfs", "python")} {
-				if hasPackage(d) {
-					return d, nil
-				}
-			}
-		}
-	}
-	cache, err := cacheRoot()
-	if err != nil {
-		return "", err
-	}
-	return unpackPython(python.Files, cache, gdsfs.Version)
-}
-
-func hasPackage(dir string) bool {
-	st, err := os.Stat(filepath.Join(dir, "gdsfs", "_bootstrap", "sitecustomize.py"))
-	return err == nil && st.Mode().IsRegular()
-}
-
-// cacheRoot is $XDG_CACHE_HOME/gdsfs, else ~/.cache/gdsfs, else a per-uid
-// directory under the temporary directory.
-func cacheRoot() (string, error) {
-	if d := os.Getenv("XDG_CACHE_HOME"); filepath.IsAbs(d) {
-		return filepath.Join(d, "gdsfs"), nil
-	}
-	if h, err := os.UserHomeDir(); err == nil && filepath.IsAbs(h) {
-		return filepath.Join(h, ".cache", "gdsfs"), nil
-	}
-	return filepath.Join(os.TempDir(), fmt.Sprintf("gdsfs-%d", os.Getuid())), nil
-}
-
-// unpackPython writes files into cache/python-VERSION-HASH (HASH of the
-// content, so a "dev" build never reuses another's files) unless it is
-// there already, and returns that directory. It is written beside and
-// renamed into place, so a concurrent start sees all of it or none.
-func unpackPython(files fs.FS, cache, version string) (string, error) {
-	sum, err := contentHash(files)
-	if err != nil {
-		return "", err
-	}
-	dir := filepath.Join(cache, fmt.Sprintf("python-%s-%s", sanitize(version), sum))
-	if hasPackage(dir) {
-		return dir, checkOwned(dir)
-	}
-	if err := os.MkdirAll(cache, 0o700); err != nil {
-		return "", fmt.Errorf("unpack the Python package: %w", err)
-	}
-	if err := checkOwned(cache); err != nil {
-		return "", err
-	}
-	tmp, err := os.MkdirTemp(cache, ".unpack-")
-	if err != nil {
-		return "", fmt.Errorf("unpack the Python package: %w", err)
-	}
-	defer os.RemoveAll(tmp)
-	err = fs.WalkDir(files, ".", func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		dst := filepath.Join(tmp, filepath.FromSlash(p))
-		if d.IsDir() {
-			return os.MkdirAll(dst, 0o755)
-		}
-		b, err := fs.ReadFile(files, p)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(dst, b, 0o644)
-	})
-	if err != nil {
-		return "", fmt.Errorf("unpack the Python package into %s: %w", tmp, err)
-	}
-	if err := os.Chmod(tmp, 0o755); err != nil {
-		return "", fmt.Errorf("unpack the Python package: %w", err)
-	}
-	if err := os.Rename(tmp, dir); err != nil && !hasPackage(dir) {
-		return "", fmt.Errorf("unpack the Python package into %s: %w", dir, err)
-	}
-	return dir, nil
-}
-
-// checkOwned refuses a cache directory another user could have filled.
-func checkOwned(dir string) error {
-	st, err := os.Lstat(dir)
-	if err != nil {
-		return fmt.Errorf("python cache %s: %w", dir, err)
-	}
-	sys, ok := st.Sys().(*syscall.Stat_t)
-	if !ok || int(sys.Uid) != os.Getuid() || !st.IsDir() || st.Mode().Perm()&0o022 != 0 {
-		return fmt.Errorf("python cache %s: not a directory of uid %d writable only by it", dir, os.Getuid())
-	}
-	return nil
-}
-
-func contentHash(files fs.FS) (string, error) {
-	h := sha256.New()
-	err := fs.WalkDir(files, ".", func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		b, err := fs.ReadFile(files, p)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(h, "%s\x00%d\x00", p, len(b))
-		h.Write(b)
-		return nil
-	})
-	if err != nil {
-		return "", fmt.Errorf("hash the embedded Python package: %w", err)
-	}
-	return hex.EncodeToString(h.Sum(nil))[:12], nil
-}
-
-func sanitize(v string) string {
-	return strings.Map(func(r rune) rune {
-		if r == '/' || r == os.PathSeparator || r < ' ' {
-			return '_'
-		}
-		return r
-	}, v)
 }

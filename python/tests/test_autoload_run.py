@@ -94,13 +94,18 @@ class TestRun(unittest.TestCase):
         r = self.run_py(["-c", code, m.path("n.safetensors")], env)
         self.assertEqual(r.stdout.decode().strip(), "['a', 'b'] {'safetensors.torch.load_file': 1}")
 
-    def test_binary_outside_the_repository(self):
+    def installed(self):
+        """(a copy of the binary outside the repository, a HOME for it)."""
         d = _support.tmpdir("gdsfs-inst-")
         os.makedirs(os.path.join(d, "bin"))
         b = os.path.join(d, "bin", "gdsfs")
         shutil.copy(self.bin, b)
         home = os.path.join(d, "home")
         os.makedirs(home)
+        return b, home
+
+    def test_binary_outside_the_repository(self):
+        b, home = self.installed()
         env = _env(HOME=home)
         env.pop("XDG_CACHE_HOME", None)
         r = subprocess.run([b, "run", "--zero-copy", sys.executable, "-c",
@@ -111,6 +116,22 @@ class TestRun(unittest.TestCase):
         where, flags = r.stdout.decode().splitlines()
         self.assertTrue(where.startswith(os.path.join(home, ".cache", "gdsfs", "python-")), where)
         self.assertEqual(flags, "True 1")
+
+    def test_python_dir_also_on_pythonpath(self):
+        # python/ on PYTHONPATH as well as the binary's own copy: one
+        # bootstrap runs, and the sitecustomize both hide runs once.
+        b, home = self.installed()
+        sc = _support.tmpdir("gdsfs-sc-")
+        with open(os.path.join(sc, "sitecustomize.py"), "w") as f:
+            f.write("import os\nos.environ['GDSFS_TEST_CHAINED'] = os.environ.get('GDSFS_TEST_CHAINED', '') + 'x'\n")
+        env = _env(HOME=home, PYTHONPATH=os.pathsep.join([PYDIR, sc]))
+        env.pop("XDG_CACHE_HOME", None)
+        r = subprocess.run([b, "run", sys.executable, "-c",
+                            "import os, torch, gdsfs; print(os.environ.get('GDSFS_TEST_CHAINED'), "
+                            "hasattr(torch.load, '_gdsfs_original'), gdsfs.__file__.startswith(%r))" % home],
+                           env=env, cwd="/", stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=300)
+        self.assertEqual((r.returncode, r.stderr.decode(errors="replace")), (0, ""))
+        self.assertEqual(r.stdout.decode().split(), ["x", "True", "True"])
 
     def test_run_needs_a_command(self):
         r = subprocess.run([self.bin, "run"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)

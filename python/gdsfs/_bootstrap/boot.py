@@ -1,125 +1,199 @@
-"""What both sitecustomize files run, kept cheap for every interpreter
-start: it imports nothing beyond what Python's start-up already has. It
-puts a finder at the front of sys.meta_path that waits for the program to
-import safetensors or torch; only then is gdsfs.autoload imported, and it
-patches the module that was just run. Then it runs the sitecustomize that
-ours hides (the next one on sys.path: Debian's, a virtualenv's, another
-tool's), as opentelemetry-instrument and ddtrace-run do.
+"""gdsfs's bootstrap and its import hook, the only one in a process.
 
-The sitecustomize files exec this file (importing it would import the gdsfs
-package, and with it ctypes and logging, in every process)."""
+The sitecustomize beside gdsfs/ loads this file as the module _gdsfs_boot
+and calls main(); gdsfs.autoload uses that module too (loading it the same
+way when no sitecustomize did), so a process has one bootstrap and one
+finder whichever came first. It is kept cheap for every interpreter start:
+it imports nothing beyond what Python's start-up already has (importing it
+as gdsfs._bootstrap.boot would import the gdsfs package, and with it
+ctypes and logging, in every process).
 
+The finder sits at the front of sys.meta_path and finds nothing itself:
+for the modules something waits for (on_import), it lets the other
+finders find them and wraps the loader's exec_module, so the waiting
+function runs right after the module has run. The bootstrap waits for
+safetensors and torch; only when the program imports one is gdsfs.autoload
+imported (from the directory the bootstrap came from), and its patchers
+take over the waits.
+"""
+
+import _thread
 import os
 import sys
 
+NAME = "_gdsfs_boot"
 TARGETS = ("safetensors", "safetensors.torch", "torch.serialization", "torch")
 
+_lock = _thread.RLock()
+_waiting = {}  # module name -> fn(module), run once when the module has run
+_finder = None  # the Finder on sys.meta_path while anything waits
+_booted = False  # main() ran in this process
 
-class LazyFinder:
-    """Finds nothing itself: wraps the exec_module of the target modules
-    the other finders find."""
 
+class Finder:
     def __init__(self):
-        self.busy = set()
+        self._busy = set()  # (thread, module name) being found through the others
 
     def find_spec(self, fullname, path, target=None):
-        if fullname not in TARGETS or fullname in self.busy:
+        if fullname not in _waiting:
             return None
-        self.busy.add(fullname)
+        key = (_thread.get_ident(), fullname)
+        if key in self._busy:
+            return None
+        self._busy.add(key)
         try:
             spec = None
-            for finder in sys.meta_path:
+            for finder in list(sys.meta_path):
                 if finder is self or not hasattr(finder, "find_spec"):
                     continue
                 spec = finder.find_spec(fullname, path, target)
                 if spec is not None:
                     break
         finally:
-            self.busy.discard(fullname)
+            self._busy.discard(key)
         loader = getattr(spec, "loader", None)
-        if loader is None or not hasattr(loader, "exec_module"):
-            return spec
-        orig = loader.exec_module
-
-        def exec_module(module):
-            orig(module)
-            if getattr(module, "__name__", None) == fullname:
-                activate(fullname, module)
-
-        try:
-            loader.exec_module = exec_module
-        except (AttributeError, TypeError):
-            pass
+        if loader is not None and hasattr(loader, "exec_module"):
+            _wrap(loader, fullname)
         return spec
 
 
-def activate(name, module):
-    """Import gdsfs.autoload (its own hooks take over) and patch module."""
+def _wrap(loader, name):
+    orig = loader.exec_module
+
+    def exec_module(module):
+        orig(module)
+        if getattr(module, "__name__", None) == name:
+            fire(name, module)
+
     try:
-        import gdsfs.autoload
-        from gdsfs.autoload import _hooks
-
-        _hooks.run(name, module)
-    except Exception as e:  # never break the program's import
-        sys.stderr.write("gdsfs autoload: not enabled for %s: %s\n" % (name, e))
-    for f in list(sys.meta_path):
-        if isinstance(f, LazyFinder) or type(f).__name__ == "LazyFinder":
-            try:
-                sys.meta_path.remove(f)
-            except ValueError:
-                pass
+        loader.exec_module = exec_module
+    except (AttributeError, TypeError):
+        sys.stderr.write("gdsfs autoload: cannot hook the import of %s; its loads are not served\n" % name)
 
 
-def install():
-    if any(type(f).__name__ == "LazyFinder" for f in sys.meta_path):
-        return
-    sys.meta_path.insert(0, LazyFinder())
-    for name in TARGETS:  # imported before us (by another sitecustomize, say)
-        m = sys.modules.get(name)
-        if m is not None:
-            activate(name, m)
-            break
+def _running(module):
+    return bool(getattr(getattr(module, "__spec__", None), "_initializing", False))
 
 
-def _real(p):
-    try:
-        return os.path.realpath(p or os.getcwd())
-    except OSError:
-        return p
+def on_import(name, fn):
+    """Run fn(module) once, when module name has run: now if it has (and
+    is not still running), else right after the import that runs it.
+    Replaces what waited for name before."""
+    global _finder
+    with _lock:
+        _waiting[name] = fn
+        if _finder is None:
+            _finder = Finder()
+            sys.meta_path.insert(0, _finder)
+    m = sys.modules.get(name)
+    if m is not None and not _running(m):
+        fire(name, m)
 
 
-def chain(skip_dirs):
-    """Run the first sitecustomize on sys.path outside skip_dirs, as the
-    module sitecustomize; None when there is none."""
-    import importlib.machinery
+def fire(name, module):
+    """Run what waits for name (module has just run), once."""
+    with _lock:
+        fn = _waiting.pop(name, None)
+        _drop_finder_locked()
+    if fn is not None:
+        fn(module)
 
-    skip = {_real(d) for d in skip_dirs}
-    paths = [p for p in sys.path if _real(p) not in skip]
-    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", paths)
-    if spec is None or spec.loader is None:
-        return None
+
+def forget(names):
+    """Stop waiting for names."""
+    with _lock:
+        for n in names:
+            _waiting.pop(n, None)
+        _drop_finder_locked()
+
+
+def _drop_finder_locked():
+    global _finder
+    if _finder is not None and not _waiting:
+        try:
+            sys.meta_path.remove(_finder)
+        except ValueError:
+            pass
+        _finder = None
+
+
+def _exec_spec(name, spec):
     try:
         from importlib._bootstrap import module_from_spec
     except ImportError:  # pragma: no cover
         from importlib.util import module_from_spec
-    ours = sys.modules.get("sitecustomize")
+    prev = sys.modules.get(name)
     mod = module_from_spec(spec)
-    sys.modules["sitecustomize"] = mod
+    sys.modules[name] = mod
     try:
         spec.loader.exec_module(mod)
     except BaseException:
-        if ours is not None:
-            sys.modules["sitecustomize"] = ours
+        if prev is None:
+            sys.modules.pop(name, None)
+        else:
+            sys.modules[name] = prev
         raise
     return mod
 
 
+def _activate(pydir):
+    """What the bootstrap waits for safetensors and torch with: import
+    gdsfs.autoload from pydir, whose patchers then wait for them, and
+    patch the module that was just run."""
+
+    def activate(module):
+        try:
+            if "gdsfs" not in sys.modules:
+                import importlib.machinery
+
+                spec = importlib.machinery.PathFinder.find_spec("gdsfs", [pydir])
+                if spec is None or spec.loader is None:
+                    raise ImportError("no gdsfs package in %s" % pydir)
+                _exec_spec("gdsfs", spec)
+            import gdsfs.autoload  # noqa: F401  (enables itself: on_import for every target)
+        except Exception as e:  # never break the program's import
+            forget(TARGETS)
+            sys.stderr.write("gdsfs autoload: not enabled: %s\n" % e)
+            return
+        fire(module.__name__, module)
+
+    return activate
+
+
+def _ours(origin):
+    """Whether the sitecustomize at origin is gdsfs's (beside gdsfs/, or
+    in gdsfs/_bootstrap/ as some versions had it)."""
+    d = os.path.dirname(origin)
+    if os.path.isfile(os.path.join(d, "gdsfs", "_bootstrap", "boot.py")):
+        return True
+    return os.path.basename(d) == "_bootstrap" and os.path.isfile(os.path.join(d, "boot.py"))
+
+
+def chain():
+    """Run the first sitecustomize on sys.path that is not gdsfs's, as the
+    module sitecustomize; None when there is none."""
+    import importlib.machinery
+
+    for entry in list(sys.path):
+        spec = importlib.machinery.PathFinder.find_spec("sitecustomize", [entry])
+        if spec is None or spec.loader is None or _ours(spec.origin or ""):
+            continue
+        return _exec_spec("sitecustomize", spec)
+    return None
+
+
 def main(enable, pydir):
-    """enable: turn the autoloader on; pydir: the directory holding gdsfs/.
-    The sitecustomize chained to is the first outside pydir and the
-    bootstrap directory (both hold one of ours)."""
-    if pydir not in sys.path:
-        sys.path.append(pydir)
+    """The bootstrap, run by gdsfs's sitecustomize (pydir: the directory
+    holding it and gdsfs/): with enable, wait for safetensors and torch;
+    then run the sitecustomize it hides. Only the first call in a process
+    does anything."""
+    global _booted
+    with _lock:
+        if _booted:
+            return
+        _booted = True
     if enable:
-        install()
-    chain([pydir, os.path.dirname(os.path.abspath(__file__))])
+        activate = _activate(pydir)
+        for name in TARGETS:
+            on_import(name, activate)
+    chain()

@@ -2,9 +2,9 @@
 from gdsfs leases.
 
 Importing this module enables it in this process; `gdsfs run COMMAND`
-enables it in every Python process COMMAND starts (a sitecustomize on
+enables it in every Python process COMMAND starts (gdsfs's sitecustomize on
 PYTHONPATH), as does GDSFS_AUTOLOAD=1 with gdsfs's python/ directory on
-PYTHONPATH. Patched, once the program imports them (nothing is imported
+PYTHONPATH (docs/run.md). Patched, once the program imports them (nothing is imported
 early):
 
 - safetensors.torch.load_file(path, device=...)
@@ -59,19 +59,25 @@ def _patch_torch_serialization(mod):
 
 def _patch_torch(mod):
     # torch/__init__ binds torch.load from torch.serialization after that
-    # module ran; rebind in case torch.serialization was patched first.
+    # module ran: either the patched load (torch.serialization was patched
+    # first), which disable() must still put back, or the original.
     ser = getattr(mod, "serialization", None)
     load = getattr(ser, "load", None)
-    if load is not None and getattr(load, "_gdsfs_original", None) is not None:
-        if getattr(mod, "load", None) is load._gdsfs_original:
-            _hooks.replace(mod, "load", load)
+    orig = getattr(load, "_gdsfs_original", None)
+    if orig is None:
+        return
+    if getattr(mod, "load", None) is orig:
+        _hooks.replace(mod, "load", load)
+    elif getattr(mod, "load", None) is load:
+        _hooks.remember(mod, "load", orig)
 
 
 _enabled = False
 
 
 def enable():
-    """Install the import hooks (idempotent)."""
+    """Patch safetensors and torch now if they are imported, else when
+    they are (idempotent)."""
     global _enabled
     _hooks.register("safetensors", _patch_safetensors)
     _hooks.register("safetensors.torch", _patch_safetensors_torch)
@@ -85,8 +91,10 @@ def enabled():
 
 
 def disable():
-    """Put the original functions back and stop hooking imports in this
-    process (children started later still get what their environment says)."""
+    """Put every patched function back (torch.load, torch.serialization's,
+    safetensors') and stop patching imports in this process; enable()
+    patches again. Children started later still get what their
+    environment says."""
     global _enabled
     _hooks.disable()
     _enabled = False

@@ -41,6 +41,9 @@ func cufileCandidates() []string {
 	return append(out, matches...)
 }
 
+// cufileSearch is where loadCuFileLib looks (tests point it at a fake).
+var cufileSearch = cufileCandidates
+
 // compareVersions orders "/usr/local/cuda-12.9/..." before ".../cuda-13.0/...".
 func compareVersions(a, b string) int {
 	num := func(p string) []int {
@@ -80,6 +83,7 @@ func acquireCuFile(ctx *cuContext) (mode string, err error) {
 		if err := ctx.cufileDriverOpen(); err != nil {
 			return "", err
 		}
+		startCuFileStats()
 	}
 	cufileDriver.refs++
 	if nvidiaFSPresent() {

@@ -32,11 +32,16 @@ type CuFileGPUStats struct {
 	ReadErrors uint64 `json:"read_errors"`
 }
 
-// GPU returns the counters of the GPU named name, matched by UUID, or by
-// ordinal where cuFile gave no UUID for it.
+// GPU returns the counters of the GPU named name, matched by UUID, or
+// else by ordinal (cuFile's index is the process's CUDA ordinal).
 func (s CuFileStats) GPU(name string, ordinal int) (CuFileGPUStats, bool) {
 	for _, g := range s.GPUs {
-		if g.Name == name || (g.Name == fmt.Sprintf("gpu%d", g.Index) && g.Index == ordinal) {
+		if g.Name == name {
+			return g, true
+		}
+	}
+	for _, g := range s.GPUs {
+		if g.Index == ordinal {
 			return g, true
 		}
 	}

@@ -68,7 +68,8 @@ var cufileDriver struct {
 }
 
 // acquireCuFile loads libcufile, opens the driver on first use and returns
-// the mode, or why cuFile is unavailable.
+// the mode, or why cuFile is unavailable. Lock order: cufileDriver.mu, then
+// cufileStats.mu.
 func acquireCuFile(ctx *cuContext) (mode string, err error) {
 	cufileDriver.mu.Lock()
 	defer cufileDriver.mu.Unlock()
@@ -103,6 +104,7 @@ func releaseCuFile(ctx *cuContext) error {
 	if cufileDriver.refs > 0 {
 		return nil
 	}
+	stopCuFileStats()
 	return ctx.cufileDriverClose()
 }
 

@@ -94,11 +94,11 @@ func statsLevel(env string) (int, error) {
 }
 
 // cufileStats is the process's cuFile statistics: started after the
-// driver opens.
+// driver opens, read only while it is open.
 var cufileStats struct {
-	mu    sync.Mutex
-	level int    // 0 until started
-	why   string // why they are unavailable, once tried
+	mu    sync.Mutex // held while the statistics are read
+	level int        // 0 unless started and the driver is open
+	why   string     // why they are unavailable, once tried
 }
 
 // startCuFileStats turns on cuFile's statistics at the level
@@ -122,19 +122,29 @@ func startCuFileStats() {
 	cufileStats.level, cufileStats.why = level, ""
 }
 
+// stopCuFileStats marks the statistics unreadable before the driver
+// closes.
+func stopCuFileStats() {
+	cufileStats.mu.Lock()
+	defer cufileStats.mu.Unlock()
+	if cufileStats.level != 0 {
+		cufileStats.level, cufileStats.why = 0, "the cuFile driver is closed"
+	}
+}
+
 // CuFileStatistics reads cuFile's own counters, or says why there are
 // none ("" when there are).
 func CuFileStatistics() (CuFileStats, string) {
 	cufileStats.mu.Lock()
-	level, why := cufileStats.level, cufileStats.why
-	cufileStats.mu.Unlock()
-	if level == 0 {
+	defer cufileStats.mu.Unlock()
+	if cufileStats.level == 0 {
+		why := cufileStats.why
 		if why == "" {
 			why = "the cuFile driver was never opened in this process"
 		}
 		return CuFileStats{GPUs: []CuFileGPUStats{}}, why
 	}
-	st, err := cufileReadStats(level)
+	st, err := cufileReadStats(cufileStats.level)
 	if err != nil {
 		return st, err.Error()
 	}

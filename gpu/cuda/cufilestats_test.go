@@ -49,13 +49,17 @@ func statsFromChild(t *testing.T, lib, level string) (CuFileStats, string) {
 		t.Fatalf("child: %v\n%s", err, out)
 	}
 	var got struct {
-		Stats CuFileStats
-		Why   string
+		Stats  CuFileStats
+		Why    string
+		Closed string
 	}
 	for _, l := range strings.Split(string(out), "\n") {
 		if s, ok := strings.CutPrefix(l, "STATS="); ok {
 			if err := json.Unmarshal([]byte(s), &got); err != nil {
 				t.Fatalf("child output %q: %v", s, err)
+			}
+			if got.Why == "" && got.Closed != "the cuFile driver is closed" {
+				t.Errorf("statistics after the driver closed: %q", got.Closed)
 			}
 			return got.Stats, got.Why
 		}
@@ -76,10 +80,13 @@ func TestCuFileStatsChild(t *testing.T) {
 	}
 	startCuFileStats()
 	st, why := CuFileStatistics()
+	stopCuFileStats()
+	_, closed := CuFileStatistics()
 	b, _ := json.Marshal(struct {
-		Stats CuFileStats
-		Why   string
-	}{st, why})
+		Stats  CuFileStats
+		Why    string
+		Closed string
+	}{st, why, closed})
 	os.Stdout.Write(append(append([]byte("STATS="), b...), '\n'))
 }
 

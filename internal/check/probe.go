@@ -147,6 +147,10 @@ func (p *probes) cufileProbe(dev gpu.Device, ordinal int, path string, want []by
 	}
 	before, why := cuda.CuFileStatistics()
 	defer func() {
+		if !p.registered {
+			p.cufilePath = "not tried (cuFileHandleRegister refused the file)"
+			return
+		}
 		after, awhy := cuda.CuFileStatistics()
 		p.cufilePath = readPath(before, after, cmp.Or(why, awhy), dev.Name(), ordinal)
 	}()

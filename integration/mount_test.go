@@ -294,7 +294,7 @@ func TestStatsCountOpens(t *testing.T) {
 	}
 	for _, k := range []string{"opens", "prefetches", "staged_files", "bytes_cufile", "bytes_posix", "bytes_host",
 		"hits", "misses", "evictions", "invalidations", "load_errors", "resident_bytes", "capacity_bytes",
-		"leases_active", "leases_total", "lease_denied", "cufile_mode", "passthrough"} {
+		"leases_active", "leases_total", "lease_denied", "cufile_mode", "cufile", "passthrough"} {
 		if _, ok := after[k]; !ok {
 			t.Errorf("stats.json lacks %s", k)
 		}
@@ -305,6 +305,10 @@ func TestStatsCountOpens(t *testing.T) {
 	}
 	if !strings.Contains(string(text), "[fuse]\nopens 6\n") {
 		t.Errorf("stats text does not say opens 6:\n%s", text)
+	}
+	if !strings.Contains(string(text), "\n[cufile]\nstatistics ") || strings.Contains(string(text), "\nattribution mismatch") ||
+		strings.HasPrefix(after["cufile_mode"].(string), "unavailable: ") && !strings.Contains(string(text), "\nattribution unavailable: no cuFile: ") {
+		t.Errorf("stats text: no [cufile] section, a mismatch, or no reason why there are no cuFile statistics:\n%s", text)
 	}
 	for _, name := range []string{"config", "version", "socket", "cache"} {
 		if m.control(name) == "" {

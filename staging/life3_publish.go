@@ -80,6 +80,9 @@ func (c *Cache) residentLocked(e *entry, region gpu.Region, note string) {
 	c.stats.addBytes(e.path, e.id.size-e.peerBytes)
 	c.stats.bytesPeer.Add(uint64(e.peerBytes))
 	e.slot.bytesRead.Add(uint64(e.id.size - e.peerBytes))
+	if e.path == PathCuFile {
+		e.slot.bytesCuFile.Add(uint64(e.id.size - e.peerBytes))
+	}
 	e.slot.bytesPeer.Add(uint64(e.peerBytes))
 	c.emitLocked(e.eventLocked(StateResident, note))
 }

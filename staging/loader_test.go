@@ -77,6 +77,9 @@ func TestLoadPathChoice(t *testing.T) {
 			if tc.wantPath == PathCuFile && s.BytesCuFile != uint64(len(data)) || tc.wantPath == PathHost && s.BytesHost != uint64(len(data)) {
 				t.Fatalf("bytes not counted on the %s path: %+v", tc.wantPath, s)
 			}
+			if want := map[bool]uint64{true: uint64(len(data))}[tc.wantPath == PathCuFile]; s.Devices[0].BytesCuFile != want {
+				t.Fatalf("device bytes_cufile %d, want %d", s.Devices[0].BytesCuFile, want)
+			}
 			if tc.compat == CompatAuto && tc.cufile == "compat" && s.CuFileFallbacks != 1 {
 				t.Fatalf("fallback not counted: %+v", s)
 			}

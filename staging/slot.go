@@ -21,9 +21,10 @@ type slot struct {
 	peer []bool
 
 	// per-device counters for stats
-	evictions atomic.Uint64
-	bytesRead atomic.Uint64 // staged from SOURCE onto this device
-	bytesPeer atomic.Uint64 // copied onto it from another device
+	evictions   atomic.Uint64
+	bytesRead   atomic.Uint64 // staged from SOURCE onto this device
+	bytesCuFile atomic.Uint64 // of bytesRead, read by cuFile
+	bytesPeer   atomic.Uint64 // copied onto it from another device
 
 	// INVARIANT: 0 <= used <= capacity.
 	used int64      // bytes reserved by entries loading, resident or detached, and private copies

@@ -115,8 +115,9 @@ type DeviceStats struct {
 	LoadingFiles  int    `json:"loading_files"`
 	LeasesPinned  int    `json:"leases_pinned"`
 	Evictions     uint64 `json:"evictions"`
-	BytesRead     uint64 `json:"bytes_read"` // staged from SOURCE onto it
-	BytesPeer     uint64 `json:"bytes_peer"` // copied onto it from other devices
+	BytesRead     uint64 `json:"bytes_read"`   // staged from SOURCE onto it
+	BytesCuFile   uint64 `json:"bytes_cufile"` // of bytes_read, read by cuFile
+	BytesPeer     uint64 `json:"bytes_peer"`   // copied onto it from other devices
 	// Peers are the devices replicas are copied from and to device to
 	// device.
 	Peers []string `json:"peers"`
@@ -183,7 +184,7 @@ func (c *Cache) Stats() Stats {
 func (c *Cache) slotStatsLocked(s *slot) DeviceStats {
 	d := DeviceStats{
 		Name: s.dev.Name(), Ordinal: slotOrdinal(s), CapacityBytes: s.capacity, UsedBytes: s.used,
-		Evictions: s.evictions.Load(), BytesRead: s.bytesRead.Load(), BytesPeer: s.bytesPeer.Load(), Peers: []string{},
+		Evictions: s.evictions.Load(), BytesRead: s.bytesRead.Load(), BytesCuFile: s.bytesCuFile.Load(), BytesPeer: s.bytesPeer.Load(), Peers: []string{},
 	}
 	for j, ok := range s.peer {
 		if ok {

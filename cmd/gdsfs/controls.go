@@ -136,7 +136,8 @@ func (d *daemon) stats(srv *fs.Server) map[string]any {
 		b, _ := json.Marshal(v)
 		json.Unmarshal(b, &m)
 	}
-	merge(d.cache.Stats())
+	cs := d.cache.Stats()
+	merge(cs)
 	merge(d.ipc.Stats())
 	f := srv.Stats()
 	m["opens"] = f.Opens
@@ -145,6 +146,7 @@ func (d *daemon) stats(srv *fs.Server) map[string]any {
 	m["passthrough"] = f.Passthrough
 	m["passthrough_reason"] = f.PassthroughWhy
 	m["cufile_mode"] = cufileMode(d.devs)
+	m["cufile"] = d.cufileStats(cs.Devices)
 	m["device"] = strings.Join(d.cache.Devices(), ",")
 	return m
 }
@@ -184,6 +186,9 @@ func formatStats(m map[string]any) []byte {
 	}
 	if writeDevices(&b, m["devices"]) {
 		seen["devices"] = true
+	}
+	if writeCuFile(&b, m["cufile"]) {
+		seen["cufile"] = true
 	}
 	var rest []string
 	for k := range m {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,12 +10,15 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/gdsfs/gdsfs/internal/devices"
 	"github.com/gdsfs/gdsfs/internal/mountinfo"
+	"github.com/gdsfs/gdsfs/staging"
 )
 
 func statsCmd() *cobra.Command {
@@ -156,4 +160,52 @@ func rateLine(prev, cur map[string]any, elapsed time.Duration, now time.Time) st
 		cols = append(cols, fmt.Sprintf("%11.1f", v/c.unit))
 	}
 	return strings.Join(cols, " ")
+}
+
+// cufileAttribution is the daemon's check of its cuFile attribution
+// against cuFile's own counters (it logs the first mismatch).
+var cufileAttribution struct {
+	once sync.Once
+	a    *devices.Attribution
+}
+
+// cufileStats is stats.json's cufile object, decoded as JSON would be.
+func (d *daemon) cufileStats(staged []staging.DeviceStats) map[string]any {
+	cufileAttribution.once.Do(func() { cufileAttribution.a = devices.NewAttribution(d.log) })
+	b, _ := json.Marshal(cufileAttribution.a.Section(d.devs, staged))
+	var m map[string]any
+	json.Unmarshal(b, &m)
+	return m
+}
+
+// writeCuFile writes the [cufile] section of the human stats: the
+// statistics level, the attribution check, cuFile's totals, then one line
+// per GPU.
+func writeCuFile(b *bytes.Buffer, v any) bool {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return false
+	}
+	b.WriteString("\n[cufile]\n")
+	for _, k := range []string{"statistics", "attribution", "read_bytes", "read_ops", "read_errors"} {
+		x := m[k]
+		if f, ok := x.(float64); ok {
+			x = uint64(f)
+		}
+		fmt.Fprintf(b, "%s %v\n", k, x)
+	}
+	gpus, _ := m["gpus"].([]any)
+	for _, g := range gpus {
+		if gm, ok := g.(map[string]any); ok {
+			name := gm["name"]
+			delete(gm, "name")
+			for k, x := range gm {
+				if f, ok := x.(float64); ok {
+					gm[k] = uint64(f)
+				}
+			}
+			fmt.Fprintf(b, "%v %s\n", name, formatMap(gm))
+		}
+	}
+	return true
 }

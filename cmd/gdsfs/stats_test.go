@@ -26,3 +26,22 @@ func TestRateLine(t *testing.T) {
 		}
 	}
 }
+
+func TestStatsCuFileSection(t *testing.T) {
+	m := map[string]any{
+		"opens": float64(1),
+		"cufile": map[string]any{
+			"statistics": "level 3", "level": float64(3), "attribution": "mismatch gdsfs=4096 cufile=8192 on GPU-a",
+			"read_bytes": float64(8192), "read_ops": float64(2), "read_errors": float64(0),
+			"gpus": []any{map[string]any{"name": "GPU-a", "index": float64(0), "read_bytes": float64(8192),
+				"reads": float64(2), "nvfs_reads": float64(0), "posix_reads": float64(2), "p2p_reads": float64(0),
+				"read_errors": float64(0)}},
+		},
+	}
+	got := string(formatStats(m))
+	want := "\n[cufile]\nstatistics level 3\nattribution mismatch gdsfs=4096 cufile=8192 on GPU-a\nread_bytes 8192\n" +
+		"read_ops 2\nread_errors 0\nGPU-a index=0,nvfs_reads=0,p2p_reads=0,posix_reads=2,read_bytes=8192,read_errors=0,reads=2\n"
+	if !strings.Contains(got, want) || strings.Contains(got, "[other]") {
+		t.Errorf("stats text:\n%s\nwant a section\n%s", got, want)
+	}
+}

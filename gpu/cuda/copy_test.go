@@ -295,3 +295,53 @@ func TestCuFileReadInto(t *testing.T) {
 		t.Error("ReadInto a foreign region succeeded")
 	}
 }
+
+// TestCuFileStatsCountReads: cuFile's own statistics count a read into a
+// region on this GPU, with its bytes, on the path the device's mode says.
+func TestCuFileStatsCountReads(t *testing.T) {
+	d := openOrSkip(t)
+	cf, reason := d.CuFile()
+	if cf == nil {
+		skipCuFile(t, reason)
+	}
+	before, why := CuFileStatistics()
+	if why != "" {
+		skipCuFile(t, "cuFile statistics unavailable: "+why)
+	}
+	const size = 8<<20 + 4321
+	path := filepath.Join(testDir(t), "data")
+	if err := os.WriteFile(path, randomBytes(t, size), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_DIRECT, 0)
+	if err != nil {
+		t.Fatalf("O_DIRECT open (GDSFS_TEST_DIR must be on a disk filesystem): %v", err)
+	}
+	defer f.Close()
+	h, err := cf.Register(int(f.Fd()))
+	if err != nil {
+		skipCuFile(t, fmt.Sprintf("cuFileHandleRegister of an O_DIRECT descriptor (%s mode): %v", cf.Mode(), err))
+	}
+	defer h.Close()
+	r := alloc(t, d, size)
+	if n, err := h.ReadInto(r, 0, 0, size); err != nil || n != size {
+		t.Fatalf("ReadInto: %d, %v", n, err)
+	}
+	after, why := CuFileStatistics()
+	if why != "" {
+		t.Fatalf("statistics gone after a read: %s", why)
+	}
+	b, _ := before.GPU(d.Name(), 0)
+	a, ok := after.GPU(d.Name(), 0)
+	t.Logf("cuFile level %d, %s: before %+v, after %+v", after.Level, d.Name(), b, a)
+	if after.Level < 3 {
+		t.Skipf("SKIPPED: CUFILE_STATS_LEVEL=%d has no per-GPU counters", after.Level)
+	}
+	if !ok || a.ReadBytes-b.ReadBytes != size {
+		t.Errorf("cuFile counted %d bytes read on %s, want %d", a.ReadBytes-b.ReadBytes, d.Name(), size)
+	}
+	want := map[string]string{"gds": "gds", "compat": "compat (posix)"}[cf.Mode()]
+	if got := ReadPath(before, after, d.Name(), 0); got != want {
+		t.Errorf("cuFile counted the read on path %q, want %q in %s mode", got, want, cf.Mode())
+	}
+}

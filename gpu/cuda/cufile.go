@@ -41,6 +41,9 @@ func cufileCandidates() []string {
 	return append(out, matches...)
 }
 
+// cufileSearch is where loadCuFileLib looks (tests point it at a fake).
+var cufileSearch = cufileCandidates
+
 // compareVersions orders "/usr/local/cuda-12.9/..." before ".../cuda-13.0/...".
 func compareVersions(a, b string) int {
 	num := func(p string) []int {
@@ -65,7 +68,8 @@ var cufileDriver struct {
 }
 
 // acquireCuFile loads libcufile, opens the driver on first use and returns
-// the mode, or why cuFile is unavailable.
+// the mode, or why cuFile is unavailable. Lock order: cufileDriver.mu, then
+// cufileStats.mu.
 func acquireCuFile(ctx *cuContext) (mode string, err error) {
 	cufileDriver.mu.Lock()
 	defer cufileDriver.mu.Unlock()
@@ -80,6 +84,7 @@ func acquireCuFile(ctx *cuContext) (mode string, err error) {
 		if err := ctx.cufileDriverOpen(); err != nil {
 			return "", err
 		}
+		startCuFileStats()
 	}
 	cufileDriver.refs++
 	if nvidiaFSPresent() {
@@ -99,6 +104,7 @@ func releaseCuFile(ctx *cuContext) error {
 	if cufileDriver.refs > 0 {
 		return nil
 	}
+	stopCuFileStats()
 	return ctx.cufileDriverClose()
 }
 

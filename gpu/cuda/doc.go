@@ -4,7 +4,9 @@
 // exported to consumers as POSIX file descriptors and mapped zero-copy in
 // their processes (Map). Host bytes reach the GPU through pinned bounce
 // buffers on per-worker streams; cuFile (GPUDirect Storage, or its compat
-// mode) reads files straight into a Region.
+// mode) reads files straight into a Region. cuFile's own statistics
+// (level 3, or CUFILE_STATS_LEVEL) are turned on when its driver opens, so
+// its count of bytes and paths can be set beside gdsfs's (Attribute).
 //
 // The driver (libcuda.so.1) and cuFile (libcufile.so.0) are loaded at run
 // time with dlopen by a small C shim (shim.c); no CUDA toolkit is needed to

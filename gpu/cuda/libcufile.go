@@ -7,6 +7,7 @@ package cuda
 import "C"
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -19,7 +20,7 @@ import (
 // would not load, or else for the plain soname.
 func loadCuFileLib() error {
 	var reason string
-	for _, path := range cufileCandidates() {
+	for _, path := range cufileSearch() {
 		var buf [errBufLen]C.char
 		cpath := C.CString(path)
 		rc := C.gds_cufile_load(cpath, &buf[0], C.size_t(len(buf)))
@@ -99,4 +100,51 @@ func (c *cuContext) cufileRead(h cufileHandle, base uint64, n int, fileOff, bufO
 		return int(got), nil
 	}
 	return 0, readError(int64(got), syscall.Errno(errnum), int(cuerr))
+}
+
+// cufileHasStats says why libcufile cannot give statistics: nil when it
+// exports the statistics entry points.
+func cufileHasStats() error {
+	var buf [errBufLen]C.char
+	if C.gds_cufile_has_stats(&buf[0], C.size_t(len(buf))) == 0 {
+		return errors.New(C.GoString(&buf[0]))
+	}
+	return nil
+}
+
+// cufileStatsStart sets cuFile's statistics level and starts counting.
+func cufileStatsStart(level int) error {
+	return cfErr("cuFileSetStatsLevel/cuFileStatsStart", C.gds_cufile_stats_start(C.int(level)))
+}
+
+// cufileReadStats reads cuFile's statistics: level 1's totals and, at
+// level 3, the per-GPU read counters.
+func cufileReadStats(level int) (CuFileStats, error) {
+	var l1 C.CUfileStatsLevel1_t
+	var l3 C.CUfileStatsLevel3_t
+	st := CuFileStats{Level: level, GPUs: []CuFileGPUStats{}}
+	if err := cfErr("cuFileGetStatsL1/L3", C.gds_cufile_stats(C.int(level), &l1, &l3)); err != nil {
+		return st, err
+	}
+	st.ReadBytes = uint64(l1.read_bytes)
+	st.ReadOps = uint64(l1.read_ops.ok)
+	st.ReadErrors = uint64(l1.read_ops.err)
+	if level < 3 {
+		return st, nil
+	}
+	n := min(int(l3.num_gpus), len(l3.per_gpu_stats))
+	for i := 0; i < n; i++ {
+		g := &l3.per_gpu_stats[i]
+		var uuid [16]byte
+		for j := range uuid {
+			uuid[j] = byte(g.uuid[j])
+		}
+		st.GPUs = append(st.GPUs, CuFileGPUStats{
+			Index: i, Name: cufileGPUName(i, uuid),
+			ReadBytes: uint64(g.read_bytes), Reads: uint64(g.n_total_reads),
+			NvfsReads: uint64(g.n_nvfs_reads), PosixReads: uint64(g.n_posix_reads),
+			P2PReads: uint64(g.n_p2p_reads), ReadErrors: uint64(g.n_reads_err),
+		})
+	}
+	return st, nil
 }

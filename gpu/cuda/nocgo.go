@@ -13,13 +13,18 @@ import (
 
 var errNoCgo = errors.New("libcuda.so.1 not loaded: gdsfs was built without cgo (CGO_ENABLED=0)")
 
-func loadCUDA() error                     { return errNoCgo }
-func libPath(int) string                  { return "" }
-func errorName(code int) string           { return fmt.Sprintf("CUresult(%d)", code) }
-func driverVersion() (int, error)         { return 0, errNoCgo }
-func deviceCount() (int, error)           { return 0, errNoCgo }
-func loadCuFileLib() error                { return errNoCgo }
-func cufileVersion() (int, bool)          { return 0, false }
+func loadCUDA() error             { return errNoCgo }
+func libPath(int) string          { return "" }
+func errorName(code int) string   { return fmt.Sprintf("CUresult(%d)", code) }
+func driverVersion() (int, error) { return 0, errNoCgo }
+func deviceCount() (int, error)   { return 0, errNoCgo }
+func loadCuFileLib() error        { return errNoCgo }
+func cufileVersion() (int, bool)  { return 0, false }
+func cufileHasStats() error       { return errNoCgo }
+func cufileStatsStart(int) error  { return errNoCgo }
+func cufileReadStats(int) (CuFileStats, error) {
+	return CuFileStats{GPUs: []CuFileGPUStats{}}, errNoCgo
+}
 func queryDevice(int) (deviceInfo, error) { return deviceInfo{}, errNoCgo }
 
 type deviceInfo struct {

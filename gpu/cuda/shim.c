@@ -79,6 +79,11 @@ static struct {
 	CUfileError_t (*BufRegister)(const void *base, size_t n, int flags);
 	CUfileError_t (*BufDeregister)(const void *base);
 	ssize_t (*Read)(CUfileHandle_t fh, void *base, size_t n, off_t file_off, off_t buf_off);
+	/* Optional: the statistics API (libcufile 1.14 and later). */
+	CUfileError_t (*SetStatsLevel)(int level);
+	CUfileError_t (*StatsStart)(void);
+	CUfileError_t (*GetStatsL1)(CUfileStatsLevel1_t *s);
+	CUfileError_t (*GetStatsL3)(CUfileStatsLevel3_t *s);
 } cf;
 
 /* sym resolves the first of names[] that lib exports into *out. */
@@ -182,6 +187,10 @@ int gds_cufile_load(const char *path, char *err, size_t errlen)
 	REQ(cf, Read, L, "cuFileRead");
 	/* Optional: cuFileGetVersion is newer than the rest. */
 	sym(cf.lib, NAMES("cuFileGetVersion"), (void **)&cf.GetVersion, L, NULL, 0);
+	sym(cf.lib, NAMES("cuFileSetStatsLevel"), (void **)&cf.SetStatsLevel, L, NULL, 0);
+	sym(cf.lib, NAMES("cuFileStatsStart"), (void **)&cf.StatsStart, L, NULL, 0);
+	sym(cf.lib, NAMES("cuFileGetStatsL1"), (void **)&cf.GetStatsL1, L, NULL, 0);
+	sym(cf.lib, NAMES("cuFileGetStatsL3"), (void **)&cf.GetStatsL3, L, NULL, 0);
 	return 0;
 fail:
 	dlclose(cf.lib);
@@ -200,6 +209,19 @@ int gds_lib_path(int which, char *buf, size_t buflen)
 }
 
 int gds_cufile_has_version(void) { return cf.GetVersion != NULL; }
+
+int gds_cufile_has_stats(char *err, size_t errlen)
+{
+	const char *missing = cf.SetStatsLevel == NULL ? "cuFileSetStatsLevel"
+			      : cf.StatsStart == NULL  ? "cuFileStatsStart"
+			      : cf.GetStatsL1 == NULL  ? "cuFileGetStatsL1"
+			      : cf.GetStatsL3 == NULL  ? "cuFileGetStatsL3"
+						       : NULL;
+	if (missing == NULL)
+		return 1;
+	snprintf(err, errlen, "libcufile.so.0 has no %s", missing);
+	return 0;
+}
 
 /* ---- driver, devices, contexts ---------------------------------------- */
 
@@ -536,6 +558,24 @@ CUfileError_t gds_cufile_buf_deregister(CUcontext ctx, CUdeviceptr base)
 {
 	CF_SETCTX(ctx);
 	return cf.BufDeregister((const void *)(uintptr_t)base);
+}
+
+CUfileError_t gds_cufile_stats_start(int level)
+{
+	CUfileError_t e = cf.SetStatsLevel(level);
+	if (e.err != GDS_CU_FILE_SUCCESS)
+		return e;
+	return cf.StatsStart();
+}
+
+CUfileError_t gds_cufile_stats(int level, CUfileStatsLevel1_t *l1, CUfileStatsLevel3_t *l3)
+{
+	memset(l1, 0, sizeof(*l1));
+	memset(l3, 0, sizeof(*l3));
+	CUfileError_t e = cf.GetStatsL1(l1);
+	if (e.err != GDS_CU_FILE_SUCCESS || level < 3)
+		return e;
+	return cf.GetStatsL3(l3);
 }
 
 ssize_t gds_cufile_read(CUcontext ctx, CUfileHandle_t fh, CUdeviceptr base, size_t n, off_t file_off,

@@ -93,6 +93,110 @@ typedef void *CUfileHandle_t;
 #define GDS_CU_FILE_CUDA_DRIVER_ERROR 5011
 #define GDS_CU_FILE_HANDLE_TYPE_OPAQUE_FD 1
 
+/* Statistics (cuFileSetStatsLevel, cuFileGetStatsL1..L3). The layout is
+ * NVIDIA's cufile.h as published in the cuFile API reference ("cuFile
+ * stats APIs") and in NVIDIA/cuda-python cycufile.pxd, generated from
+ * cufile.h "12.9.1 to 13.4.0" (libcufile 1.14 to 1.17): every field is
+ * declared, in order, though gdsfs reads only a few. */
+#define GDS_CUFILE_GPU_UUID_LEN 16
+#define GDS_CUFILE_STATS_MAX_GPUS 16
+
+typedef struct CUfileOpCounter {
+	uint64_t ok;
+	uint64_t err;
+} CUfileOpCounter_t;
+
+typedef struct CUfileStatsLevel1 {
+	CUfileOpCounter_t read_ops;
+	CUfileOpCounter_t write_ops;
+	CUfileOpCounter_t hdl_register_ops;
+	CUfileOpCounter_t hdl_deregister_ops;
+	CUfileOpCounter_t buf_register_ops;
+	CUfileOpCounter_t buf_deregister_ops;
+	uint64_t read_bytes;
+	uint64_t write_bytes;
+	uint64_t read_bw_bytes_per_sec;
+	uint64_t write_bw_bytes_per_sec;
+	uint64_t read_lat_avg_us;
+	uint64_t write_lat_avg_us;
+	uint64_t read_ops_per_sec;
+	uint64_t write_ops_per_sec;
+	uint64_t read_lat_sum_us;
+	uint64_t write_lat_sum_us;
+	CUfileOpCounter_t batch_submit_ops;
+	CUfileOpCounter_t batch_complete_ops;
+	CUfileOpCounter_t batch_setup_ops;
+	CUfileOpCounter_t batch_cancel_ops;
+	CUfileOpCounter_t batch_destroy_ops;
+	CUfileOpCounter_t batch_enqueued_ops;
+	CUfileOpCounter_t batch_posix_enqueued_ops;
+	CUfileOpCounter_t batch_processed_ops;
+	CUfileOpCounter_t batch_posix_processed_ops;
+	CUfileOpCounter_t batch_nvfs_submit_ops;
+	CUfileOpCounter_t batch_p2p_submit_ops;
+	CUfileOpCounter_t batch_aio_submit_ops;
+	CUfileOpCounter_t batch_iouring_submit_ops;
+	CUfileOpCounter_t batch_mixed_io_submit_ops;
+	CUfileOpCounter_t batch_total_submit_ops;
+	uint64_t batch_read_bytes;
+	uint64_t batch_write_bytes;
+	uint64_t batch_read_bw_bytes;
+	uint64_t batch_write_bw_bytes;
+	uint64_t batch_submit_lat_avg_us;
+	uint64_t batch_completion_lat_avg_us;
+	uint64_t batch_submit_ops_per_sec;
+	uint64_t batch_complete_ops_per_sec;
+	uint64_t batch_submit_lat_sum_us;
+	uint64_t batch_completion_lat_sum_us;
+	uint64_t last_batch_read_bytes;
+	uint64_t last_batch_write_bytes;
+} CUfileStatsLevel1_t;
+
+typedef struct CUfileStatsLevel2 {
+	CUfileStatsLevel1_t basic;
+	uint64_t read_size_kb_hist[32];
+	uint64_t write_size_kb_hist[32];
+} CUfileStatsLevel2_t;
+
+typedef struct CUfilePerGpuStats {
+	char uuid[GDS_CUFILE_GPU_UUID_LEN];
+	uint64_t read_bytes;
+	uint64_t read_bw_bytes_per_sec;
+	uint64_t read_utilization;
+	uint64_t read_duration_us;
+	uint64_t n_total_reads;
+	uint64_t n_p2p_reads;
+	uint64_t n_nvfs_reads;
+	uint64_t n_posix_reads;
+	uint64_t n_unaligned_reads;
+	uint64_t n_dr_reads;
+	uint64_t n_sparse_regions;
+	uint64_t n_inline_regions;
+	uint64_t n_reads_err;
+	uint64_t writes_bytes;
+	uint64_t write_bw_bytes_per_sec;
+	uint64_t write_utilization;
+	uint64_t write_duration_us;
+	uint64_t n_total_writes;
+	uint64_t n_p2p_writes;
+	uint64_t n_nvfs_writes;
+	uint64_t n_posix_writes;
+	uint64_t n_unaligned_writes;
+	uint64_t n_dr_writes;
+	uint64_t n_writes_err;
+	uint64_t n_mmap;
+	uint64_t n_mmap_ok;
+	uint64_t n_mmap_err;
+	uint64_t n_mmap_free;
+	uint64_t reg_bytes;
+} CUfilePerGpuStats_t;
+
+typedef struct CUfileStatsLevel3 {
+	CUfileStatsLevel2_t detailed;
+	uint32_t num_gpus;
+	CUfilePerGpuStats_t per_gpu_stats[GDS_CUFILE_STATS_MAX_GPUS];
+} CUfileStatsLevel3_t;
+
 /*
  * Layout checks. Sources read (public copies, via code search):
  *  - cuda.h (CUDA 11.6) as vendored in several repositories: the _v2 #define
@@ -132,6 +236,20 @@ _Static_assert(sizeof(CUfileError_t) == 8, "CUfileError_t is {int, int}");
 _Static_assert(sizeof(CUfileDescr_t) == 24, "CUfileDescr_t size");
 _Static_assert(offsetof(CUfileDescr_t, handle) == 8, "CUfileDescr_t.handle");
 _Static_assert(offsetof(CUfileDescr_t, fs_ops) == 16, "CUfileDescr_t.fs_ops");
+_Static_assert(sizeof(CUfileOpCounter_t) == 16, "CUfileOpCounter_t is {u64, u64}");
+_Static_assert(sizeof(CUfileStatsLevel1_t) == 512, "CUfileStatsLevel1_t: 21 counters, 22 u64");
+_Static_assert(offsetof(CUfileStatsLevel1_t, read_bytes) == 96, "L1.read_bytes");
+_Static_assert(offsetof(CUfileStatsLevel1_t, batch_submit_ops) == 176, "L1.batch_submit_ops");
+_Static_assert(offsetof(CUfileStatsLevel1_t, batch_read_bytes) == 416, "L1.batch_read_bytes");
+_Static_assert(sizeof(CUfileStatsLevel2_t) == 1024, "CUfileStatsLevel2_t: L1 and two 32-bucket histograms");
+_Static_assert(sizeof(CUfilePerGpuStats_t) == 248, "CUfilePerGpuStats_t: uuid[16] and 29 u64");
+_Static_assert(offsetof(CUfilePerGpuStats_t, read_bytes) == 16, "per-GPU read_bytes");
+_Static_assert(offsetof(CUfilePerGpuStats_t, n_nvfs_reads) == 64, "per-GPU n_nvfs_reads");
+_Static_assert(offsetof(CUfilePerGpuStats_t, n_posix_reads) == 72, "per-GPU n_posix_reads");
+_Static_assert(offsetof(CUfilePerGpuStats_t, n_reads_err) == 112, "per-GPU n_reads_err");
+_Static_assert(offsetof(CUfileStatsLevel3_t, num_gpus) == 1024, "L3.num_gpus");
+_Static_assert(offsetof(CUfileStatsLevel3_t, per_gpu_stats) == 1032, "L3.per_gpu_stats");
+_Static_assert(sizeof(CUfileStatsLevel3_t) == 5000, "CUfileStatsLevel3_t size");
 _Static_assert(sizeof(off_t) == 8, "off_t is 64-bit (cuFileRead offsets)");
 
 /* ---- loading --------------------------------------------------------- */
@@ -145,6 +263,9 @@ int gds_cufile_load(const char *path, char *err, size_t errlen);
  * 1 = libcufile) into buf; it returns -1 when it cannot tell. */
 int gds_lib_path(int which, char *buf, size_t buflen);
 int gds_cufile_has_version(void);
+/* gds_cufile_has_stats returns 1 when libcufile exports the statistics
+ * entry points, else 0 with the first missing one's name in err. */
+int gds_cufile_has_stats(char *err, size_t errlen);
 
 /* ---- driver, devices, contexts (no context needed) -------------------- */
 
@@ -229,6 +350,12 @@ CUfileError_t gds_cufile_register(CUcontext ctx, int fd, CUfileHandle_t *fh);
 void gds_cufile_deregister(CUcontext ctx, CUfileHandle_t fh);
 CUfileError_t gds_cufile_buf_register(CUcontext ctx, CUdeviceptr base, size_t n);
 CUfileError_t gds_cufile_buf_deregister(CUcontext ctx, CUdeviceptr base);
+/* gds_cufile_stats_start sets the statistics level and starts counting
+ * (cuFileSetStatsLevel, cuFileStatsStart). */
+CUfileError_t gds_cufile_stats_start(int level);
+/* gds_cufile_stats reads level 1 into *l1 and, when level is 3, level 3
+ * into *l3 (its per-GPU part). */
+CUfileError_t gds_cufile_stats(int level, CUfileStatsLevel1_t *l1, CUfileStatsLevel3_t *l3);
 /* gds_cufile_read returns cuFileRead's result; when it is -1, *errnum holds
  * errno; when setting the context failed it returns -5011 and *cuerr. */
 ssize_t gds_cufile_read(CUcontext ctx, CUfileHandle_t fh, CUdeviceptr base, size_t n,

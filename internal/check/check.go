@@ -34,8 +34,9 @@ func Run(dir string) *Report {
 	r.POSIXPath = p.posix
 	r.GDS = gdsVerdict(cr, p, dir)
 	r.CuFileCompat = compatVerdict(cr, p)
-	r.Verdict = fmt.Sprintf("GDS: %s; cuFile compat: %s; POSIX path: %s; staging device: %s",
-		r.GDS, r.CuFileCompat, short(r.POSIXPath), short(r.StagingDevice))
+	r.CuFilePath = p.cufilePath
+	r.Verdict = fmt.Sprintf("GDS: %s; cuFile compat: %s; cuFile read path: %s; POSIX path: %s; staging device: %s",
+		r.GDS, r.CuFileCompat, short(r.CuFilePath), short(r.POSIXPath), short(r.StagingDevice))
 	r.Advice = advice(r, cr, d, p, compatAllowed)
 	return r
 }

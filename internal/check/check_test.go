@@ -20,7 +20,7 @@ func TestReport(t *testing.T) {
 	}
 	out := text.String()
 	first, _, _ := strings.Cut(out, "\n")
-	for i, prefix := range []string{"GDS: ", "; cuFile compat: ", "; POSIX path: ", "; staging device: "} {
+	for i, prefix := range []string{"GDS: ", "; cuFile compat: ", "; cuFile read path: ", "; POSIX path: ", "; staging device: "} {
 		if !strings.Contains(first, prefix) || (i == 0 && !strings.HasPrefix(first, prefix)) {
 			t.Fatalf("verdict line %q lacks %q", first, prefix)
 		}
@@ -111,5 +111,28 @@ func TestTopology(t *testing.T) {
 	}
 	if topology(cuda.Report{}) == nil {
 		t.Error("no pairs must be an empty list, not null")
+	}
+}
+
+// The cuFile read path verdict comes from cuFile's counters around the
+// probe's read.
+func TestReadPathVerdict(t *testing.T) {
+	before := cuda.CuFileStats{Level: 3, GPUs: []cuda.CuFileGPUStats{{Name: "GPU-a", PosixReads: 3}}}
+	posix := cuda.CuFileStats{Level: 3, GPUs: []cuda.CuFileGPUStats{{Name: "GPU-a", PosixReads: 5, ReadBytes: 8 << 20}}}
+	nvfs := cuda.CuFileStats{Level: 3, GPUs: []cuda.CuFileGPUStats{{Name: "GPU-a", PosixReads: 3, NvfsReads: 2}}}
+	for _, tc := range []struct {
+		after cuda.CuFileStats
+		why   string
+		want  string
+	}{
+		{posix, "", "compat (posix)"},
+		{nvfs, "", "gds"},
+		{before, "", "none (cuFile counted no read on GPU-a)"},
+		{cuda.CuFileStats{Level: 1}, "", "unknown (cuFile statistics level 1 has no per-GPU counters; 3 does)"},
+		{posix, "libcufile.so.0 has no cuFileGetStatsL3", "unknown (cuFile statistics unavailable: libcufile.so.0 has no cuFileGetStatsL3)"},
+	} {
+		if got := readPath(before, tc.after, tc.why, "GPU-a", 0); got != tc.want {
+			t.Errorf("readPath(%+v, %q) = %q, want %q", tc.after, tc.why, got, tc.want)
+		}
 	}
 }

@@ -2,6 +2,7 @@ package check
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/rand"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gdsfs/gdsfs/gpu"
+	"github.com/gdsfs/gdsfs/gpu/cuda"
 	"github.com/gdsfs/gdsfs/internal/config"
 	"github.com/gdsfs/gdsfs/internal/devices"
 )
@@ -27,6 +29,7 @@ type probes struct {
 	cufile      string // the cuFile read, or why it was not tried
 	cufileWorks bool
 	cufileMode  string // the device's cuFile mode; "" without cuFile
+	cufilePath  string // the path cuFile's own counters say the read took
 	register    string
 	registered  bool
 }
@@ -39,12 +42,14 @@ func runProbes(dir string) probes {
 	cfg, err := config.Default()
 	if err != nil {
 		p.device, p.posix, p.cufile, p.register = unknown(err.Error()), unknown(err.Error()), unknown(err.Error()), unknown(err.Error())
+		p.cufilePath = unknown(err.Error())
 		return p
 	}
 	devs, err := devices.Open(cfg.Staging, zap.NewNop())
 	if err != nil {
 		p.device = "unusable: " + err.Error()
 		p.posix, p.cufile, p.register = "not tried (no staging device)", "not tried (no staging device)", "not tried (no staging device)"
+		p.cufilePath = "not tried (no staging device)"
 		return p
 	}
 	defer devices.Close(devs)
@@ -56,7 +61,7 @@ func runProbes(dir string) probes {
 	f, err := os.CreateTemp(dir, ".gdsfs-check-")
 	if err != nil {
 		why := "not tried (cannot write a file in " + dir + ": " + err.Error() + ")"
-		p.posix, p.cufile, p.register = why, why, why
+		p.posix, p.cufile, p.register, p.cufilePath = why, why, why, why
 		return p
 	}
 	defer os.Remove(f.Name())
@@ -67,7 +72,7 @@ func runProbes(dir string) probes {
 	f.Close()
 	if err != nil {
 		why := "not tried (write " + f.Name() + ": " + err.Error() + ")"
-		p.posix, p.cufile, p.register = why, why, why
+		p.posix, p.cufile, p.register, p.cufilePath = why, why, why, why
 		return p
 	}
 	if err := posixProbe(dev, f.Name(), data); err != nil {
@@ -75,7 +80,11 @@ func runProbes(dir string) probes {
 	} else {
 		p.posix, p.posixWorks = fmt.Sprintf("works (%d MiB read, copied to %s, read back equal)", probeSize>>20, dev.Name()), true
 	}
-	p.cufileProbe(dev, f.Name(), data)
+	ordinal := -1
+	if len(cfg.Staging.GPUs) > 0 {
+		ordinal = cfg.Staging.GPUs[0]
+	}
+	p.cufileProbe(dev, ordinal, f.Name(), data)
 	return p
 }
 
@@ -128,13 +137,23 @@ func posixProbe(dev gpu.Device, path string, want []byte) error {
 	return readBack(r, want)
 }
 
-// cufileProbe registers path with cuFile and reads it into a region.
-func (p *probes) cufileProbe(dev gpu.Device, path string, want []byte) {
+// cufileProbe registers path with cuFile and reads it into a region,
+// and says from cuFile's own counters which path the read took.
+func (p *probes) cufileProbe(dev gpu.Device, ordinal int, path string, want []byte) {
 	cf, why := dev.CuFile()
 	if cf == nil {
-		p.cufile, p.register = "not tried ("+why+")", "not tried ("+why+")"
+		p.cufile, p.register, p.cufilePath = "not tried ("+why+")", "not tried ("+why+")", "not tried ("+why+")"
 		return
 	}
+	before, why := cuda.CuFileStatistics()
+	defer func() {
+		if !p.registered {
+			p.cufilePath = "not tried (cuFileHandleRegister refused the file)"
+			return
+		}
+		after, awhy := cuda.CuFileStatistics()
+		p.cufilePath = readPath(before, after, cmp.Or(why, awhy), dev.Name(), ordinal)
+	}()
 	p.cufileMode = cf.Mode()
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_DIRECT, 0)
 	note := "O_DIRECT"
@@ -184,4 +203,20 @@ func readBack(r gpu.Region, want []byte) error {
 		return errors.New("the bytes read back differ from the file")
 	}
 	return nil
+}
+
+// readPath is the cuFile read path verdict from cuFile's counters before
+// and after the probe's read, or why there are none to read.
+func readPath(before, after cuda.CuFileStats, why, name string, ordinal int) string {
+	switch {
+	case why != "":
+		return unknown("cuFile statistics unavailable: " + why)
+	case after.Level < 3:
+		return unknown(fmt.Sprintf("cuFile statistics level %d has no per-GPU counters; 3 does", after.Level))
+	}
+	path := cuda.ReadPath(before, after, name, ordinal)
+	if path == "none" {
+		return "none (cuFile counted no read on " + name + ")"
+	}
+	return path
 }

@@ -9,9 +9,12 @@ import (
 // Report is the whole check. Every string field is filled: a value, or
 // "unknown (why)". Text and JSON carry the same fields.
 type Report struct {
-	Verdict       string   `json:"verdict"`
-	GDS           string   `json:"gds"`
-	CuFileCompat  string   `json:"cufile_compat"`
+	Verdict      string `json:"verdict"`
+	GDS          string `json:"gds"`
+	CuFileCompat string `json:"cufile_compat"`
+	// CuFilePath is the path cuFile's own counters say the probe's read
+	// took: gds, compat (posix), none, or why that is not known.
+	CuFilePath    string   `json:"cufile_path"`
 	POSIXPath     string   `json:"posix_path"`
 	StagingDevice string   `json:"staging_device"`
 	System        System   `json:"system"`
@@ -89,7 +92,7 @@ func (r *Report) WriteText(w io.Writer) error {
 			fmt.Fprintf(&b, "%-22s %s\n", kv[i], kv[i+1])
 		}
 	}
-	section("verdict", "gds", r.GDS, "cufile_compat", r.CuFileCompat, "posix_path", r.POSIXPath, "staging_device", r.StagingDevice)
+	section("verdict", "gds", r.GDS, "cufile_compat", r.CuFileCompat, "cufile_path", r.CuFilePath, "posix_path", r.POSIXPath, "staging_device", r.StagingDevice)
 	s := r.System
 	section("system", "kernel", s.Kernel, "dev_fuse", s.DevFuse, "root", s.Root, "fusermount", s.Fusermount, "fuse_passthrough", s.Passthrough)
 	c := r.CUDA

@@ -66,6 +66,10 @@ func (c statsCollector) Collect(ch chan<- prometheus.Metric) {
 		case string:
 			labels[key] = v
 		case map[string]any:
+			if key == "cufile" {
+				collectCuFile(ch, v)
+				continue
+			}
 			collectMap(ch, key, v)
 		default:
 			if f, ok := number(v); ok {
@@ -90,6 +94,44 @@ func collectMap(ch chan<- prometheus.Metric, key string, m map[string]any) {
 		if f, ok := number(m[k]); ok {
 			ch <- prometheus.MustNewConstMetric(d, valueType(key), f, k)
 		}
+	}
+}
+
+// collectCuFile serves stats.json's cufile object: cuFile's own read
+// counters (totals, then per GPU and path) and the attribution check's
+// state (ok, pending, mismatch or unavailable) as a label.
+func collectCuFile(ch chan<- prometheus.Metric, m map[string]any) {
+	counter := func(name, help string, v any, labels []string, values ...string) {
+		if f, ok := number(v); ok {
+			d := prometheus.NewDesc("gdsfs_cufile_"+name, help, labels, nil)
+			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, f, values...)
+		}
+	}
+	counter("read_bytes_total", "Bytes cuFile counted as read (its level 1 statistics), all GPUs.", m["read_bytes"], nil)
+	counter("read_ops_total", "cuFileReads that succeeded, by cuFile's count, all GPUs.", m["read_ops"], nil)
+	counter("read_errors_total", "cuFileReads that failed, by cuFile's count, all GPUs.", m["read_errors"], nil)
+	gpus, _ := m["gpus"].([]any)
+	for _, g := range gpus {
+		gm, _ := g.(map[string]any)
+		name, _ := gm["name"].(string)
+		counter("gpu_read_bytes_total", "Bytes cuFile counted as read onto the GPU (level 3 statistics).",
+			gm["read_bytes"], []string{"gpu"}, name)
+		for _, path := range []string{"nvfs", "posix", "p2p"} {
+			counter("gpu_reads_total", "Reads cuFile counted onto the GPU by path: nvfs (GPUDirect Storage), posix (compat mode), p2p (PCIe P2PDMA).",
+				gm[path+"_reads"], []string{"gpu", "path"}, name, path)
+		}
+		counter("gpu_read_errors_total", "Reads onto the GPU that cuFile counted as failed.", gm["read_errors"], []string{"gpu"}, name)
+	}
+	if f, ok := number(m["level"]); ok {
+		d := prometheus.NewDesc("gdsfs_cufile_statistics_level", "cuFile's statistics level in force (0: unavailable).", nil, nil)
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, f)
+	}
+	if a, ok := m["attribution"].(string); ok {
+		state, _, _ := strings.Cut(a, " ")
+		d := prometheus.NewDesc("gdsfs_cufile_attribution",
+			"1 under the state of the check of gdsfs's cuFile bytes against cuFile's own counters (ok, pending:, mismatch, unavailable:).",
+			[]string{"state"}, nil)
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, 1, strings.TrimSuffix(state, ":"))
 	}
 }
 

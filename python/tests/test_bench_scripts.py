@@ -22,10 +22,14 @@ def autoload_script():
     return m
 
 
-def bench(cases, mismatches=()):
+CALLS = {"safetensors.torch.load_file": 8, "safetensors.safe_open": 8, "torch.load": 1}
+
+
+def bench(cases, mismatches=(), served=None):
     b = autoload_script().Bench(types.SimpleNamespace(work="/nonexistent"))
-    b.results = {"cases": {k: {"seconds": v, "checksum": "same"} for k, v in cases.items()},
-                 "checks": {"mismatches": list(mismatches)},
+    b.results = {"cases": {k: v if isinstance(v, dict) else {"seconds": v, "checksum": "same"} for k, v in cases.items()},
+                 "checks": {"mismatches": list(mismatches), "compared": 40, "calls": dict(CALLS),
+                            "served": dict(CALLS) if served is None else served},
                  "files": {"safetensors_bytes": 4 << 30, "hf_model_bytes": 2 << 30, "torch_save_bytes": 1 << 30}}
     b.verdicts()
     return b
@@ -63,6 +67,48 @@ class AutoloadVerdicts(unittest.TestCase):
         self.assertFalse(b.results["verdicts"]["load_file identical checksums"])
         self.assertFalse(b.results["verdicts"]["targets"]["load_file and torch_load identical checksums"])
         self.assertEqual(b.status(), 1)
+
+    def test_a_cold_case_that_could_not_drop_the_page_cache_fails(self):
+        b = bench(dict(COLD, **{"load_file plain mount cold": {"skipped": "page cache could not be dropped"}}))
+        t = b.results["verdicts"]["targets"]
+        self.assertEqual(t["load_file plain mount cold >= 0.95 SOURCE"], "not checked: page cache could not be dropped")
+        self.assertEqual(b.status(), 1)
+        self.assertIn("| target: load_file plain mount cold >= 0.95 SOURCE | not checked: page cache could not be dropped |",
+                      b.table())
+
+    def test_checks_whose_calls_fell_back_fail(self):
+        key = "no mismatches against the libraries, every checked call served"
+        self.assertTrue(bench(COLD).results["verdicts"]["targets"][key])
+        b = bench(COLD, served={})  # every call went to the library: it compared the library with itself
+        self.assertFalse(b.results["verdicts"]["targets"][key])
+        self.assertEqual(b.status(), 1)
+        b = bench(COLD, served=dict(CALLS, **{"torch.load": 0}))
+        self.assertEqual(b.status(), 1)
+        b = bench(COLD)
+        b.results["checks"] = {"error": "Traceback ...\nRuntimeError: CUDA"}
+        b.verdicts()
+        self.assertEqual(b.results["verdicts"]["targets"][key], "not checked: RuntimeError: CUDA")
+        self.assertEqual(b.status(), 1)
+
+    def test_evict_must_leave_the_file_unstaged(self):
+        with tempfile.TemporaryDirectory() as d:
+            os.makedirs(os.path.join(d, "mnt", ".gdsfs"))
+            b = autoload_script().Bench(types.SimpleNamespace(work=d))
+            b.mnt, b.src = os.path.join(d, "mnt"), os.path.join(d, "src")
+            b.rels = lambda path: ["a.bin"]
+            with open(os.path.join(b.mnt, ".gdsfs", "cache"), "w") as f:
+                f.write("a.bin\t1\tresident\tposix\n")
+            with self.assertRaises(SystemExit) as e:
+                b.evict("a.bin")
+            self.assertIn("still in .gdsfs/cache", str(e.exception))
+            with open(os.path.join(b.mnt, ".gdsfs", "cache"), "w") as f:
+                f.write("b.bin\t1\tresident\tposix\n")
+            b.evict("a.bin")  # not listed: evicted
+            os.remove(os.path.join(b.mnt, ".gdsfs", "evict"))
+            os.mkdir(os.path.join(b.mnt, ".gdsfs", "evict"))  # the write fails (EISDIR), not with ENOENT
+            with self.assertRaises(SystemExit) as e:
+                b.evict("a.bin")
+            self.assertIn("evict a.bin:", str(e.exception))
 
     def test_a_single_case_compares_no_checksums(self):
         b = bench({"load_file plain SOURCE cold": 2.6})

@@ -23,6 +23,9 @@
 # "autoload" and "readahead" are the issue-14 and issue-10 figures (gdsfs
 # bench autoload|readahead, minutes each): GDSFS_BENCH_STEPS="autoload
 # readahead" runs only those.
+# GDSFS_BENCH_SET="KEY=VALUE ..." adds config.yaml keys to every step's
+# --set (GDSFS_BENCH_SET=io.compat_mode=off on a machine without cuFile
+# set up must make the run fail).
 #
 # Outputs, in $OUT (default /tmp/gdsfs-bench-out): bench-gpu.txt (all that
 # was printed, the daemon logs' ends after a failed step, a summary of the
@@ -149,6 +152,7 @@ else
 	contention="--consumers 16 --files 8 --file-size 4MiB --capacity 12.5MiB"
 fi
 
+for kv in ${GDSFS_BENCH_SET:-}; do set_dev="$set_dev --set $kv"; done
 # The flag strings below are split into words on purpose (unquoted).
 common="--dir $work --report $json $set_dev"
 quick=""

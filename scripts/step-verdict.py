@@ -27,7 +27,9 @@ import subprocess
 import sys
 
 GO_RESULT = re.compile(r"^\s*--- (PASS|FAIL|SKIP): (\S+)")
-PY_RESULT = re.compile(r"^(\w+) \(([\w.]+)\)(?:\n.*?)? \.\.\. (ok|FAIL|ERROR|skipped|expected failure|unexpected success)", re.M)
+PY_HEADER = re.compile(r"^(\w+) \(([\w.]+)\)", re.M)
+PY_WORD = re.compile(r"^(ok|FAIL|ERROR|expected failure|unexpected success|skipped (['\"]).*\2)$")
+PY_END = re.compile(r"^(={70}|-{70})$", re.M)
 PY_RAN = re.compile(r"^Ran (\d+) tests? in", re.M)
 
 
@@ -47,10 +49,27 @@ def go_results(text):
 
 
 def py_results(text):
+    """(dotted name, PASS|FAIL|SKIP) for each test unittest -v reported.
+    A test's line is "name (dotted) ... WORD", with the test's own output
+    (logs on stderr) possibly between " ... " and WORD, which then starts
+    a line of its own."""
+    end = PY_END.search(text)
+    body = text[:end.start()] if end else text
+    heads = list(PY_HEADER.finditer(body))
     out = []
-    for m in PY_RESULT.finditer(text):
-        method, dotted, word = m.group(1), m.group(2), m.group(3)
-        status = {"ok": "PASS", "skipped": "SKIP", "expected failure": "PASS"}.get(word, "FAIL")
+    for i, m in enumerate(heads):
+        seg = body[m.end():heads[i + 1].start() if i + 1 < len(heads) else len(body)]
+        at = seg.find(" ... ")
+        status = "FAIL"  # no result word: the run ended inside the test
+        if at >= 0:
+            first, _, rest = seg[at + 5:].partition("\n")
+            for line in [first] + rest.split("\n"):
+                w = PY_WORD.match(line.strip())
+                if w:
+                    word = w.group(1)
+                    status = "SKIP" if word.startswith("skipped") else "PASS" if word in ("ok", "expected failure") else "FAIL"
+                    break
+        method, dotted = m.group(1), m.group(2)
         out.append((dotted if dotted.endswith("." + method) else dotted + "." + method, status))
     return out
 

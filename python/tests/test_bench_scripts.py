@@ -212,6 +212,18 @@ class StepVerdicts(unittest.TestCase):
         self.assertEqual(rc, 1, out)
         self.assertIn("failed: test_x.T.test_b", out)
 
+    def test_python_output_between_a_test_and_its_result(self):
+        # A test's own logs go to stderr between "... " and its result word.
+        text = ("test_a (test_x.T.test_a) ... gdsfs autoload: x served by the original function; logged once\n"
+                "ok\n"
+                "test_b (test_x.T.test_b) ... log line\nanother\nskipped 'needs two GPUs'\n"
+                "test_c (test_x.T.test_c) ... a line ending in ok\nFAIL\n"
+                "\n" + "=" * 70 + "\nFAIL: test_c (test_x.T.test_c)\n" + "-" * 70 + "\nRan 3 tests in 1s\n\nFAILED (failures=1, skipped=1)\n")
+        rc, out = verdict("py", text, 1, "--skip", "test_b=one GPU")
+        self.assertEqual(rc, 1, out)
+        self.assertIn("ran 3, passed 1, skipped 1 (expected 1)", out)
+        self.assertIn("failed: test_x.T.test_c", out)
+
     def test_script_checks(self):
         text = "PASS  a\nPASS  b\n"
         self.assertEqual(verdict("sh", text, 0, "--count", "^PASS  ", "--min", "2")[0], 0)

@@ -370,3 +370,19 @@ func TestFDKindsGrown(t *testing.T) {
 		t.Fatalf("grown %q, want %q", got, want)
 	}
 }
+
+// On the host backend without staging.device=host (no GPU found), the
+// GPU scripts fail instead of running their dry run.
+func TestScriptNeedsAGPUUnlessHostChosen(t *testing.T) {
+	host, err := hostBackend(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !host {
+		t.Skip("SKIPPED: this machine has a GPU: the case without one cannot be made here")
+	}
+	err = Script(context.Background(), ScriptOptions{Name: "readahead", Dir: t.TempDir()})
+	if err == nil || !strings.Contains(err.Error(), "no GPU") {
+		t.Fatalf("readahead with no GPU and staging.device not host: %v", err)
+	}
+}

@@ -186,7 +186,10 @@ func (b *stageBench) interleaved(ctx context.Context) {
 	} else {
 		def.Detail = s.detail + "; " + def.Detail
 		if b.o.Cold {
-			def.Cold, _ = s.measure(b, true)
+			var err error
+			if def.Cold, err = s.measure(b, true); err != nil {
+				def.Why = "cold: " + err.Error()
+			}
 		}
 	}
 	b.rows = append(b.rows, h2d, def)
@@ -352,7 +355,9 @@ func (s *stager) measure(b *stageBench, cold bool) (float64, error) {
 	}
 	for range b.o.Runs {
 		if cold {
-			dropCaches()
+			if err := dropCaches(); err != nil {
+				return 0, err
+			}
 		}
 		took, err := s.stageOnce()
 		if err != nil {
@@ -369,7 +374,11 @@ func (s *stager) close() {
 	}
 }
 
-func dropCaches() {
+// dropCaches drops the page cache; a cold figure without it is not cold.
+func dropCaches() error {
 	syscall.Sync()
-	os.WriteFile("/proc/sys/vm/drop_caches", []byte("3"), 0)
+	if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("3"), 0); err != nil {
+		return fmt.Errorf("drop the page cache: %w", err)
+	}
+	return nil
 }

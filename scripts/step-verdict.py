@@ -15,7 +15,9 @@ parent's name covering its subtests, or for Python the method name or the
 dotted id): the reason that skip is expected on this machine. A skip named
 there that did not happen is reported, not a failure (a second GPU, say).
 Prints one line "ran N, passed P, skipped S (expected E)" then any reasons,
-and exits 0 (PASSED) or 1.
+and exits 0 (PASSED) or 1 (FAILED), or 2 (SKIPPED) where no test passed and
+every test skipped as the step expects: a step skipped whole is never
+PASSED.
 
 bench: every line of the log is read; the run fails on any step that
 exited non-zero, any target or result line that says FAIL or MISS, and
@@ -117,6 +119,8 @@ def judge_tests(kind, text, rc, skips):
     for s in skips:
         if not any(expected(n, {s: 1}, kind) for n in skipped):
             lines.append("note: the expected skip %s did not happen (it ran)" % s)
+    if not bad and not passed:
+        return SKIPPED, lines
     return not bad, lines + ["FAIL: " + b for b in bad]
 
 
@@ -129,6 +133,8 @@ def judge_script(text, rc, count, least):
     bad += ["failed check: " + l for l in fails]
     return not bad, ["checks %d (want at least %d), failed %d" % (n, least, len(fails))] + ["FAIL: " + b for b in bad]
 
+
+SKIPPED = "skipped"  # every test of the step skipped, each as the step expects
 
 BENCH_BAD = re.compile(r"(^|[\s|:])(FAIL|MISS)([\s|:]|$)|not checked")
 
@@ -177,6 +183,8 @@ def judge(argv):
         ok, lines = judge_script(text, int(argv[2]), argv[4], int(argv[6]))
     else:
         raise SystemExit("unknown kind %r: go, py, sh or bench" % kind)
+    if ok is SKIPPED:
+        return 2, lines
     return (0 if ok else 1), lines
 
 
@@ -186,7 +194,7 @@ def main(argv):
     code, lines = run(argv[1:]) if argv[0] == "run" else judge(argv)
     for l in lines:
         print(l)
-    print("PASSED" if code == 0 else "FAILED")
+    print({0: "PASSED", 2: "SKIPPED"}.get(code, "FAILED"))
     return code
 
 

@@ -186,14 +186,19 @@ class StepVerdicts(unittest.TestCase):
         self.assertIn("skipped without a reason named by the step: TestReplicasTwoGPUs", out)
 
     def test_go_skip_named_by_the_step(self):
+        # The whole step skipped, as it expects: SKIPPED (2), never PASSED.
         rc, out = verdict("go", GO_SKIP, 0, "--skip", "TestReplicasTwoGPUs=one GPU here")
-        self.assertEqual(rc, 0, out)
+        self.assertEqual(rc, 2, out)
         self.assertIn("expected skip: TestReplicasTwoGPUs: one GPU here", out)
+        self.assertNotIn("PASSED", out)
+        text = GO_PASS + GO_SKIP
+        rc, out = verdict("go", text, 0, "--skip", "TestReplicasTwoGPUs=one GPU here")
+        self.assertEqual(rc, 0, out)
 
     def test_go_whole_step_skipped_is_not_passed_by_a_parent(self):
         text = "=== RUN   TestP\n=== RUN   TestP/a\n--- PASS: TestP (0.00s)\n    --- SKIP: TestP/a (0.00s)\nPASS\n"
         self.assertEqual(verdict("go", text)[0], 1)
-        self.assertEqual(verdict("go", text, 0, "--skip", "TestP=why")[0], 0)
+        self.assertEqual(verdict("go", text, 0, "--skip", "TestP=why")[0], 2)
 
     def test_go_failure_and_exit_status(self):
         self.assertEqual(verdict("go", GO_PASS.replace("--- PASS: TestA", "--- FAIL: TestA"), 1)[0], 1)

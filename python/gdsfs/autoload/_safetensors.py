@@ -236,8 +236,9 @@ class Served:
             self._used.add(self._dev)
         return out
 
-
     def _library_slice(self, info, key, reason):
+        """key of the library's own slice of the tensor (counted as a
+        fallback for reason the first time)."""
         lib = self.__dict__.get("_libslices")
         if lib is None:
             lib = self._libslices = {}

@@ -7,6 +7,7 @@
 #   sh scripts/bench-gpu.sh --prepare   # here, once: copies ../shared/peers/kvikio to .bin/kvikio
 #   sh scripts/bench-gpu.sh             # there: every step below, full sizes
 #   sh scripts/bench-gpu.sh --dry-run   # anywhere: host backend, small sizes
+#   sh scripts/bench-gpu.sh --verdict LOG [STEP...]  # the summary of a log, STEPs failed
 #
 # Steps, each a `gdsfs bench` subcommand with its own targets:
 #   1. kvikbench built from .bin/kvikio (KvikIO's reader, compat mode)
@@ -22,20 +23,48 @@
 # "autoload" and "readahead" are the issue-14 and issue-10 figures (gdsfs
 # bench autoload|readahead, minutes each): GDSFS_BENCH_STEPS="autoload
 # readahead" runs only those.
+# GDSFS_BENCH_SET="KEY=VALUE ..." adds config.yaml keys to every step's
+# --set (GDSFS_BENCH_SET=io.compat_mode=off on a machine without cuFile
+# set up must make the run fail).
 #
 # Outputs, in $OUT (default /tmp/gdsfs-bench-out): bench-gpu.txt (all that
 # was printed, the daemon logs' ends after a failed step, a summary of the
 # targets) and bench-gpu.jsonl (one JSON line per step). Work files in
 # $GDSFS_BENCH_DIR (default /var/tmp/gdsfs-bench; a disk filesystem, about
-# 12 GiB). Exits 1, saying which, if any step could not measure; a missed
-# target is a result, listed in the summary, not a failure.
+# 12 GiB). Exits 1 when any step exited non-zero (each gdsfs bench command
+# exits 1 on a MISS, a FAIL, a target not checked or a case that could not
+# run: see its --help), or any line of the log says FAIL, MISS or "not
+# checked" (step-verdict.py bench). Only then does it say "every step
+# measured, every target passed".
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
 cd "$repo"
 
 mode=gpu
+
+# verdict LOG [STEP...]: the summary of the targets in LOG, and the exit
+# status of the whole run (STEPs are the steps that exited non-zero).
+verdict() {
+	vlog=$1
+	shift
+	echo ""
+	echo "=== summary: targets"
+	grep -E '^(target[[:space:]]|\| target:)' "$vlog"
+	if python3 "$here/step-verdict.py" bench "$vlog" "$@"; then
+		echo "BENCH DONE: every step measured, every target passed"
+		return 0
+	fi
+	echo "BENCH FAILED: see the FAIL lines above"
+	return 1
+}
+
 case "${1:-}" in
+--verdict)
+	shift
+	[ $# -ge 1 ] || { echo "usage: sh scripts/bench-gpu.sh --verdict LOG [FAILED_STEP...]"; exit 2; }
+	verdict "$@"
+	exit ;;
 --prepare)
 	src=${KVIKIO_SRC:-}
 	for d in ../shared/peers/kvikio /work/shared/peers/kvikio; do
@@ -46,7 +75,7 @@ case "${1:-}" in
 	exit 0 ;;
 --dry-run) mode=dry ;;
 "") ;;
-*) echo "usage: sh scripts/bench-gpu.sh [--prepare | --dry-run]"; exit 2 ;;
+*) echo "usage: sh scripts/bench-gpu.sh [--prepare | --dry-run | --verdict LOG [STEP...]]"; exit 2 ;;
 esac
 
 out=${OUT:-/tmp/gdsfs-bench-out}
@@ -123,6 +152,7 @@ else
 	contention="--consumers 16 --files 8 --file-size 4MiB --capacity 12.5MiB"
 fi
 
+for kv in ${GDSFS_BENCH_SET:-}; do set_dev="$set_dev --set $kv"; done
 # The flag strings below are split into words on purpose (unquoted).
 common="--dir $work --report $json $set_dev"
 quick=""
@@ -138,15 +168,12 @@ for st in ${GDSFS_BENCH_STEPS:-stage lease loader contention}; do
 	esac
 done
 
-targets=$(grep '^target ' "$log")
-misses=$(grep -c '^target .* MISS' "$log")
-say ""
-say "=== summary ($(( $(date +%s) - t0 )) s): $misses target(s) missed"
-say "$targets"
 rm -f "$work/.rc"
-if [ -n "$failed" ]; then
-	say "BENCH FAILED: steps that could not measure:$failed"
-	exit 1
-fi
-say "BENCH DONE: every step measured"
-exit 0
+say ""
+say "=== $(( $(date +%s) - t0 )) s"
+# shellcheck disable=SC2086 # one word per failed step
+verdict "$log" $failed > "$work/.verdict"
+rc=$?
+tee -a "$log" < "$work/.verdict"
+rm -f "$work/.verdict"
+exit $rc

@@ -10,7 +10,8 @@
 #   4. repeat-lease latency, Go and Python (the fast path: one round trip,
 #      no descriptors), and the first lease of a resident file in a process;
 #   5. descriptors and mappings of 2,000 lease cycles on the GPU.
-# Prints PASS/FAIL per check and "LEASE GPU CHECKS PASSED" at the end.
+# Prints PASS/FAIL per check (test-gpu.sh counts the PASS lines) and
+# "LEASE GPU CHECKS PASSED" at the end.
 #
 # Environment: GDSFS_TEST_DIR (a directory on a disk filesystem, default
 # /var/tmp/gdsfs-gpu). For a dry run of the script itself on a machine
@@ -63,18 +64,45 @@ echo "=== 1. Go client without cgo"
 check "leasecheck was built with CGO_ENABLED=0" grep -a -q "CGO_ENABLED=0" "$here/leasecheck"
 start_mount shared
 for f in 1m 32m 1g; do
-	out=$("$here/leasecheck" "$mnt/$f.bin") || { echo "$out"; fail=1; continue; }
+	out=$("$here/leasecheck" "$mnt/$f.bin") || { echo "$out"; echo "FAIL  Go lease of $f.bin"; fail=1; continue; }
 	echo "$out"
 	want=$(sha256sum "$src/$f.bin" | cut -d' ' -f1)
 	check "Go lease of $f.bin: sha256 matches the file" sh -c "echo '$out' | grep -q '\"sha256\":\"$want\"'"
 	check "Go lease of $f.bin: on the GPU ($device), read-only" sh -c "echo '$out' | grep -q '\"device\":\"GPU-.*\"readonly\":true'"
 done
-out=$("$here/leasecheck" -many "$mnt/1m.bin" "$mnt/32m.bin" "$mnt/1g.bin") || fail=1
-check "Go OpenMany of three files: three sha256 lines" test "$(echo "$out" | grep -c sha256)" = 3
+out=$("$here/leasecheck" -many "$mnt/1m.bin" "$mnt/32m.bin" "$mnt/1g.bin") || { echo "FAIL  Go OpenMany exited non-zero"; fail=1; }
+echo "$out"
+check "Go OpenMany of three files: one line each, each sha256 the file's" python3 -c "
+import json, sys
+got = {}
+for line in sys.argv[1].splitlines():
+    r = json.loads(line)
+    got[r['path']] = r['sha256']
+want = dict(zip(sys.argv[2::2], sys.argv[3::2]))
+sys.exit(got != want)" "$out" \
+	"$mnt/1m.bin" "$(sha256sum "$src/1m.bin" | cut -d' ' -f1)" \
+	"$mnt/32m.bin" "$(sha256sum "$src/32m.bin" | cut -d' ' -f1)" \
+	"$mnt/1g.bin" "$(sha256sum "$src/1g.bin" | cut -d' ' -f1)"
 
 echo "=== 2. a write into a shared lease faults in that process only"
-"$here/leasecheck" -hold "$mnt/32m.bin" > "$base.holder.out" < /dev/zero &
-holder=$!   # another consumer holding the same file throughout
+# Another consumer holds the same file throughout: it hashes its lease's
+# bytes when it holds it and again once its stdin closes, after the write.
+cat > "$base.holder.py" <<'PY'
+import hashlib, sys, gdsfs
+with gdsfs.open(sys.argv[1]) as l:
+    t = l.tensor()
+    print("held", hashlib.sha256(t.cpu().numpy().tobytes()).hexdigest(), flush=True)
+    sys.stdin.read()
+    print("after", hashlib.sha256(t.cpu().numpy().tobytes()).hexdigest(), flush=True)
+PY
+rm -f "$base.hold.in" "$base.hold.out"
+mkfifo "$base.hold.in" "$base.hold.out"
+python3 "$base.holder.py" "$mnt/32m.bin" < "$base.hold.in" > "$base.hold.out" 2> "$base.holder.err" &
+holder=$!
+exec 9> "$base.hold.in" 8< "$base.hold.out"
+read -r held_word held_sum <&8 || held_word=""
+want=$(sha256sum "$src/32m.bin" | cut -d' ' -f1)
+check "the holder's lease has the file's bytes before the write" test "$held_word $held_sum" = "held $want"
 cat > "$base.write.py" <<'PY'
 import sys, torch, gdsfs
 l = gdsfs.open(sys.argv[1])
@@ -94,18 +122,30 @@ set -e
 cat "$base.write.out"
 echo "writer exit status $rc"
 check "the writer's mapping was read-only" grep -q "readonly True" "$base.write.out"
-check "the write did not go through" sh -c "! grep -q WRITTEN '$base.write.out'"
+# The write must fail as a write into a read-only mapping does: on a GPU
+# the kernel's illegal memory access, on the host backend SIGSEGV (exit
+# 139); any other failure (an import error, out of memory) is not it.
+if [ "$device" = host ]; then
+	check "the write faulted (SIGSEGV) and did not go through" sh -c "[ $rc = 139 ] && ! grep -q WRITTEN '$base.write.out'"
+else
+	check "the write faulted (illegal memory access) and did not go through" \
+		sh -c "grep -q '^faulted: .*illegal memory access' '$base.write.out' && ! grep -q WRITTEN '$base.write.out'"
+fi
 check "the daemon is still running" kill -0 "$daemon"
+exec 9>&-   # the holder hashes its lease again and exits
+read -r after_word after_sum <&8 || after_word=""
+exec 8<&-
+wait "$holder" || true
+cat "$base.holder.err"
+check "the holder's lease still has the file's bytes after the write" test "$after_word $after_sum" = "after $want"
 cat > "$base.sha.py" <<'PY'
 import hashlib, sys, gdsfs
 with gdsfs.open(sys.argv[1]) as l:
     t = l.tensor()
     print(hashlib.sha256(t.cpu().numpy().tobytes()).hexdigest())
 PY
-want=$(sha256sum "$src/32m.bin" | cut -d' ' -f1)
 check "the next lease (Python, a new process) has the file's bytes" test "$(python3 "$base.sha.py" "$mnt/32m.bin")" = "$want"
 check "the next lease (Go) has the file's bytes" sh -c "'$here/leasecheck' '$mnt/32m.bin' | grep -q '$want'"
-kill "$holder" 2>/dev/null; wait "$holder" 2>/dev/null || true
 grep -E "^(leases_active|lease_held_bytes|ipc_open_connections) " "$mnt/.gdsfs/stats" || true
 
 echo "=== 4. lease latency (resident files), median of 200"

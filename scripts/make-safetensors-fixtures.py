@@ -27,7 +27,11 @@ BASE = ["bool", "uint8", "int8", "int16", "float16", "bfloat16", "int32", "float
 # Newer torch only: written when the generating torch has them; on torch
 # 1.13 their file must fall back ("dtype:...").
 NEWER = ["uint16", "uint32", "uint64", "float8_e4m3fn", "float8_e5m2"]
-ST = {"bool": "BOOL", "uint8": "U8", "int8": "I8", "int16": "I16", "uint16": "U16", "float16": "F16",
+# Dtypes torch added later still (safetensors 0.8 has them): their own file,
+# extra_dtypes.safetensors, with its own seed, so the files above stay as
+# they were.
+EXTRA = ["complex64", "float8_e8m0fnu"]
+ST = {"complex64": "C64", "float8_e8m0fnu": "F8_E8M0", "bool": "BOOL", "uint8": "U8", "int8": "I8", "int16": "I16", "uint16": "U16", "float16": "F16",
       "bfloat16": "BF16", "int32": "I32", "uint32": "U32", "float32": "F32", "float64": "F64",
       "int64": "I64", "uint64": "U64", "float8_e4m3fn": "F8_E4M3", "float8_e5m2": "F8_E5M2"}
 
@@ -43,6 +47,10 @@ def make(name, shape, g):
     dt = getattr(torch, name)
     if name == "bool":
         return torch.randint(0, 2, shape, generator=g).to(torch.bool)
+    if name == "float8_e8m0fnu":  # exponent only: powers of two
+        return torch.randn(shape, generator=g, dtype=torch.float32).abs().add(1e-3).to(dt)
+    if name == "complex64":
+        return torch.randn(shape + (2,), generator=g, dtype=torch.float32).view(torch.complex64).reshape(shape)
     if name.startswith(("float", "bfloat")):
         return torch.randn(shape, generator=g, dtype=torch.float32).to(dt)
     if name.startswith("uint") and name != "uint8":
@@ -77,6 +85,10 @@ def sets():
     newer = {"x_%s" % n: make(n, (3, 4), g) for n in NEWER if hasattr(torch, n)}
     newer["plain_f32"] = make("float32", (2, 2), g)
     files["newer.safetensors"] = (newer, {"format": "pt"})
+    g = torch.Generator().manual_seed(2908)
+    extra = {"x_%s" % n: make(n, (3, 4), g) for n in EXTRA if hasattr(torch, n)}
+    extra["plain_f32"] = make("float32", (2, 2), g)
+    files["extra_dtypes.safetensors"] = (extra, {"format": "pt"})
     return files
 
 

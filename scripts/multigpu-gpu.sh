@@ -104,6 +104,6 @@ rm -f "$log.summary"
 case $rc in
 0) ;;
 124 | 137) fail "bench multigpu ran past its limit of 420 s (daemon log: $out/daemon.log)" ;;
-*) fail "bench multigpu exited $rc: see the consumer FAIL lines or the error above (daemon log: $out/daemon.log)" ;;
+*) fail "bench multigpu exited $rc: a target missed or not checked, a consumer FAIL line, or the error above (daemon log: $out/daemon.log)" ;;
 esac
-say "MULTIGPU DONE: every figure measured, every consumer check passed ($(grep -c '^target .* MISS' "$log" || true) speed target(s) missed)"
+say "MULTIGPU DONE: every figure measured, every target and consumer check passed"

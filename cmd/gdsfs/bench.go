@@ -50,9 +50,14 @@ func benchMountCmd() *cobra.Command {
 				return err
 			}
 			if asJSON {
-				return rep.WriteJSON(os.Stdout)
+				err = rep.WriteJSON(os.Stdout)
+			} else {
+				err = rep.WriteText(os.Stdout)
 			}
-			return rep.WriteText(os.Stdout)
+			if err != nil {
+				return err
+			}
+			return rep.Verdict()
 		},
 	}
 	f := c.Flags()

@@ -48,7 +48,9 @@ consumer leasing one file at once, so what the daemon makes on first use at
 that concurrency is there; cache emptied) and after (cache emptied again),
 with the kinds of descriptors that grew. Targets: every acquire succeeds,
 no wrong bytes, leases_active back to 0, descriptors back to where they
-were, resident memory within 10% + 16 MiB of it. Needs root (it mounts).`
+were, resident memory within 10% + 16 MiB of it. Needs root (it mounts).
+
+` + VerdictRule
 
 // Validate checks the options.
 func (o ContentionOptions) Validate() error {
@@ -139,10 +141,13 @@ func Contention(ctx context.Context, o ContentionOptions) error {
 		return err
 	}
 	if o.JSON {
-		return json.NewEncoder(os.Stdout).Encode(res)
+		if err := json.NewEncoder(os.Stdout).Encode(res); err != nil {
+			return err
+		}
+	} else {
+		writeContentionText(os.Stdout, res)
 	}
-	writeContentionText(os.Stdout, res)
-	return nil
+	return verdict(res.Checks)
 }
 
 func (c *contention) writeJob(files []map[string]any) error {

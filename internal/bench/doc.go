@@ -1,7 +1,9 @@
 // Package bench is `gdsfs bench`: measurements of gdsfs against baselines
-// taken in the same run, printed as tables with their ratios and targets
-// (a missed target is reported, not an error; an error means something
-// could not be measured).
+// taken in the same run, printed as tables with their ratios and targets.
+// Each command's exit status is its verdict (VerdictRule in report.go): 0
+// only when every target that applies passed; a missed target, a failed
+// correctness check, a case that could not run and a target that could
+// not be checked all exit 1.
 //
 //   - Mount (bench mount): read throughput and lstat rate of native, gdsfs
 //     with and without passthrough, and go-fuse's loopback example, each

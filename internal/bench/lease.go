@@ -46,7 +46,9 @@ and the Python client (gdsfs package, python/ beside the binary's directory):
   export the region's descriptors in this process, send them to another
   process that imports and maps them (CUDA driver API through ctypes; on the
   host backend, mmap of the memfds) and says so.
-Targets (GPU): repeat <= 0.3 ms, first <= 1 ms. Needs root (it mounts).`
+Targets (GPU): repeat <= 0.3 ms, first <= 1 ms. Needs root (it mounts).
+
+` + VerdictRule
 
 // Validate checks the options.
 func (o LeaseOptions) Validate() error {
@@ -72,11 +74,13 @@ type leaseRow struct {
 
 // leaseResult is the JSON of `gdsfs bench lease`.
 type leaseResult struct {
-	Device   string     `json:"device"`
-	Sizes    []string   `json:"sizes"`
-	FastPath string     `json:"python_fast_path"`
-	Rows     []leaseRow `json:"rows"`
-	Checks   []Check    `json:"targets"`
+	Device string `json:"device"`
+	// HostChosen: staging.device=host (the GPU targets are not measured here).
+	HostChosen bool       `json:"staging_device_host"`
+	Sizes      []string   `json:"sizes"`
+	FastPath   string     `json:"python_fast_path"`
+	Rows       []leaseRow `json:"rows"`
+	Checks     []Check    `json:"targets"`
 }
 
 const (
@@ -93,7 +97,7 @@ const (
 // Lease runs `gdsfs bench lease` and prints its table to stdout.
 func Lease(ctx context.Context, o LeaseOptions) error {
 	src := filepath.Join(o.Dir, "files")
-	lb := &leaseBench{o: o, res: &leaseResult{}}
+	lb := &leaseBench{o: o, res: &leaseResult{HostChosen: hostChosen(o.Sets)}}
 	warm := filepath.Join("lease", "warm.bin")
 	if _, err := makeFile(filepath.Join(src, warm), 64<<10, false); err != nil {
 		return err
@@ -126,10 +130,13 @@ func Lease(ctx context.Context, o LeaseOptions) error {
 		return err
 	}
 	if o.JSON {
-		return json.NewEncoder(os.Stdout).Encode(lb.res)
+		if err := json.NewEncoder(os.Stdout).Encode(lb.res); err != nil {
+			return err
+		}
+	} else {
+		writeLeaseText(os.Stdout, lb.res)
 	}
-	writeLeaseText(os.Stdout, lb.res)
-	return nil
+	return verdict(lb.res.Checks)
 }
 
 type leaseBench struct {

@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"io"
+	"strings"
 )
 
 // Lease targets (issue 13), milliseconds, and the samples they need.
@@ -22,7 +23,8 @@ func (r leaseResult) row(name string) (leaseRow, bool) {
 }
 
 // leaseChecks are the targets: each repeat and first row, every size.
-// They are GPU figures: on the host backend they are n/a.
+// They are GPU figures: on the host backend they are gpuOnly. Any other
+// row that could not be measured is a case that failed.
 func leaseChecks(r leaseResult) []Check {
 	var out []Check
 	for _, t := range []struct {
@@ -35,15 +37,22 @@ func leaseChecks(r leaseResult) []Check {
 			got := row.Median[size]
 			switch {
 			case r.Device == "host":
-				out = append(out, hostCheck(goal))
-			case !ok || row.Why != "":
-				out = append(out, Check{Goal: goal, Status: "not checked: " + row.Why})
+				out = append(out, gpuOnly(goal, r.HostChosen))
+			case !ok:
+				out = append(out, notChecked(goal, "no such row measured"))
+			case row.Why != "":
+				out = append(out, notChecked(goal, row.Why))
 			case row.Samples < minSamples:
 				out = append(out, Check{Goal: goal, Got: got, Want: t.want, Unit: "ms", AtMost: true,
-					Status: fmt.Sprintf("not checked: %d samples, want at least %d", row.Samples, minSamples)})
+					Status: fmt.Sprintf("%s%d samples, want at least %d", statusNoCheck, row.Samples, minSamples)})
 			default:
 				out = append(out, newCheck(goal, got, t.want, "ms", true, "not measured"))
 			}
+		}
+	}
+	for _, row := range r.Rows {
+		if row.Why != "" && !strings.HasPrefix(row.Why, statusNotHere) {
+			out = append(out, notChecked("case ran: "+row.Name, row.Why))
 		}
 	}
 	return out

@@ -33,7 +33,8 @@ type mountRow struct {
 	Notes         []string  `json:"notes,omitempty"`
 }
 
-// mountTarget is one goal with its verdict: PASS, MISS or N/A.
+// mountTarget is one goal with its verdict: PASS, MISS, "not checked" or
+// "not measured here" (VerdictRule).
 type mountTarget struct {
 	Name   string  `json:"name"`
 	Want   string  `json:"want"`
@@ -115,7 +116,7 @@ func (r *MountReport) readTarget(key string, want float64) mountTarget {
 	t := mountTarget{Name: strings.ReplaceAll(key, "-", " ") + " read", Want: fmt.Sprintf(">= %.2f x native", want)}
 	row := r.row(key)
 	if row == nil {
-		t.Result, t.Detail = "N/A", r.why(key)
+		t.Result, t.Detail = unmeasured(r.why(key))
 		return t
 	}
 	t.Ratio = row.ReadXNative
@@ -137,10 +138,11 @@ func (r *MountReport) statTarget() mountTarget {
 	}
 	switch {
 	case lb == nil:
-		t.Result, t.Detail = "N/A", "loopback: "+r.why("loopback")
+		t.Result, t.Detail = unmeasured(r.why("loopback"))
+		t.Detail = "loopback: " + t.Detail
 		return t
 	case row == nil:
-		t.Result, t.Detail = "N/A", "no gdsfs mount measured"
+		t.Result, t.Detail = strings.TrimSuffix(statusNoCheck, ": "), "no gdsfs mount measured"
 		return t
 	}
 	t.Ratio = row.StatXLoopback
@@ -148,6 +150,30 @@ func (r *MountReport) statTarget() mountTarget {
 	t.Detail = fmt.Sprintf("%.0f files/s (%s) = %.2f x loopback %.0f files/s (medians)",
 		row.StatPerSec, row.Name, t.Ratio, lb.StatPerSec)
 	return t
+}
+
+// unmeasured is the result and detail of a target whose row has no
+// figure: not measured here where the user left the row out, else not
+// checked.
+func unmeasured(why string) (result, detail string) {
+	if d, ok := strings.CutPrefix(why, statusNotHere); ok {
+		return strings.TrimSuffix(statusNotHere, ": "), d
+	}
+	return strings.TrimSuffix(statusNoCheck, ": "), why
+}
+
+// Verdict is the run's outcome (VerdictRule): nil when every target
+// passed or is not measured here.
+func (r *MountReport) Verdict() error {
+	var checks []Check
+	for _, t := range r.Targets {
+		c := Check{Goal: t.Name + " " + t.Want, Status: t.Result}
+		if t.Result == strings.TrimSuffix(statusNotHere, ": ") {
+			c.Status = statusNotHere + t.Detail
+		}
+		checks = append(checks, c)
+	}
+	return verdict(checks)
 }
 
 func (r *MountReport) why(key string) string {
@@ -175,7 +201,11 @@ func (r *MountReport) WriteText(w io.Writer) error {
 	fmt.Fprintf(&b, head, "filesystem", "read GB/s", "x native", "stat files/s", "x native", "x loopback", "passthrough")
 	for _, row := range r.Rows {
 		if row.Unavailable != "" {
-			fmt.Fprintf(&b, "%-22s unavailable: %s\n", row.Name, row.Unavailable)
+			why := row.Unavailable
+			if !strings.HasPrefix(why, statusNotHere) {
+				why = "unavailable: " + why
+			}
+			fmt.Fprintf(&b, "%-22s %s\n", row.Name, why)
 			continue
 		}
 		fmt.Fprintf(&b, "%-22s %9.2f %8.2f %13.0f %8.2f %10s  %s\n", row.Name, row.ReadGBps, row.ReadXNative,
@@ -183,7 +213,7 @@ func (r *MountReport) WriteText(w io.Writer) error {
 	}
 	b.WriteString("\ntargets\n")
 	for _, t := range r.Targets {
-		fmt.Fprintf(&b, "  %-4s  %-26s %-20s %s\n", t.Result, t.Name, t.Want, t.Detail)
+		fmt.Fprintf(&b, "target  %-4s  %-26s %-20s %s\n", t.Result, t.Name, t.Want, t.Detail)
 	}
 	for _, row := range r.Rows {
 		for _, n := range row.Notes {

@@ -74,7 +74,10 @@ func TestMountBenchTargets(t *testing.T) {
 		{"all miss", []*mountRow{row("native", 10, 1e5), row("gdsfs-passthrough", 9.4, 2e4),
 			row("gdsfs-no-passthrough", 4.9, 2.1e4), row("loopback", 9, 2.05e4)}, []string{"MISS", "MISS", "MISS"}},
 		{"unavailable", []*mountRow{row("native", 10, 1e5), {Key: "gdsfs-passthrough", Unavailable: "no kernel"},
-			row("gdsfs-no-passthrough", 5, 2e4), {Key: "loopback", Unavailable: "no binary"}}, []string{"N/A", "PASS", "N/A"}},
+			row("gdsfs-no-passthrough", 5, 2e4), {Key: "loopback", Unavailable: statusNotHere + "no binary"}},
+			[]string{"not checked", "PASS", "not measured here"}},
+		{"loopback failed", []*mountRow{row("native", 10, 1e5), row("gdsfs-passthrough", 9.6, 2e4),
+			row("gdsfs-no-passthrough", 5, 2e4), {Key: "loopback", Unavailable: "exited"}}, []string{"PASS", "PASS", "not checked"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := &MountReport{Rows: tc.rows}
@@ -89,6 +92,14 @@ func TestMountBenchTargets(t *testing.T) {
 			var b strings.Builder
 			if err := r.WriteText(&b); err != nil {
 				t.Fatal(err)
+			}
+			// Only PASS and "not measured here" leave the run's exit status 0.
+			ok := true
+			for _, w := range tc.want {
+				ok = ok && (w == "PASS" || w == "not measured here")
+			}
+			if err := r.Verdict(); (err == nil) != ok {
+				t.Errorf("verdict %v, want ok=%v", err, ok)
 			}
 		})
 	}

@@ -55,7 +55,9 @@ be on the device asked, mapped there (local), with the file's SHA-256. A
 consumer holding a lease on each device is killed: only its device's lease
 ends. The first device's replica is evicted (.gdsfs/evict PATH<TAB>gpus=N)
 while the other is held: a new consumer on the other device is served from
-its replica without a new load. A failed consumer check is an error.`
+its replica without a new load. A failed consumer check is an error.
+
+` + VerdictRule
 
 // Validate checks the options.
 func (o MultiGPUOptions) Validate() error {
@@ -89,6 +91,8 @@ type multiGPUResult struct {
 	Stagings  []mgRow     `json:"stagings"`
 	Consumers []mgVerdict `json:"consumers"`
 	Checks    []Check     `json:"checks"`
+	// HostChosen: staging.device=host (the targets are not measured here).
+	HostChosen bool `json:"staging_device_host"`
 }
 
 // mgVerdict is one consumer check: passed or not, with what was seen.
@@ -117,7 +121,7 @@ func MultiGPU(ctx context.Context, cfg *config.Config, o MultiGPUOptions) error 
 		return fmt.Errorf("bench multigpu needs two devices, staging opened %d (staging.gpus=[0,1]; no GPU: staging.device=host with staging.host_devices=2)", len(devs))
 	}
 	devs = devs[:2]
-	res := &multiGPUResult{Kind: devs[0].Kind(), FileBytes: int64(o.Size)}
+	res := &multiGPUResult{Kind: devs[0].Kind(), FileBytes: int64(o.Size), HostChosen: hostChosen(multiGPUSets(o.Sets))}
 	for _, d := range devs {
 		res.Devices = append(res.Devices, d.Name())
 	}
@@ -163,7 +167,7 @@ func MultiGPU(ctx context.Context, cfg *config.Config, o MultiGPUOptions) error 
 	if len(failed) > 0 {
 		return fmt.Errorf("stagings or consumer checks failed: %s", strings.Join(failed, "; "))
 	}
-	return nil
+	return verdict(res.Checks)
 }
 
 // Row names the checks look up.
@@ -258,7 +262,7 @@ func multiGPUChecks(res *multiGPUResult) []Check {
 	const goalSplit = "split ingest onto both <= 0.6 x staging twice (time)"
 	const goalPair = "two files at once >= min(1.6 x one GPU, host memcpy)"
 	if res.Kind != gpu.KindCUDA {
-		return []Check{hostCheck(goalSplit), hostCheck(goalPair)}
+		return []Check{gpuOnly(goalSplit, res.HostChosen), gpuOnly(goalPair, res.HostChosen)}
 	}
 	twice, split := rowNamed(res.Stagings, mgTwice), rowNamed(res.Stagings, mgSplit)
 	var ratio float64

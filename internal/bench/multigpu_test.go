@@ -30,8 +30,12 @@ func TestMultiGPUChecks(t *testing.T) {
 	if c = multiGPUChecks(res); c[0].Status == statusPass || c[1].Status == statusPass {
 		t.Errorf("unmeasured rows must not pass: %+v", c)
 	}
-	res.Kind = gpu.KindHost
-	if c = multiGPUChecks(res); c[0].Status != statusHost {
-		t.Errorf("host: %+v", c)
+	res.Kind, res.HostChosen = gpu.KindHost, true
+	if c = multiGPUChecks(res); c[0].Status != statusNotHere+whyHost {
+		t.Errorf("host chosen: %+v", c)
+	}
+	res.HostChosen = false
+	if c = multiGPUChecks(res); c[0].passes() || c[1].passes() {
+		t.Errorf("host where GPUs were meant: %+v", c)
 	}
 }

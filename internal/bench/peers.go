@@ -18,9 +18,13 @@ var peersScript []byte
 
 // runPeers measures the Python peers on path, warm and (with --cold)
 // cold. They need python3 with torch and a GPU; without, one row says why.
-func runPeers(path string, dev gpu.Device, o StageOptions) []benchRow {
+func runPeers(path string, dev gpu.Device, o StageOptions, hostChosen bool) []benchRow {
 	if dev.Kind() != gpu.KindCUDA {
-		return []benchRow{{Name: "python peers", Kind: "peer", Why: "they load into GPU memory; the device is " + dev.Name()}}
+		why := "they load into GPU memory; " + whyNoGPU
+		if hostChosen {
+			why = statusNotHere + whyHost
+		}
+		return []benchRow{{Name: "python peers", Kind: "peer", Why: why}}
 	}
 	script := filepath.Join(os.TempDir(), fmt.Sprintf("gdsfs-bench-peers-%d.py", os.Getpid()))
 	if err := os.WriteFile(script, peersScript, 0o644); err != nil {

@@ -7,14 +7,31 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/gdsfs/gdsfs/internal/config"
 )
 
-// Status words of a Check.
+// Status words of a Check. PASS and "not measured here: WHY" leave the
+// run's exit status 0; MISS, FAIL and "not checked: WHY" make it 1 (verdict).
 const (
-	statusPass = "PASS"
-	statusMiss = "MISS"
-	statusHost = "n/a (host backend)"
+	statusPass    = "PASS"
+	statusMiss    = "MISS" // a figure measured, short of its goal
+	statusFail    = "FAIL" // a correctness check (bytes, leases, resources) failed
+	statusNotHere = "not measured here: "
+	statusNoCheck = "not checked: "
 )
+
+// VerdictRule is the exit-status rule every `gdsfs bench` command states
+// in its help.
+const VerdictRule = `Exit status: 0 only when every target that applies here passed. A target
+is PASS; MISS (measured, short of its goal); FAIL (a correctness check:
+bytes, leases, daemon resources); "not checked: WHY" (it applies here but a
+figure it needs could not be measured: a case that failed, a baseline asked
+for that did not run, a GPU target where staging.device is not host and no
+GPU was found); or "not measured here: WHY" (it does not apply to what was
+asked: a GPU target with staging.device=host, a baseline whose flag was not
+given). MISS, FAIL and "not checked" exit 1; so does any case the command
+measures by default or by flag that could not run.`
 
 // Check is one target checked against figures measured in the same run.
 type Check struct {
@@ -23,16 +40,16 @@ type Check struct {
 	Want   float64 `json:"want,omitempty"`
 	Unit   string  `json:"unit,omitempty"`    // GB/s, ms, x
 	AtMost bool    `json:"at_most,omitempty"` // passes when Got <= Want (else Got >= Want)
-	Status string  `json:"status"`            // PASS, MISS, n/a (host backend), or "not checked: WHY"
+	Status string  `json:"status"`            // PASS, MISS, FAIL, "not checked: WHY" or "not measured here: WHY"
 }
 
 // newCheck compares got with want; a zero got or want means one side was
-// not measured, and why says which.
+// not measured, and why says which: the target is not checked.
 func newCheck(goal string, got, want float64, unit string, atMost bool, why string) Check {
 	c := Check{Goal: goal, Got: got, Want: want, Unit: unit, AtMost: atMost}
 	switch {
 	case got == 0 || want == 0:
-		c.Status = "not checked: " + why
+		c.Status = statusNoCheck + why
 	case atMost && got <= want, !atMost && got >= want:
 		c.Status = statusPass
 	default:
@@ -41,8 +58,65 @@ func newCheck(goal string, got, want float64, unit string, atMost bool, why stri
 	return c
 }
 
-// hostCheck is a target that only has a meaning on a GPU.
-func hostCheck(goal string) Check { return Check{Goal: goal, Status: statusHost} }
+// notHere is a target that does not apply to what was asked (why says
+// which choice of the user's left it out).
+func notHere(goal, why string) Check { return Check{Goal: goal, Status: statusNotHere + why} }
+
+// notChecked is a target that applies but could not be checked.
+func notChecked(goal, why string) Check { return Check{Goal: goal, Status: statusNoCheck + why} }
+
+// gpuOnly is a target that has a meaning only on a GPU, in a run that
+// stages on the host backend: not measured here where the user chose
+// that backend (staging.device=host), not checked where no GPU was found.
+func gpuOnly(goal string, hostChosen bool) Check {
+	if hostChosen {
+		return notHere(goal, whyHost)
+	}
+	return notChecked(goal, whyNoGPU)
+}
+
+const (
+	whyHost  = "host backend (staging.device=host)"
+	whyNoGPU = "no GPU: the mount stages on the host backend though staging.device is not host"
+)
+
+// boolCheck is a yes/no correctness check; why says why it could not be
+// made (a failure too).
+func boolCheck(goal string, ok bool, why string) Check {
+	switch {
+	case ok:
+		return Check{Goal: goal, Status: statusPass}
+	case why != "":
+		return Check{Goal: goal, Status: statusFail + ": " + why}
+	}
+	return Check{Goal: goal, Status: statusFail}
+}
+
+// passes says whether a check leaves the exit status 0.
+func (c Check) passes() bool {
+	return c.Status == statusPass || strings.HasPrefix(c.Status, statusNotHere)
+}
+
+// verdict is the run's outcome: nil when every check passes (see
+// VerdictRule), else an error naming each one that does not.
+func verdict(checks []Check) error {
+	var bad []string
+	for _, c := range checks {
+		if !c.passes() {
+			bad = append(bad, c.Goal+": "+c.Status)
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%d of %d targets failed: %s", len(bad), len(checks), strings.Join(bad, "; "))
+}
+
+// hostChosen says whether sets (config.yaml keys) choose the host backend.
+func hostChosen(sets []string) bool {
+	cfg, err := config.Load("", sets)
+	return err == nil && cfg.Staging.Device == "host"
+}
 
 // String is the check as one line of the text report.
 func (c Check) String() string {

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -35,24 +36,51 @@ func TestCheckStatus(t *testing.T) {
 			}
 		})
 	}
-	if c := hostCheck("g"); !strings.HasSuffix(c.String(), "n/a (host backend)") {
-		t.Errorf("host check %q", c.String())
+	if c := gpuOnly("g", true); !strings.HasSuffix(c.String(), "not measured here: host backend (staging.device=host)") {
+		t.Errorf("GPU target on the host backend chosen: %q", c.String())
+	}
+	if c := gpuOnly("g", false); !strings.HasPrefix(c.Status, "not checked: no GPU") {
+		t.Errorf("GPU target on the host backend not chosen: %q", c.Status)
 	}
 	if c := boolCheck("g", true, ""); c.String() != "target  "+padGoal("g")+" PASS" {
 		t.Errorf("bool check %q", c.String())
 	}
-	if c := boolCheck("g", false, "consumer died"); c.Status != "not checked: consumer died" {
+	if c := boolCheck("g", false, ""); c.Status != statusFail {
+		t.Errorf("failed bool check: %q", c.Status)
+	}
+	if c := boolCheck("g", false, "consumer died"); c.Status != "FAIL: consumer died" {
 		t.Errorf("bool check that could not run: %q", c.Status)
 	}
 }
 
 func padGoal(g string) string { return g + strings.Repeat(" ", 62-len(g)) }
 
+// Only PASS and "not measured here" leave the exit status 0.
+func TestVerdict(t *testing.T) {
+	pass, here := Check{Goal: "a", Status: statusPass}, notHere("b", "no --kvikio reader given")
+	if err := verdict([]Check{pass, here, gpuOnly("c", true)}); err != nil {
+		t.Fatalf("passes and targets not measured here: %v", err)
+	}
+	for _, bad := range []Check{
+		{Goal: "rate", Status: statusMiss},
+		boolCheck("bytes", false, ""),
+		boolCheck("bytes", false, "sums: consumer died"),
+		newCheck("zero figure", 0, 30, "GB/s", false, "gdsfs's staging failed"),
+		gpuOnly("on no GPU", false),
+		notChecked("case ran: gdsfs defaults", "cuFile is unavailable"),
+	} {
+		err := verdict([]Check{pass, here, bad})
+		if err == nil || !strings.Contains(err.Error(), bad.Goal) {
+			t.Errorf("%s (%s): verdict %v, want an error naming it", bad.Goal, bad.Status, err)
+		}
+	}
+}
+
 func TestStageChecks(t *testing.T) {
-	f := stageFigures{gpu: true, defaults: 50, h2d: 54, kvik: kvikResult{Setting: kvikSetting{16, 4 << 20}, GBps: 46}}
+	f := stageFigures{gpu: true, defaults: 50, h2d: 54, kvik: kvikResult{Setting: kvikSetting{16, 4 << 20}, GBps: 46}, kvikAsked: true}
 	got := stageChecks(f)
-	want := []string{statusMiss, statusPass, "not checked: no Python peer measured (--peers, no --quick)",
-		"not checked: cold and disk both needed (--cold, no --quick)"}
+	want := []string{statusMiss, statusPass, "not measured here: no Python peer asked for (--peers, no --quick)",
+		"not measured here: cold and disk both needed (--cold, no --quick)"}
 	for i, w := range want {
 		if got[i].Status != w {
 			t.Errorf("check %q: %q, want %q", got[i].Goal, got[i].Status, w)
@@ -61,14 +89,70 @@ func TestStageChecks(t *testing.T) {
 	if !strings.Contains(got[0].Goal, "16 threads x 4 MiB") {
 		t.Errorf("KvikIO goal does not name its best setting: %q", got[0].Goal)
 	}
-	f.kvik, f.kvikWhy = kvikResult{}, "no --kvikio reader given"
-	if s := stageChecks(f)[0].Status; s != "not checked: no --kvikio reader given" {
-		t.Errorf("without KvikIO: %q", s)
+	// Baselines asked for that gave no figure fail; not asked for, they
+	// are not measured here.
+	f.kvik, f.kvikWhy = kvikResult{}, "no KvikIO run succeeded: exit 1"
+	f.peersAsked, f.coldAsked = true, true
+	got = stageChecks(f)
+	for i, w := range []string{"not checked: no KvikIO run succeeded: exit 1", statusPass, "not checked: no Python peer measured",
+		"not checked: gdsfs's cold staging or the disk read failed"} {
+		if got[i].Status != w {
+			t.Errorf("asked for, no figure: %q is %q, want %q", got[i].Goal, got[i].Status, w)
+		}
 	}
-	f.gpu = false
+	f.kvikAsked = false
+	if s := stageChecks(f)[0].Status; s != "not measured here: no --kvikio reader given" {
+		t.Errorf("without --kvikio: %q", s)
+	}
+	// gdsfs's own staging failed: the H2D target is not checked.
+	f.defaults = 0
+	if s := stageChecks(f)[1].Status; !strings.HasPrefix(s, statusNoCheck) {
+		t.Errorf("gdsfs defaults failed on a GPU: %q", s)
+	}
+	f.gpu, f.hostChosen = false, true
 	for _, c := range stageChecks(f)[:3] {
-		if c.Status != statusHost {
-			t.Errorf("host backend: %q is %q", c.Goal, c.Status)
+		if c.Status != statusNotHere+whyHost {
+			t.Errorf("host backend chosen: %q is %q", c.Goal, c.Status)
+		}
+	}
+	f.hostChosen = false
+	for _, c := range stageChecks(f)[:3] {
+		if c.passes() {
+			t.Errorf("host backend where a GPU was meant: %q is %q", c.Goal, c.Status)
+		}
+	}
+}
+
+func TestStageRowChecks(t *testing.T) {
+	rows := []benchRow{{Name: "gdsfs defaults", Warm: 3}, {Name: "gdsfs cuFile path", Why: statusNotHere + whyHost},
+		{Name: "gdsfs POSIX path", Why: "stage x: EIO"}}
+	got := rowChecks(rows)
+	if len(got) != 1 || got[0].Goal != "case ran: gdsfs POSIX path" || got[0].passes() {
+		t.Fatalf("row checks %+v: want one failure, the POSIX row", got)
+	}
+}
+
+// gdsfs's own staging failing fails the run, on the host backend too; the
+// same run with a staging that works passes (its GPU targets are not
+// measured here).
+func TestStageVerdict(t *testing.T) {
+	for _, tc := range []struct {
+		sets []string
+		ok   bool
+	}{
+		{[]string{"staging.device=host"}, true},
+		{[]string{"staging.device=host", "io.compat_mode=off"}, false},
+	} {
+		cfg, err := StageConfig(tc.sets)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = Stage(context.Background(), cfg, StageOptions{Size: 1 << 20, Dir: t.TempDir(), Runs: 1, Rounds: 1, Quick: true})
+		if (err == nil) != tc.ok {
+			t.Errorf("%v: error %v, want ok=%v", tc.sets, err, tc.ok)
+		}
+		if !tc.ok && (err == nil || !strings.Contains(err.Error(), "case ran: gdsfs defaults")) {
+			t.Errorf("%v: the error does not name gdsfs's staging: %v", tc.sets, err)
 		}
 	}
 }
@@ -79,6 +163,7 @@ func TestLeaseChecks(t *testing.T) {
 		{Name: rowPyRepeat, Samples: 10, Median: map[string]float64{"1MiB": 0.2, "1GiB": 0.2}},
 		{Name: rowGoFirst, Samples: 30, Median: map[string]float64{"1MiB": 0.9, "1GiB": 0.9}},
 		{Name: rowPyFirst, Why: "no torch"},
+		{Name: rowFloor, Why: "floor.py did not start"},
 	}}
 	byGoal := map[string]string{}
 	for _, c := range leaseChecks(r) {
@@ -90,18 +175,24 @@ func TestLeaseChecks(t *testing.T) {
 		"Python repeat lease, 1MiB, median <= 0.3 ms": "not checked: 10 samples, want at least 30",
 		"Go first lease, 1GiB, median <= 1 ms":        statusPass,
 		"Python first lease, 1MiB, median <= 1 ms":    "not checked: no torch",
+		"case ran: " + rowFloor:                       "not checked: floor.py did not start",
 	} {
 		if byGoal[goal] != want {
 			t.Errorf("%s: %q, want %q", goal, byGoal[goal], want)
 		}
 	}
-	r.Device = "host"
+	r.Device, r.HostChosen, r.Rows = "host", true, r.Rows[:3]
 	for _, c := range leaseChecks(r) {
-		if c.Status != statusHost {
-			t.Errorf("host backend: %s is %q", c.Goal, c.Status)
+		if c.Status != statusNotHere+whyHost {
+			t.Errorf("host backend chosen: %s is %q", c.Goal, c.Status)
 		}
 	}
+	r.HostChosen = false
+	if err := verdict(leaseChecks(r)); err == nil {
+		t.Error("host backend where a GPU was meant: the run passes")
+	}
 	var buf bytes.Buffer
+	r.Rows = append(r.Rows, leaseRow{Name: rowPyFirst, Why: "no torch"})
 	writeLeaseText(&buf, &r)
 	if !strings.Contains(buf.String(), "Python first lease: unavailable: no torch") {
 		t.Errorf("text report does not say why a row is missing:\n%s", buf.String())
@@ -113,7 +204,7 @@ func TestLoaderChecks(t *testing.T) {
 		"shards": {Files: 64, Bytes: 64 << 25, Lease: []float64{20, 31}, Read: []float64{5, 6}, SumsMatch: true},
 		"small":  {Files: 1024, Bytes: 1 << 30, Lease: []float64{2, 3}, Read: []float64{1, 1}, SumsMatch: false},
 	}, Big: &bigLoad{Bytes: 4 << 30, Load: []float64{40, 47}, H2D: []float64{55}}}
-	want := []string{statusPass, statusPass, statusMiss, statusMiss, statusPass}
+	want := []string{statusPass, statusPass, statusMiss, statusFail, statusPass}
 	got := loaderChecks(r)
 	if len(got) != len(want) {
 		t.Fatalf("%d checks, want %d: %+v", len(got), len(want), got)
@@ -123,24 +214,44 @@ func TestLoaderChecks(t *testing.T) {
 			t.Errorf("%s: %q, want %q", got[i].Goal, got[i].Status, w)
 		}
 	}
-	r.Device = "host"
+	// A bytes check that could not be made fails.
+	r.Sets["small"].Error = "loader.py: killed"
+	if c := loaderChecks(r)[3]; c.passes() || c.Status != "FAIL: loader.py: killed" {
+		t.Errorf("bytes check with an error: %q", c.Status)
+	}
+	r.Sets["small"].Error = ""
+	r.Device, r.HostChosen = "host", true
 	got = loaderChecks(r)
-	if got[0].Status != statusHost || got[1].Status != statusPass || got[4].Status != statusHost {
-		t.Errorf("host backend: rates n/a, bytes still checked: %+v", got)
+	if got[0].Status != statusNotHere+whyHost || got[1].Status != statusPass || got[4].Status != statusNotHere+whyHost {
+		t.Errorf("host backend: rates not measured here, bytes still checked: %+v", got)
+	}
+	// A case asked for that measured nothing fails.
+	r.Asked, r.Big = map[string]bool{"big": true}, nil
+	if err := verdict(loaderChecks(r)); err == nil || !strings.Contains(err.Error(), "case ran: big") {
+		t.Errorf("big load asked for, none measured: %v", err)
 	}
 }
 
 func TestContentionChecks(t *testing.T) {
 	r := &contentionResult{Acquired: 128, Before: procUsage{RSSBytes: 100 << 20, FDs: 20}, After: procUsage{RSSBytes: 120 << 20, FDs: 20}}
-	for _, c := range contentionChecks(r) {
-		if c.Status != statusPass {
-			t.Errorf("%s: %q", c.Goal, c.Status)
-		}
+	if err := verdict(contentionChecks(r)); err != nil {
+		t.Errorf("all good: %v", err)
 	}
 	r.Acquired, r.Failed, r.Mismatches, r.LeasesActive, r.After.FDs, r.After.RSSBytes = 52, 76, 1, 2, 21, 200<<20
 	for _, c := range contentionChecks(r) {
-		if c.Status != statusMiss {
-			t.Errorf("%s: %q, want MISS", c.Goal, c.Status)
+		if c.passes() {
+			t.Errorf("%s: %q passes", c.Goal, c.Status)
+		}
+	}
+	// Wrong bytes alone, or leases left active alone, fail the run.
+	for _, set := range []func(*contentionResult){
+		func(r *contentionResult) { r.Mismatches = 1 },
+		func(r *contentionResult) { r.LeasesActive = 1 },
+	} {
+		r := &contentionResult{Acquired: 128, Before: procUsage{RSSBytes: 100 << 20, FDs: 20}, After: procUsage{RSSBytes: 100 << 20, FDs: 20}}
+		set(r)
+		if err := verdict(contentionChecks(r)); err == nil {
+			t.Errorf("%+v: the run passes", r)
 		}
 	}
 }
@@ -257,5 +368,21 @@ func TestFDKindsGrown(t *testing.T) {
 	after := map[string]int{fdKind("socket:[9]"): 4, fdKind("/dev/nvidia0"): 2, fdKind("anon_inode:[eventfd]"): 2, fdKind("pipe:[3]"): 1}
 	if got, want := fdKindsGrown(before, after), "anon_inode:[eventfd] +1, pipe +1, socket +1"; got != want {
 		t.Fatalf("grown %q, want %q", got, want)
+	}
+}
+
+// On the host backend without staging.device=host (no GPU found), the
+// GPU scripts fail instead of running their dry run.
+func TestScriptNeedsAGPUUnlessHostChosen(t *testing.T) {
+	host, err := hostBackend(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !host {
+		t.Skip("SKIPPED: this machine has a GPU: the case without one cannot be made here")
+	}
+	err = Script(context.Background(), ScriptOptions{Name: "readahead", Dir: t.TempDir()})
+	if err == nil || !strings.Contains(err.Error(), "no GPU") {
+		t.Fatalf("readahead with no GPU and staging.device not host: %v", err)
 	}
 }

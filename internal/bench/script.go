@@ -42,14 +42,16 @@ from_pretrained plain from SOURCE, plain through the mount and under
 'gdsfs run', resident and not yet staged, with checksums and logits compared
 and its targets (resident >= 20x plain, not slower not staged, mount >= 0.95
 SOURCE). It prints a JSON object and a markdown table. It measures loads into
-GPU memory: on the host backend it runs as its dry run (--dry-run: the same
-work directory, files, mount, warmup and unmount with a small torch.save
-file, its bytes through the mount checked; nothing timed; the CI tests under
-python/tests cover the autoloader there), unless --force runs it all.
+GPU memory: with --set staging.device=host it runs as its dry run (--dry-run:
+the same work directory, files, mount, warmup and unmount with a small
+torch.save file, its bytes through the mount checked; nothing timed; the CI
+tests under python/tests cover the autoloader there), unless --force runs it
+all; where no GPU is found and staging.device is not host it fails.
 --quick: --size-gib 1 --repeat 1. --set KEY=VALUE goes to the script's
 mount too (io.direct_io=auto, say). A target whose cases --cases left out
-is reported "not measured", and only a measured target that fails makes
-the exit status 1.
+is reported "not measured"; a measured target that fails, one not checked
+(a cold case whose page cache could not be dropped) and a check of the
+served calls in which a call fell back make the exit status 1.
 Flags after -- go to the script (--size-gib, --repeat, --cases REGEX: only
 the cases it names, --work). Needs root, a GPU, torch, safetensors and
 transformers. Measured on an H200 (2026-12-01, README "Unmodified
@@ -63,8 +65,9 @@ from_pretrained (0.89-1.14 on other starts: single rounds vary by 10%).`},
 set to this binary: a DataLoader over leased shards with nothing resident
 and the page cache dropped, read-ahead off, on and replaying a recorded
 trace; epoch time, time to first batch, hit ratio, against the disk's cold
-read rate measured in the same run. On the host backend it runs as its dry
-run (--device host --no-drop --dry-run: targets reported, not enforced).
+read rate measured in the same run. With --set staging.device=host it runs
+as its dry run (--device host --no-drop --dry-run: targets reported, not
+enforced); where no GPU is found and staging.device is not host it fails.
 --quick: --shards 64 --shard-mib 1. --set KEY=VALUE goes to the script's
 mounts too (under each mode's own keys). Flags after -- go to the script
 (--shards, --shard-mib, --workers, --io-threads, --work). Needs root and torch.`},
@@ -86,6 +89,9 @@ func Script(ctx context.Context, o ScriptOptions) error {
 	host, err := hostBackend(o.Sets)
 	if err != nil {
 		return err
+	}
+	if host && !o.Force && !hostChosen(o.Sets) {
+		return fmt.Errorf("%s: %s; --set staging.device=host runs the dry run", bs.file, whyNoGPU)
 	}
 	py, err := newPyEnv(o.Py, filepath.Join(o.Dir, "py"), true)
 	if err != nil {

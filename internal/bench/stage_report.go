@@ -43,11 +43,13 @@ type stageFigures struct {
 	peerName                                string
 	kvik                                    kvikResult
 	kvikWhy                                 string // why KvikIO has no figure
-	gpu                                     bool
+	kvikAsked, peersAsked, coldAsked        bool   // the flags that ask for those baselines
+	gpu, hostChosen                         bool
 }
 
 func (b *stageBench) figures() stageFigures {
-	f := stageFigures{gpu: b.dev.Kind() == gpu.KindCUDA}
+	f := stageFigures{gpu: b.dev.Kind() == gpu.KindCUDA, hostChosen: b.hostChosen,
+		kvikAsked: b.o.Kvik.Bin != "", peersAsked: b.o.Peers && !b.o.Quick, coldAsked: b.o.Cold && !b.o.Quick}
 	for _, r := range b.rows {
 		switch {
 		case r.Kind == "defaults":
@@ -60,17 +62,16 @@ func (b *stageBench) figures() stageFigures {
 			f.disk = r.Cold
 		}
 	}
-	switch {
-	case b.kvik != nil:
+	if b.kvik != nil {
 		f.kvik = b.kvik.best()
 		f.kvikWhy = "no KvikIO run succeeded: " + b.kvik.firstError()
-	case b.o.Kvik.Bin == "":
-		f.kvikWhy = "no --kvikio reader given"
 	}
 	return f
 }
 
-// stageChecks are the targets of `gdsfs bench stage`.
+// stageChecks are the targets of `gdsfs bench stage`: a baseline not
+// asked for leaves its target not measured here; one asked for that has
+// no figure leaves it not checked.
 func stageChecks(f stageFigures) []Check {
 	kvikGoal := "gdsfs defaults >= 1.1 x KvikIO best"
 	if f.kvik.GBps > 0 {
@@ -80,17 +81,36 @@ func stageChecks(f stageFigures) []Check {
 	if f.peerName != "" {
 		peerGoal += " (" + strings.TrimPrefix(f.peerName, "peer: ") + ")"
 	}
-	cold := newCheck("cold gdsfs defaults >= 0.9 x disk O_DIRECT", f.defaultsCold, 0.9*f.disk, "GB/s", false,
-		"cold and disk both needed (--cold, no --quick)")
+	const h2dGoal = "gdsfs defaults >= 0.9 x pinned host-to-device copy"
+	const coldGoal = "cold gdsfs defaults >= 0.9 x disk O_DIRECT"
+	cold := notHere(coldGoal, "cold and disk both needed (--cold, no --quick)")
+	if f.coldAsked {
+		cold = newCheck(coldGoal, f.defaultsCold, 0.9*f.disk, "GB/s", false, "gdsfs's cold staging or the disk read failed")
+	}
 	if !f.gpu {
-		return []Check{hostCheck(kvikGoal), hostCheck("gdsfs defaults >= 0.9 x pinned host-to-device copy"), hostCheck(peerGoal), cold}
+		return []Check{gpuOnly(kvikGoal, f.hostChosen), gpuOnly(h2dGoal, f.hostChosen), gpuOnly(peerGoal, f.hostChosen), cold}
 	}
-	return []Check{
-		newCheck(kvikGoal, f.defaults, 1.1*f.kvik.GBps, "GB/s", false, f.kvikWhy),
-		newCheck("gdsfs defaults >= 0.9 x pinned host-to-device copy", f.defaults, 0.9*f.h2d, "GB/s", false, "not measured"),
-		newCheck(peerGoal, f.defaults, 1.3*f.peer, "GB/s", false, "no Python peer measured (--peers, no --quick)"),
-		cold,
+	kvik := notHere(kvikGoal, "no --kvikio reader given")
+	if f.kvikAsked {
+		kvik = newCheck(kvikGoal, f.defaults, 1.1*f.kvik.GBps, "GB/s", false, f.kvikWhy)
 	}
+	peer := notHere(peerGoal, "no Python peer asked for (--peers, no --quick)")
+	if f.peersAsked {
+		peer = newCheck(peerGoal, f.defaults, 1.3*f.peer, "GB/s", false, "no Python peer measured")
+	}
+	return []Check{kvik, newCheck(h2dGoal, f.defaults, 0.9*f.h2d, "GB/s", false, "gdsfs's staging or the copy failed"), peer, cold}
+}
+
+// rowChecks fail the run for each case that could not run, other than
+// those not measured here.
+func rowChecks(rows []benchRow) []Check {
+	var out []Check
+	for _, r := range rows {
+		if r.Why != "" && !strings.HasPrefix(r.Why, statusNotHere) {
+			out = append(out, notChecked("case ran: "+r.Name, r.Why))
+		}
+	}
+	return out
 }
 
 // stageResult is the JSON of `gdsfs bench stage`.
@@ -125,7 +145,7 @@ func (b *stageBench) result() stageResult {
 	f := b.figures()
 	res := stageResult{File: b.path, Size: b.size, Device: b.dev.Name(), Rows: b.rows, Kvik: b.kvik,
 		Ratio:  stageRatios{KvikBest: f.kvik.GBps, KvikSetting: f.kvik.Setting, OverKvik: ratio(f.defaults, f.kvik.GBps)},
-		Checks: stageChecks(f)}
+		Checks: append(stageChecks(f), rowChecks(b.rows)...)}
 	if f.gpu {
 		res.Ratio.OverH2D = ratio(f.defaults, f.h2d)
 	}
@@ -153,10 +173,13 @@ func (b *stageBench) print() error {
 		return err
 	}
 	if b.o.JSON {
-		return json.NewEncoder(os.Stdout).Encode(res)
+		if err := json.NewEncoder(os.Stdout).Encode(res); err != nil {
+			return err
+		}
+	} else {
+		writeStageText(os.Stdout, res)
 	}
-	writeStageText(os.Stdout, res)
-	return nil
+	return verdict(res.Checks)
 }
 
 func writeStageText(w io.Writer, res stageResult) {
@@ -165,7 +188,10 @@ func writeStageText(w io.Writer, res stageResult) {
 	fmt.Fprintf(tw, "what\twarm GB/s\tcold GB/s\trounds\tnote\n")
 	for _, r := range res.Rows {
 		note := r.Detail
-		if r.Why != "" {
+		switch {
+		case strings.HasPrefix(r.Why, statusNotHere):
+			note = r.Why
+		case r.Why != "":
 			note = "unavailable: " + r.Why
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Name, num(r.Warm), num(r.Cold), joinNums(r.Rounds), note)

@@ -30,15 +30,25 @@ def require_torch(tc):
         raise unittest.SkipTest(loud("SKIPPED: " + msg)) from None
 
 
+# GDSFS_REAL_SAFETENSORS=1 (the GPU tier): the installed safetensors
+# library is required; the stand-in is never used, and a missing library
+# fails the tests.
+REAL_REQUIRED = os.environ.get("GDSFS_REAL_SAFETENSORS") == "1"
+
+
 def safetensors_lib():
     """(module safetensors, whether it is the real library). The stand-in
-    is used where the library is not installed."""
+    is used where the library is not installed, unless REAL_REQUIRED."""
     try:
         import safetensors  # noqa: F401
 
-        return sys.modules["safetensors"], "stand-in" not in getattr(sys.modules["safetensors"], "__version__", "")
-    except ImportError:
-        pass
+        real = "stand-in" not in getattr(sys.modules["safetensors"], "__version__", "")
+        if REAL_REQUIRED and not real:
+            raise AssertionError("GDSFS_REAL_SAFETENSORS=1 but safetensors is the stand-in (%s)" % sys.modules["safetensors"].__file__)
+        return sys.modules["safetensors"], real
+    except ImportError as e:
+        if REAL_REQUIRED:
+            raise AssertionError("GDSFS_REAL_SAFETENSORS=1 but the safetensors library is not installed: %s" % e) from None
     if FAKE_ST not in sys.path:
         sys.path.insert(0, FAKE_ST)
     import safetensors

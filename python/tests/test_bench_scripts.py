@@ -1,8 +1,14 @@
-"""The verdicts of scripts/autoload-gpu.py (gdsfs bench autoload), from
-made-up case timings: no GPU, no mount."""
+"""The verdicts of the GPU scripts from made-up outputs: no GPU, no mount.
+scripts/autoload-gpu.py (gdsfs bench autoload) from case timings;
+scripts/step-verdict.py (each step of test-gpu.sh, the summary of
+bench-gpu.sh) from test and bench output."""
 
 import importlib.util
 import os
+import subprocess
+import sys
+import tempfile
+import textwrap
 import types
 import unittest
 
@@ -16,10 +22,14 @@ def autoload_script():
     return m
 
 
-def bench(cases, mismatches=()):
+CALLS = {"safetensors.torch.load_file": 8, "safetensors.safe_open": 8, "torch.load": 1}
+
+
+def bench(cases, mismatches=(), served=None):
     b = autoload_script().Bench(types.SimpleNamespace(work="/nonexistent"))
-    b.results = {"cases": {k: {"seconds": v, "checksum": "same"} for k, v in cases.items()},
-                 "checks": {"mismatches": list(mismatches)},
+    b.results = {"cases": {k: v if isinstance(v, dict) else {"seconds": v, "checksum": "same"} for k, v in cases.items()},
+                 "checks": {"mismatches": list(mismatches), "compared": 40, "calls": dict(CALLS),
+                            "served": dict(CALLS) if served is None else served},
                  "files": {"safetensors_bytes": 4 << 30, "hf_model_bytes": 2 << 30, "torch_save_bytes": 1 << 30}}
     b.verdicts()
     return b
@@ -58,10 +68,217 @@ class AutoloadVerdicts(unittest.TestCase):
         self.assertFalse(b.results["verdicts"]["targets"]["load_file and torch_load identical checksums"])
         self.assertEqual(b.status(), 1)
 
+    def test_a_cold_case_that_could_not_drop_the_page_cache_fails(self):
+        b = bench(dict(COLD, **{"load_file plain mount cold": {"skipped": "page cache could not be dropped"}}))
+        t = b.results["verdicts"]["targets"]
+        self.assertEqual(t["load_file plain mount cold >= 0.95 SOURCE"], "not checked: page cache could not be dropped")
+        self.assertEqual(b.status(), 1)
+        self.assertIn("| target: load_file plain mount cold >= 0.95 SOURCE | not checked: page cache could not be dropped |",
+                      b.table())
+
+    def test_checks_whose_calls_fell_back_fail(self):
+        key = "no mismatches against the libraries, every checked call served"
+        self.assertTrue(bench(COLD).results["verdicts"]["targets"][key])
+        b = bench(COLD, served={})  # every call went to the library: it compared the library with itself
+        self.assertFalse(b.results["verdicts"]["targets"][key])
+        self.assertEqual(b.status(), 1)
+        b = bench(COLD, served=dict(CALLS, **{"torch.load": 0}))
+        self.assertEqual(b.status(), 1)
+        b = bench(COLD)
+        b.results["checks"] = {"error": "Traceback ...\nRuntimeError: CUDA"}
+        b.verdicts()
+        self.assertEqual(b.results["verdicts"]["targets"][key], "not checked: RuntimeError: CUDA")
+        self.assertEqual(b.status(), 1)
+
+    def test_evict_must_leave_the_file_unstaged(self):
+        with tempfile.TemporaryDirectory() as d:
+            os.makedirs(os.path.join(d, "mnt", ".gdsfs"))
+            b = autoload_script().Bench(types.SimpleNamespace(work=d))
+            b.mnt, b.src = os.path.join(d, "mnt"), os.path.join(d, "src")
+            b.rels = lambda path: ["a.bin"]
+            with open(os.path.join(b.mnt, ".gdsfs", "cache"), "w") as f:
+                f.write("a.bin\t1\tresident\tposix\n")
+            with self.assertRaises(SystemExit) as e:
+                b.evict("a.bin")
+            self.assertIn("still in .gdsfs/cache", str(e.exception))
+            with open(os.path.join(b.mnt, ".gdsfs", "cache"), "w") as f:
+                f.write("b.bin\t1\tresident\tposix\n")
+            b.evict("a.bin")  # not listed: evicted
+            os.remove(os.path.join(b.mnt, ".gdsfs", "evict"))
+            os.mkdir(os.path.join(b.mnt, ".gdsfs", "evict"))  # the write fails (EISDIR), not with ENOENT
+            with self.assertRaises(SystemExit) as e:
+                b.evict("a.bin")
+            self.assertIn("evict a.bin:", str(e.exception))
+
     def test_a_single_case_compares_no_checksums(self):
         b = bench({"load_file plain SOURCE cold": 2.6})
         self.assertNotIn("load_file identical checksums", b.results["verdicts"])
         self.assertIsNone(b.results["verdicts"]["targets"]["load_file and torch_load identical checksums"])
+
+
+GO_PASS = """=== RUN   TestA
+--- PASS: TestA (0.01s)
+=== RUN   TestB
+=== RUN   TestB/x
+--- PASS: TestB (0.00s)
+    --- PASS: TestB/x (0.00s)
+PASS
+"""
+
+GO_SKIP = """=== RUN   TestReplicasTwoGPUs
+    replicas_test.go:25: SKIPPED: needs 2 GPUs (GPU 1: no device)
+--- SKIP: TestReplicasTwoGPUs (0.00s)
+PASS
+"""
+
+GO_NONE = """testing: warning: no tests to run
+PASS
+"""
+
+PY_OK = """test_a (test_x.T.test_a) ... ok
+test_b (test_x.T.test_b)
+Docstring line. ... ok
+test_c (test_x.T.test_c) ... skipped 'no second GPU'
+
+----------------------------------------------------------------------
+Ran 3 tests in 0.010s
+
+OK (skipped=1)
+"""
+
+
+def verdict(kind, text, rc=0, *args):
+    with tempfile.NamedTemporaryFile("w", suffix=".out", delete=False) as f:
+        f.write(text)
+    try:
+        p = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "step-verdict.py"), kind, f.name, str(rc)] + list(args),
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
+    finally:
+        os.unlink(f.name)
+    return p.returncode, p.stdout
+
+
+def bench_verdict(log, *failed):
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
+        f.write(textwrap.dedent(log))
+    try:
+        p = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "step-verdict.py"), "bench", f.name] + list(failed),
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
+    finally:
+        os.unlink(f.name)
+    return p.returncode, p.stdout
+
+
+class StepVerdicts(unittest.TestCase):
+    def test_go_step_that_passed(self):
+        rc, out = verdict("go", GO_PASS)
+        self.assertEqual(rc, 0, out)
+        self.assertIn("ran 2, passed 2, skipped 0", out)  # leaves: TestA, TestB/x
+
+    def test_go_pattern_that_matched_nothing(self):
+        rc, out = verdict("go", GO_NONE)
+        self.assertEqual(rc, 1, out)
+        self.assertIn("no test matched the pattern", out)
+
+    def test_go_skip_not_named_by_the_step(self):
+        rc, out = verdict("go", GO_SKIP)
+        self.assertEqual(rc, 1, out)
+        self.assertIn("skipped without a reason named by the step: TestReplicasTwoGPUs", out)
+
+    def test_go_skip_named_by_the_step(self):
+        # The whole step skipped, as it expects: SKIPPED (2), never PASSED.
+        rc, out = verdict("go", GO_SKIP, 0, "--skip", "TestReplicasTwoGPUs=one GPU here")
+        self.assertEqual(rc, 2, out)
+        self.assertIn("expected skip: TestReplicasTwoGPUs: one GPU here", out)
+        self.assertNotIn("PASSED", out)
+        text = GO_PASS + GO_SKIP
+        rc, out = verdict("go", text, 0, "--skip", "TestReplicasTwoGPUs=one GPU here")
+        self.assertEqual(rc, 0, out)
+
+    def test_go_whole_step_skipped_is_not_passed_by_a_parent(self):
+        text = "=== RUN   TestP\n=== RUN   TestP/a\n--- PASS: TestP (0.00s)\n    --- SKIP: TestP/a (0.00s)\nPASS\n"
+        self.assertEqual(verdict("go", text)[0], 1)
+        self.assertEqual(verdict("go", text, 0, "--skip", "TestP=why")[0], 2)
+
+    def test_go_failure_and_exit_status(self):
+        self.assertEqual(verdict("go", GO_PASS.replace("--- PASS: TestA", "--- FAIL: TestA"), 1)[0], 1)
+        self.assertEqual(verdict("go", GO_PASS, 2)[0], 1)
+
+    def test_python_counts(self):
+        rc, out = verdict("py", PY_OK)
+        self.assertEqual(rc, 1, out)
+        self.assertIn("ran 3, passed 2, skipped 1 (expected 0)", out)
+        rc, out = verdict("py", PY_OK, 0, "--skip", "test_c=one GPU")
+        self.assertEqual(rc, 0, out)
+        rc, out = verdict("py", "\n----\nRan 0 tests in 0.000s\n\nOK\n")
+        self.assertEqual(rc, 1, out)
+        self.assertIn("no test ran", out)
+        rc, out = verdict("py", PY_OK.replace("test_b)\nDocstring line. ... ok", "test_b)\nDocstring line. ... FAIL"), 1, "--skip", "test_c=x")
+        self.assertEqual(rc, 1, out)
+        self.assertIn("failed: test_x.T.test_b", out)
+
+    def test_python_output_between_a_test_and_its_result(self):
+        # A test's own logs go to stderr between "... " and its result word.
+        text = ("test_a (test_x.T.test_a) ... gdsfs autoload: x served by the original function; logged once\n"
+                "ok\n"
+                "test_b (test_x.T.test_b) ... log line\nanother\nskipped 'needs two GPUs'\n"
+                "test_c (test_x.T.test_c) ... a line ending in ok\nFAIL\n"
+                "\n" + "=" * 70 + "\nFAIL: test_c (test_x.T.test_c)\n" + "-" * 70 + "\nRan 3 tests in 1s\n\nFAILED (failures=1, skipped=1)\n")
+        rc, out = verdict("py", text, 1, "--skip", "test_b=one GPU")
+        self.assertEqual(rc, 1, out)
+        self.assertIn("ran 3, passed 1, skipped 1 (expected 1)", out)
+        self.assertIn("failed: test_x.T.test_c", out)
+
+    def test_script_checks(self):
+        text = "PASS  a\nPASS  b\n"
+        self.assertEqual(verdict("sh", text, 0, "--count", "^PASS  ", "--min", "2")[0], 0)
+        self.assertEqual(verdict("sh", text, 0, "--count", "^PASS  ", "--min", "3")[0], 1)
+        self.assertEqual(verdict("sh", text + "FAIL  c\n", 0, "--count", "^PASS  ", "--min", "2")[0], 1)
+        self.assertEqual(verdict("sh", text, 1, "--count", "^PASS  ", "--min", "2")[0], 1)
+
+    def test_bench_summary(self):
+        ok = """\
+            target  gdsfs defaults >= 0.9 x pinned host-to-device copy             PASS  50.00 >= 48.00 GB/s
+            target  gdsfs defaults >= 1.1 x KvikIO best                            not measured here: no --kvikio reader given
+            --- ok: stage (30 s)
+            """
+        self.assertEqual(bench_verdict(ok)[0], 0)
+        for bad in ("target  every acquire succeeds (128 of 128)                         FAIL\n",
+                    "target  Go repeat lease, 1GiB, median <= 0.3 ms                     MISS  0.500 >  0.300 ms\n",
+                    "target  gdsfs defaults >= 1.3 x best Python peer                    not checked: no Python peer measured\n",
+                    "| target: load_file resident >= 20x | FAIL |\n"):
+            rc, out = bench_verdict(ok + bad)
+            self.assertEqual(rc, 1, bad + out)
+        self.assertEqual(bench_verdict(ok, "loader")[0], 1)
+        self.assertEqual(bench_verdict("--- ok: stage\n")[0], 1)  # no target line at all
+
+
+class BenchScriptSummary(unittest.TestCase):
+    """scripts/bench-gpu.sh --verdict LOG [STEP...]: the summary the script ends with."""
+
+    def run_summary(self, log, *failed):
+        with tempfile.TemporaryDirectory() as d:
+            p = os.path.join(d, "bench-gpu.txt")
+            with open(p, "w") as f:
+                f.write(log)
+            r = subprocess.run(["sh", os.path.join(REPO, "scripts", "bench-gpu.sh"), "--verdict", p] + list(failed),
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
+            return r.returncode, r.stdout
+
+    def test_a_miss_fails_and_is_never_every_step_measured(self):
+        rc, out = self.run_summary("target  x                  MISS  1 < 2 GB/s\n")
+        self.assertEqual(rc, 1, out)
+        self.assertNotIn("every step measured", out)
+
+    def test_a_failed_step_fails(self):
+        rc, out = self.run_summary("target  x                  PASS\n", "contention")
+        self.assertEqual(rc, 1, out)
+        self.assertIn("contention", out)
+
+    def test_all_passed(self):
+        rc, out = self.run_summary("target  x                  PASS\ntarget  y   not measured here: host backend (staging.device=host)\n")
+        self.assertEqual(rc, 0, out)
+        self.assertIn("BENCH DONE", out)
 
 
 if __name__ == "__main__":

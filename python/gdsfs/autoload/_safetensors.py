@@ -20,29 +20,52 @@ def _torch():
     return torch
 
 
+_BACKENDS = ("mmap", "pread")  # safetensors 0.8's
+
+
 def _device(torch, device):
-    """The torch.device the library would put tensors on (it reads "cuda"
-    as cuda:0 and an int as a CUDA ordinal), or Fallback."""
-    if isinstance(device, bool):
-        raise Fallback("device:%r" % (device,))
-    if isinstance(device, int):
+    """The torch.device the library would put tensors on, or Fallback for
+    anything it does not read as the CPU or a CUDA device. The library
+    takes "cpu", "cuda" (cuda:0), "cuda:N" and an int (a CUDA ordinal); it
+    refuses a torch.device, "cpu:0" and the like, so those go to it and
+    fail there as they would without gdsfs."""
+    if isinstance(device, int) and not isinstance(device, bool) and device >= 0:
         return torch.device("cuda", device)
+    if device == "cpu":
+        return torch.device("cpu")
+    if device == "cuda":
+        return torch.device("cuda", 0)
+    if isinstance(device, str) and device.startswith("cuda:") and device[5:].isdigit() and device[5:].isascii():
+        return torch.device("cuda", int(device[5:]))
+    raise Fallback("device:%s" % (device,))
+
+
+def _backend(backend):
+    """backend (safetensors 0.8: how the library reads the file) as served,
+    or Fallback for a value the library may refuse or read differently."""
+    if backend is None:
+        return "mmap"
+    if backend not in _BACKENDS:
+        raise Fallback("backend:%s" % (backend,))
+    return backend
+
+
+def _closed():
     try:
-        d = torch.device(device)
-    except (TypeError, ValueError, RuntimeError):
-        raise Fallback("device:%s" % (device,)) from None
-    if d.type == "cuda":
-        return torch.device("cuda", d.index or 0)
-    if d.type != "cpu":
-        raise Fallback("device:%s" % d.type)
-    return d
+        from safetensors import SafetensorError
+
+        return SafetensorError("File is closed")
+    except Exception:
+        return RuntimeError("File is closed")
 
 
 class Served:
     """One safetensors file leased and parsed: what safe_open returns."""
 
-    def __init__(self, lease, header, device, torch, original=None):
+    def __init__(self, lease, header, device, torch, original=None, backend="mmap"):
         self._lease = lease
+        self._pathname = getattr(lease, "path", "?")
+        self._backend = backend
         self._h = header
         self._dev = device
         self._torch = torch
@@ -63,14 +86,28 @@ class Served:
                 self._orig = self._original()
         return getattr(self._orig, name)
 
+    def _library(self, reason):
+        """The library's own handle on the same file (opened once), for
+        what is not served here; reason is the fallback counted."""
+        if self.__dict__.get("_original") is None:
+            raise _closed()
+        if self.__dict__.get("_orig") is None:
+            _report.fallback("safetensors.safe_open", reason, self._path())
+            with _serve.bypass():
+                self._orig = self._original()
+        return self._orig
+
     # safe_open's interface
     def keys(self):
+        self._check_open()
         return self._h.keys()
 
     def offset_keys(self):
+        self._check_open()
         return self._h.offset_keys()
 
     def metadata(self):
+        self._check_open()
         return None if self._h.metadata is None else dict(self._h.metadata)
 
     def get_tensor(self, name):
@@ -84,6 +121,10 @@ class Served:
     def get_slice(self, name):
         return _Slice(self, self._info(name))
 
+    def _check_open(self):
+        if self._lease is None:
+            raise _closed()
+
     def __enter__(self):
         return self
 
@@ -91,10 +132,10 @@ class Served:
         self.close()
 
     def close(self):
+        lease, self._lease = self.__dict__.get("_lease"), None
         orig, self._orig = self.__dict__.get("_orig"), None
         if orig is not None and hasattr(orig, "__exit__"):
             orig.__exit__(None, None, None)
-        lease, self._lease = self.__dict__.get("_lease"), None
         if lease is None:
             return
         try:
@@ -110,15 +151,14 @@ class Served:
 
     # helpers
     def _info(self, name):
-        if self._lease is None:
-            raise RuntimeError("gdsfs: safe_open of %s is closed" % self._path())
+        self._check_open()
         try:
             return self._h.tensors[name]
         except KeyError:
             raise _missing(name) from None
 
     def _path(self):
-        return getattr(self._lease, "path", "?")
+        return self.__dict__.get("_pathname", "?")
 
     def _dtype(self, info):
         return getattr(self._torch, _stformat.DTYPES[info.dtype][0])
@@ -155,6 +195,25 @@ class Served:
 
     def _sliced(self, info, key):
         torch = self._torch
+        if self._lease is None:
+            # The library's slice outlives its handle (it holds the file's
+            # storage); the lease does not: the library slices the file.
+            return self._library_slice(info, key, "slice-after-close")
+        if self._backend == "pread":
+            # The library's own slicing: slices and integers, copied out
+            # contiguous; anything else is left to it.
+            parts = _pread_parts(info.shape, key)
+            if parts is None:
+                return self._library_slice(info, key, "slice:pread")
+            t = self._materialize(info)
+            dim = 0
+            for k in parts:
+                if isinstance(k, slice):
+                    t = t.narrow(dim, k.start, k.stop - k.start)
+                    dim += 1
+                else:
+                    t = t.select(dim, k)
+            return t.clone(memory_format=torch.contiguous_format)
         if info.nbytes == 0 or self._dev.type == "cpu":
             # The library indexes a tensor of the full shape and returns
             # that view, strides of the full shape included: an empty one
@@ -176,6 +235,41 @@ class Served:
         if self._dev.type == "cuda":
             self._used.add(self._dev)
         return out
+
+    def _library_slice(self, info, key, reason):
+        """key of the library's own slice of the tensor (counted as a
+        fallback for reason the first time)."""
+        lib = self.__dict__.get("_libslices")
+        if lib is None:
+            lib = self._libslices = {}
+        if info.name not in lib:
+            with _serve.bypass():
+                lib[info.name] = self._library(reason).get_slice(info.name)
+        with _serve.bypass():
+            return lib[info.name][key]
+
+
+def _pread_parts(shape, key):
+    """key as the library's pread slicing reads it, one part per leading
+    dimension (slice(start, stop) or an index), or None for a key whose
+    outcome is left to the library (steps, negative bounds, empty ranges,
+    anything but slices and integers)."""
+    parts = list(key) if isinstance(key, tuple) else [key]
+    if not parts or len(parts) > len(shape):
+        return None
+    out = []
+    for k, size in zip(parts, shape):
+        if isinstance(k, slice):
+            start = 0 if k.start is None else k.start
+            stop = size if k.stop is None else k.stop
+            if k.step not in (None, 1) or type(start) is not int or type(stop) is not int or not 0 <= start < stop <= size:
+                return None
+            out.append(slice(start, stop))
+        elif type(k) is int and -size <= k < size:
+            out.append(k % size)
+        else:
+            return None
+    return out
 
 
 class _Slice:
@@ -204,7 +298,7 @@ def _missing(name):
         return KeyError("File does not contain tensor %s" % name)
 
 
-def open_served(loader, filename, device, original=None):
+def open_served(loader, filename, device, original=None, backend="mmap"):
     """A Served for filename on device, or Fallback. original: opens the
     library's own handle (methods Served does not have go there)."""
     torch = _torch()
@@ -231,7 +325,7 @@ def open_served(loader, filename, device, original=None):
     except BaseException:
         lease.close()
         raise
-    return Served(lease, header, dev, torch, original)
+    return Served(lease, header, dev, torch, original, backend)
 
 
 def _bind(sig, args, kwargs):
@@ -263,7 +357,8 @@ def patch_safe_open(orig):
             a = _bind(sig, args, kwargs)
             if a["framework"] not in _PT:
                 raise Fallback("framework:%s" % (a["framework"],))
-            served = open_served(loader, a["filename"], a.get("device", "cpu"), lambda: orig(*args, **kwargs))
+            backend = _backend(a.get("backend"))
+            served = open_served(loader, a["filename"], a.get("device", "cpu"), lambda: orig(*args, **kwargs), backend)
         except Fallback as f:
             _report.fallback(loader, f.reason, _pathname(args, kwargs), f.socket, f.detail)
             with _serve.bypass():
@@ -278,8 +373,11 @@ def patch_safe_open(orig):
 def patch_load_file(orig):
     """safetensors.torch.load_file served from a lease when it can be."""
     sig = inspect.signature(lambda filename, device="cpu": None)
-    try:  # safetensors 0.8 added backend (how it reads the file; nothing served changes)
-        if "backend" in inspect.signature(orig).parameters:
+    try:  # safetensors 0.8 added backend, keyword only (how it reads the file; nothing served changes)
+        p = inspect.signature(orig).parameters.get("backend")
+        if p is not None and p.kind == p.KEYWORD_ONLY:
+            sig = inspect.signature(lambda filename, device="cpu", *, backend="mmap": None)
+        elif p is not None:
             sig = inspect.signature(lambda filename, device="cpu", backend="mmap": None)
     except (TypeError, ValueError):
         pass
@@ -297,6 +395,7 @@ def patch_load_file(orig):
         loader = "safetensors.torch.load_file"
         try:
             a = _bind(sig, args, kwargs)
+            _backend(a.get("backend"))
             served = open_served(loader, a["filename"], a.get("device", "cpu"))
         except Fallback as f:
             _report.fallback(loader, f.reason, _pathname(args, kwargs), f.socket, f.detail)

@@ -25,7 +25,8 @@ type scripted struct {
 	sock   string
 	ln     *net.UnixListener
 	handle func(n int, req proto.Request) reply
-	got    chan seen // every request, in order
+	greet  func(n int) reply // sent as connection n is accepted (nil: nothing)
+	got    chan seen         // every request, in order
 
 	mu    sync.Mutex // guards conns
 	conns []chan struct{}
@@ -48,8 +49,14 @@ type seen struct {
 // newScripted starts a fake daemon and points the registry's lookups at
 // it (GDSFS_SOCKET); kept mappings are dropped before and after.
 func newScripted(t *testing.T, handle func(n int, req proto.Request) reply) *scripted {
+	return newScriptedAccept(t, nil, handle)
+}
+
+// newScriptedAccept is newScripted with a reply sent as each connection
+// is accepted, before any request.
+func newScriptedAccept(t *testing.T, accept func(n int) reply, handle func(n int, req proto.Request) reply) *scripted {
 	dir, _ := filepath.EvalSymlinks(t.TempDir())
-	s := &scripted{t: t, root: dir, sock: filepath.Join(dir, "fake.sock"), handle: handle, got: make(chan seen, 256)}
+	s := &scripted{t: t, root: dir, sock: filepath.Join(dir, "fake.sock"), handle: handle, greet: accept, got: make(chan seen, 256)}
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: s.sock, Net: "unix"})
 	if err != nil {
 		t.Fatal(err)
@@ -87,6 +94,14 @@ func (s *scripted) accept() {
 func (s *scripted) serve(n int, c *net.UnixConn, eof chan struct{}) {
 	defer close(eof)
 	defer c.Close()
+	if s.greet != nil {
+		if a := s.greet(n); a.line != nil || a.hangup {
+			proto.Send(c, a.line, a.fds)
+			if a.hangup {
+				return
+			}
+		}
+	}
 	r := proto.NewReader(c, 1<<20)
 	for {
 		line, fds, err := r.Next()

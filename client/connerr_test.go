@@ -118,7 +118,7 @@ func TestReleaseOfAStaleLeaseIsNoError(t *testing.T) {
 }
 
 // TestEmptyFile: a grant of size 0 still maps its chunk; the lease reads
-// nothing.
+// nothing, and a read past its end is an error.
 func TestEmptyFile(t *testing.T) {
 	m := newMemfds(t)
 	f := newScripted(t, func(n int, req proto.Request) reply {
@@ -133,6 +133,9 @@ func TestEmptyFile(t *testing.T) {
 	b := make([]byte, 4)
 	if n, err := l.ReadAt(b, 0); n != 0 || err != io.EOF || l.Size() != 0 {
 		t.Fatalf("size %d, read %d %v; want 0 bytes and EOF", l.Size(), n, err)
+	}
+	if _, err := l.ReadAt(b, 1); err == nil || !strings.Contains(err.Error(), "read at 1: outside 0 bytes") {
+		t.Fatalf("a read past the end: %v", err)
 	}
 	l.Close()
 	DropCache()

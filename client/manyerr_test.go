@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 
@@ -233,5 +234,62 @@ func TestOpenManyRepeatRefusedReleasesTheRest(t *testing.T) {
 	DropCache()
 	f.closed(0)
 	f.none()
+	m.clean()
+}
+
+// TestOpenManyRepeatChangedFiles: a repeat acquire_many in which one file
+// changed (a new grant with descriptors) maps the new bytes on the same
+// connection, and one answered ESTALE is leased afresh on a new one. A
+// changed file whose descriptors cannot be mapped has its grant ended and
+// is leased afresh too.
+func TestOpenManyRepeatChangedFiles(t *testing.T) {
+	old, cur := bytes.Repeat([]byte("o"), 10), bytes.Repeat([]byte("n"), 10)
+	m := newMemfds(t)
+	var short atomic.Bool
+	f := newScripted(t, func(n int, req proto.Request) reply {
+		switch {
+		case req.Op == proto.OpRelease:
+			return okAnswer()
+		case n == 0 && req.Generations == nil:
+			return firstMany(m, req, old)
+		case n == 0 && short.Load():
+			return reply{line: many(grant(20, 2, 10, 4096)), fds: []int{m.make(cur[:3], 3)}}
+		case n == 0:
+			return reply{line: many(grant(20, 2, 10, 4096), refused("ESTALE")), fds: []int{m.make(cur, 4096)}}
+		}
+		return reply{line: many(grant(30, 2, 10, 4096)), fds: []int{m.make(cur, 4096)}}
+	})
+	paths := []string{f.path("a"), f.path("b")}
+	keptMany(t, f, paths, 0)
+	ls, err := OpenMany(paths)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.expect(proto.OpAcquireMany, 0)
+	f.expectAll(seen{1, proto.Request{Op: proto.OpAcquireMany}})
+	for i, l := range ls {
+		b := make([]byte, 10)
+		if _, err := l.ReadAt(b, 0); err != nil || !bytes.Equal(b, cur) || l.Generation() != 2 || l.Reused() {
+			t.Errorf("%s: generation %d reused %v bytes %q (%v), want generation 2's", paths[i], l.Generation(), l.Reused(), b, err)
+		}
+		l.Close()
+	}
+	f.expectAll(seen{0, proto.Request{Op: proto.OpRelease, Lease: 20}}, seen{1, proto.Request{Op: proto.OpRelease, Lease: 30}})
+
+	short.Store(true) // a's kept mapping on connection 0 is leased again, and changed
+	ls, err = OpenMany(paths[:1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.expectAll(seen{0, proto.Request{Op: proto.OpAcquireMany}}, seen{2, proto.Request{Op: proto.OpAcquireMany}})
+	f.closed(0) // it held a alone: closing it ended the unmappable grant
+	b := make([]byte, 10)
+	if _, err := ls[0].ReadAt(b, 0); err != nil || !bytes.Equal(b, cur) {
+		t.Errorf("the fresh lease after an unmappable changed file: %q %v", b, err)
+	}
+	ls[0].Close()
+	DropCache()
+	f.closed(1)
+	f.closed(2)
 	m.clean()
 }

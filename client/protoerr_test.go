@@ -182,3 +182,47 @@ func TestOpenRepeatWithBrokenAnswer(t *testing.T) {
 	f.closed(1)
 	m.clean()
 }
+
+// TestOpenRepeatChangedFile: a repeat lease of a file that changed is
+// answered with new descriptors on the same connection: the lease maps
+// the new bytes and the old mapping is undone.
+func TestOpenRepeatChangedFile(t *testing.T) {
+	old, cur := bytes.Repeat([]byte("o"), 10), bytes.Repeat([]byte("n"), 10)
+	m := newMemfds(t)
+	f := newScripted(t, func(n int, req proto.Request) reply {
+		switch {
+		case req.Op == proto.OpRelease:
+			return reply{line: js(map[string]any{"ok": true, "epoch": 7})}
+		case req.Generation == 0:
+			return reply{line: js(grant(3, 1, 10, 4096)), fds: []int{m.make(old, 4096)}}
+		}
+		return reply{line: js(grant(4, 2, 10, 4096)), fds: []int{m.make(cur, 4096)}}
+	})
+	p := f.path("a")
+	l, err := Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	if l, err = Open(p); err != nil {
+		t.Fatal(err)
+	}
+	f.expect(proto.OpAcquire, 0)
+	f.expect(proto.OpRelease, 3)
+	if r := f.next(); r.n != 0 || r.req.Generation != 1 {
+		t.Fatalf("the repeat lease: %+v on connection %d, want generation 1 on connection 0", r.req, r.n)
+	}
+	b := make([]byte, 10)
+	if _, err := l.ReadAt(b, 0); err != nil || !bytes.Equal(b, cur) || l.Generation() != 2 || l.Reused() {
+		t.Fatalf("generation %d reused %v: %q %v, want generation 2's bytes", l.Generation(), l.Reused(), b, err)
+	}
+	for _, s := range m.left() {
+		if strings.Contains(s, m.prefix+"1 ") {
+			t.Errorf("the old generation is still held: %s", s)
+		}
+	}
+	l.Close()
+	DropCache()
+	f.closed(0)
+	m.clean()
+}

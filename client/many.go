@@ -109,6 +109,7 @@ func (b *batch) repeat(h *holder, items []item) ([]item, error) {
 	resp, files, err := h.c.roundTrip(req)
 	if err == nil && len(resp.Files) != len(items) {
 		closeAll(files)
+		releaseGranted(h.c, resp.Files, resp.Epoch)
 		err = &Error{Code: proto.EPROTO, Msg: fmt.Sprintf("gdsfs acquire_many: %d answers for %d files", len(resp.Files), len(items))}
 	}
 	if err != nil {
@@ -133,6 +134,7 @@ func (b *batch) repeat(h *holder, items []item) ([]item, error) {
 		case lease != nil:
 			b.out[it.i] = lease
 		case err != nil && !retry(err):
+			releaseGranted(h.c, resp.Files[k+1:], resp.Epoch) // the connection may stay open for other leases
 			return nil, err
 		default:
 			again = append(again, it)
@@ -161,7 +163,16 @@ func (b *batch) repeatOne(h *holder, it item, a *proto.Item, epoch uint64, files
 		return &Lease{f: nf, conn: h.c, id: a.Lease, epoch: epoch, grant: a.Grant}, nil
 	}
 	reg.discard(it.f)
-	return nil, a.Err()
+	return nil, fmt.Errorf("%s: %w", b.paths[it.i], a.Err())
+}
+
+// releaseGranted releases the files of an answer that were granted.
+func releaseGranted(c *Conn, items []proto.Item, epoch uint64) {
+	for i := range items {
+		if items[i].OK {
+			c.release(items[i].Lease, epoch)
+		}
+	}
 }
 
 // openBatch leases items on one new connection, filling out.

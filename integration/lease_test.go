@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bufio"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -21,6 +22,7 @@ type holder struct {
 	cmd   *exec.Cmd
 	stdin io.WriteCloser
 	out   *bufio.Reader
+	first []map[string]any // its leases as it first read them
 }
 
 func hold(t *testing.T, paths ...string) *holder {
@@ -33,17 +35,37 @@ func hold(t *testing.T, paths ...string) *holder {
 		t.Fatal(err)
 	}
 	h := &holder{cmd: cmd, stdin: stdin, out: bufio.NewReader(stdout)}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	h.first = h.results(t)
+	return h
+}
+
+// results reads the holder's JSON lines up to its next "held".
+func (h *holder) results(t *testing.T) []map[string]any {
+	t.Helper()
+	var out []map[string]any
 	for {
 		line, err := h.out.ReadString('\n')
 		if err != nil {
-			t.Fatalf("leasecheck -hold %v: %v", paths, err)
+			t.Fatalf("leasecheck -hold: %v", err)
 		}
 		if line == "held\n" {
-			break
+			return out
+		}
+		var r map[string]any
+		if json.Unmarshal([]byte(line), &r) == nil {
+			out = append(out, r)
 		}
 	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	return h
+}
+
+// sum has the holder read its leases again, through its mappings.
+func (h *holder) sum(t *testing.T) []map[string]any {
+	t.Helper()
+	if _, err := io.WriteString(h.stdin, "sum\n"); err != nil {
+		t.Fatal(err)
+	}
+	return h.results(t)
 }
 
 // release lets the holder close its leases and exit; it returns the exit error.
@@ -171,13 +193,25 @@ func TestLeasedNeverEvicted(t *testing.T) {
 // leases while a lease taken before keeps the bytes it was given.
 func TestOldLeaseKeepsOldBytes(t *testing.T) {
 	src := t.TempDir()
-	randomFile(t, filepath.Join(src, "f"), 300000, 1)
+	f := filepath.Join(src, "f")
+	randomFile(t, f, 300000, 1)
+	old := sha(t, f)
 	m := startMount(t, src)
 	h := hold(t, m.path("f"))
-	randomFile(t, filepath.Join(src, "f"), 300000, 2)
+	if len(h.first) != 1 || h.first[0]["sha256"] != old {
+		t.Fatalf("the lease before the change: %v, want sha256 %s", h.first, old)
+	}
+	randomFile(t, f, 300000, 2)
 	r := leaseSum(t, m.path("f"))
-	if r["sha256"] != sha(t, filepath.Join(src, "f")) {
-		t.Fatal("a new lease after the change sees old bytes")
+	if r["sha256"] != sha(t, f) || r["sha256"] == old {
+		t.Fatalf("a new lease after the change: %v, want sha256 %s", r, sha(t, f))
+	}
+	if r["generation"] == h.first[0]["generation"] {
+		t.Fatalf("the new lease has the old lease's generation %v", r["generation"])
+	}
+	again := h.sum(t)
+	if len(again) != 1 || again[0]["sha256"] != old {
+		t.Fatalf("the old lease read again after the change: %v, want its old bytes (sha256 %s)", again, old)
 	}
 	if err := h.release(); err != nil { // its mapping was valid until the end
 		t.Fatal(err)

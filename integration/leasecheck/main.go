@@ -5,7 +5,12 @@
 // with -hold keeps the leases until stdin closes.
 //
 //	-write      write one byte through the first lease's mapping: a shared
-//	            lease faults (exit 7, "faulted"); a private one does not
+//	            lease faults there (exit 7, "faulted"; any other panic
+//	            exits 8); a private one does not ("written", once the
+//	            byte reads back changed)
+//	-hold       keep the leases until stdin closes; each line "sum" read
+//	            meanwhile prints the JSON lines again, read anew through
+//	            the mappings, then "held"
 //	-cycles N   lease and close the PATHs N times in turn; print this
 //	            process's descriptors and mappings of gdsfs before and after
 //	-change F   with -cycles: rewrite SOURCE file F every 100 cycles
@@ -23,6 +28,7 @@
 package main
 
 import (
+	"bufio"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -94,22 +100,36 @@ func main() {
 		}
 		os.Exit(3)
 	}
-	for i, l := range leases {
-		r := result{reqs[i].path, l.Size(), sum(l), l.Device(), l.Generation(), l.ReadOnly(), l.Reused(), reqs[i].device}
-		json.NewEncoder(os.Stdout).Encode(r)
-	}
+	report(reqs, leases)
 	if *write && len(leases) > 0 {
 		writeThrough(leases[0])
 	}
 	if *hold {
 		fmt.Println("held")
-		io.Copy(io.Discard, os.Stdin)
+		in := bufio.NewScanner(os.Stdin)
+		for in.Scan() {
+			if in.Text() != "sum" {
+				continue
+			}
+			report(reqs, leases)
+			fmt.Println("held")
+		}
+		io.Copy(io.Discard, os.Stdin) // after a line too long (stdin /dev/zero): hold until EOF all the same
 	}
 	for _, l := range leases {
 		if err := l.Close(); err != nil {
 			fmt.Fprintf(os.Stderr, "close: %v\n", err)
 			os.Exit(5)
 		}
+	}
+}
+
+// report prints one JSON line per lease, its bytes read through the
+// mapping now.
+func report(reqs []request, leases []*client.Lease) {
+	for i, l := range leases {
+		r := result{reqs[i].path, l.Size(), sum(l), l.Device(), l.Generation(), l.ReadOnly(), l.Reused(), reqs[i].device}
+		json.NewEncoder(os.Stdout).Encode(r)
 	}
 }
 
@@ -166,21 +186,37 @@ func sum(l *client.Lease) string {
 }
 
 // writeThrough flips the first byte of a host lease through its mapping.
+// Only a fault at that byte (SIGSEGV or SIGBUS there, which
+// SetPanicOnFault turns into a panic carrying the address) is the
+// expected one; any other panic is not.
 func writeThrough(l *client.Lease) {
 	if !strings.HasPrefix(l.Device(), "host") {
 		fmt.Fprintln(os.Stderr, "-write needs a host lease (GPU leases: see scripts/lease-gpu.sh)")
 		os.Exit(2)
 	}
+	addr := uintptr(l.Ptr())
 	debug.SetPanicOnFault(true)
 	defer func() {
-		if r := recover(); r != nil {
+		r := recover()
+		if r == nil {
+			return
+		}
+		if f, ok := r.(interface{ Addr() uintptr }); ok && f.Addr() == addr && addr != 0 {
 			fmt.Println("faulted")
-			fmt.Fprintln(os.Stderr, r)
+			fmt.Fprintf(os.Stderr, "%v (at %#x, the lease's first byte)\n", r, addr)
 			os.Exit(7)
 		}
+		fmt.Fprintf(os.Stderr, "a panic other than a fault at the lease's first byte %#x: %v\n", addr, r)
+		os.Exit(8)
 	}()
-	p := (*byte)(unsafe.Add(unsafe.Pointer(nil), l.Ptr()))
-	*p = ^*p
+	p := (*byte)(unsafe.Add(unsafe.Pointer(nil), addr))
+	was := *p
+	*p = ^was
+	b := make([]byte, 1)
+	if _, err := l.ReadAt(b, 0); err != nil || b[0] != ^was {
+		fmt.Fprintf(os.Stderr, "the write did not take: the first byte reads %#x (%v), want %#x\n", b[0], err, ^was)
+		os.Exit(9)
+	}
 	fmt.Println("written")
 }
 

@@ -122,9 +122,29 @@ class TestSafetensors(AutoloadCase):
                 self.assertEqual(list(got), list(want), "the order of the dict")
                 for tname in want:
                     self.assertSameTensor(got[tname], want[tname], tname)
-                g = next(iter(got.values()), None)
-                if g is not None and g.numel():
-                    g.view(-1)[0] = g.view(-1)[0]  # writable, owned by the caller
+                # Owned by the caller: no tensor lies in a lease's mapping
+                # (a memfd's); writing each leaves the lease's bytes as they
+                # were (a second load has the file's bytes) and the second
+                # load leaves the written tensors as they were.
+                with open("/proc/self/maps") as m:
+                    leased = [tuple(int(x, 16) for x in line.split()[0].split("-"))
+                              for line in m if "/memfd:" in line]
+                for tname, g in got.items():
+                    if not g.numel():
+                        continue
+                    lo = g.data_ptr()
+                    hi = lo + g.numel() * g.element_size()
+                    inside = [(hex(a), hex(b)) for a, b in leased if lo < b and a < hi]
+                    self.assertEqual(inside, [], "%s [%#x, %#x) lies in a lease's mapping" % (tname, lo, hi))
+                    b = g.reshape(-1).view(torch.uint8)
+                    b[0] = b[0] ^ 0xFF
+                    self.assertNotEqual(S.sha(g), f["tensors"][tname]["sha256"], tname + ": the write did not take")
+                written = {tname: S.sha(g) for tname, g in got.items()}
+                again = load_file(mnt)
+                served += 1
+                for tname, t in f["tensors"].items():
+                    self.assertEqual(S.sha(again[tname]), t["sha256"], tname + ": a write to the first load's tensor reached the lease")
+                    self.assertEqual(S.sha(got[tname]), written[tname], tname + ": the second load wrote the first load's tensor")
         self.assertEqual(self.A.served().get("safetensors.torch.load_file"), served)
         self.assertEqual(self.A.fallbacks(), {})
         self.assertEqual(self.mount.wait_leases(0), 0)

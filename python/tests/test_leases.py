@@ -153,15 +153,43 @@ class FastPathTests(unittest.TestCase):
     def test_leased_bounds_the_files_ahead(self):
         """gdsfs.torch.leased keeps at most ahead + batch files leased and
         not yet yielded, however slow the caller (handing whole batches
-        between its threads first let it run a batch further)."""
+        between its threads first let it run a batch further). The
+        producer's wait for room is the event: once it waits, exactly two
+        batches were leased; a third open_many before that fails at once."""
+        import threading
+        import types
+
         import gdsfs.torch as gt
 
         paths = [self.m.write("la%02d.bin" % i, blob(4096, 600 + i)) for i in range(64)]
-        it = gt.leased(paths, ahead=4, transform=lambda l: l.read(16))
-        self.addCleanup(it.close)
-        next(it)  # its lease is closed; the rest of its batch and the next stay leased
+        calls, decided = [], threading.Event()
+
+        class Watched(threading.Condition):
+            def wait(self, timeout=None):
+                decided.set()  # the producer found no room for its next batch
+                return super().wait(timeout)
+
+        real = gt.open_many
+
+        def counted(part, **kw):
+            calls.append(len(part))
+            if len(calls) > 2:
+                decided.set()
+            return real(part, **kw)
+
+        gt.open_many = counted
+        self.addCleanup(setattr, gt, "open_many", real)
+        # leased() makes its condition at the first next(): only that one is watched.
+        gt.threading = types.SimpleNamespace(Condition=Watched, Event=threading.Event, Thread=threading.Thread)
+        try:
+            it = gt.leased(paths, ahead=4, transform=lambda l: l.read(16))
+            self.addCleanup(it.close)
+            next(it)  # its lease is closed; the rest of its batch and the next stay leased
+        finally:
+            gt.threading = threading
+        self.assertTrue(decided.wait(30), "the producer neither waited for room nor leased further")
+        self.assertEqual(calls, [4, 4], "a third batch was leased ahead")
         self.assertEqual(self.m.wait_leases(7), 7)
-        self.assertNotEqual(self.m.wait_leases(11, timeout=1), 11, "a third batch was leased ahead")
         it.close()
         self.assertEqual(self.m.wait_leases(0), 0)
 

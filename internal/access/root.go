@@ -142,7 +142,7 @@ func (r *Root) Open(rel string, flags int, mode uint32, resolve uint64) (*os.Fil
 	var fd int
 	err = r.At(func(dirfd int) error {
 		var e error
-		fd, e = openat2(dirfd, rel, how)
+		fd, e = openBeneath(dirfd, rel, how)
 		return e
 	})
 	if err != nil {
@@ -225,6 +225,44 @@ func kind(mode uint32) string {
 		return "a symbolic link"
 	}
 	return "not a regular file"
+}
+
+// pathMax is the longest path one system call takes (PATH_MAX less the
+// terminating NUL).
+const pathMax = unix.PathMax - 1
+
+// openBeneath opens rel (clean, relative) beneath dirfd with how. A path
+// longer than one system call takes is resolved a piece at a time, each
+// piece at most pathMax bytes and ending before a '/', opened as an O_PATH
+// directory beneath the one before it with the same resolve flags: a
+// symbolic link in a later piece may not climb above that piece's first
+// directory (EXDEV), where a single call would let it climb as far as
+// dirfd.
+func openBeneath(dirfd int, rel string, how *unix.OpenHow) (int, error) {
+	if len(rel) <= pathMax {
+		return openat2(dirfd, rel, how)
+	}
+	dir := &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: how.Resolve}
+	cur := dirfd
+	for len(rel) > pathMax {
+		cut := strings.LastIndexByte(rel[:pathMax+1], '/')
+		if cut <= 0 {
+			return -1, unix.ENAMETOOLONG // a component longer than pathMax: no file system has one
+		}
+		fd, err := openat2(cur, rel[:cut], dir)
+		if cur != dirfd {
+			unix.Close(cur)
+		}
+		if err != nil {
+			return -1, err
+		}
+		cur, rel = fd, rel[cut+1:]
+	}
+	fd, err := openat2(cur, rel, how)
+	if cur != dirfd {
+		unix.Close(cur)
+	}
+	return fd, err
 }
 
 // openat2 retries EINTR and EAGAIN (the kernel answers EAGAIN to

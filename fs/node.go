@@ -303,7 +303,11 @@ func (r *rootNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) 
 		r.ctl.Operations().(*controlDir).fillAttr(&out.Attr)
 		return r.ctl, 0
 	}
-	return r.node.Lookup(ctx, name, out)
+	ch, errno := r.node.Lookup(ctx, name, out)
+	if errno == syscall.ENOENT {
+		r.srv.noticeRemoved()
+	}
+	return ch, errno
 }
 
 // isRegular reports whether mode is a regular file's.

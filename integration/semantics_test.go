@@ -1,10 +1,15 @@
 package integration
 
 import (
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -107,5 +112,81 @@ func TestPathMaxThroughMount(t *testing.T) {
 	m := startMount(t, src, "fuse.read_only=false", "fuse.allow_other=true", "fuse.passthrough=off")
 	if bad := pathMaxCalls(t, m.path("cwd")); len(bad) > 0 {
 		t.Fatalf("through the mount:\n%s", strings.Join(bad, "\n"))
+	}
+}
+
+// readBoth reads rel through the mount and leases it, and returns each
+// answer: the SHA-256 of the bytes, or the error's errno name.
+func readBoth(t *testing.T, m *mount, rel string) (mounted, leased string) {
+	t.Helper()
+	if b, err := os.ReadFile(m.path(rel)); err != nil {
+		mounted = errnoName(err)
+	} else {
+		mounted = fmt.Sprintf("%x", sha256.Sum256(b))
+	}
+	out, err := exec.Command(bins.leasecheck, m.path(rel)).Output()
+	var r struct{ SHA256 string }
+	switch {
+	case err != nil:
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 3 {
+			t.Fatalf("leasecheck %s: %v %s", rel, err, out)
+		}
+		leased, _, _ = strings.Cut(string(ee.Stderr), " ")
+	case json.Unmarshal(out, &r) != nil:
+		t.Fatalf("leasecheck %s: %q", rel, out)
+	default:
+		leased = r.SHA256
+	}
+	return mounted, leased
+}
+
+func errnoName(err error) string {
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		return unix.ErrnoName(errno)
+	}
+	return err.Error()
+}
+
+// TestSourceReplaced: the mount serves the directory it mounted, as a
+// bind mount does, and so do leases. SOURCE removed and made again: both
+// answer ENOENT for the old names and the new ones. SOURCE renamed away
+// and made again: both serve the renamed directory.
+func TestSourceReplaced(t *testing.T) {
+	for _, how := range []string{"removed", "renamed"} {
+		t.Run(how, func(t *testing.T) {
+			parent := t.TempDir()
+			src := filepath.Join(parent, "src")
+			randomFile(t, filepath.Join(src, "f"), 70000, 1)
+			randomFile(t, filepath.Join(src, "g"), 70000, 2)
+			m := startMount(t, src)
+			old := sha(t, filepath.Join(src, "f"))
+			if mounted, leased := readBoth(t, m, "f"); mounted != old || leased != old {
+				t.Fatalf("before: mount %s, lease %s, want %s", mounted, leased, old)
+			}
+			if how == "removed" {
+				if err := os.RemoveAll(src); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := os.Rename(src, src+".old"); err != nil {
+				t.Fatal(err)
+			}
+			for i, rel := range []string{"f", "g", "h"} {
+				randomFile(t, filepath.Join(src, rel), 50000, 10+i)
+			}
+			for _, rel := range []string{"f", "g", "h"} {
+				want := "ENOENT"
+				if how == "renamed" && rel != "h" {
+					want = sha(t, filepath.Join(src+".old", rel))
+				}
+				if mounted, leased := readBoth(t, m, rel); mounted != want || leased != want {
+					t.Errorf("%s after SOURCE was %s and made again: mount %s, lease %s, want %s", rel, how, mounted, leased, want)
+				}
+			}
+			if gone := strings.Contains(m.log.String(), "SOURCE was removed"); gone != (how == "removed") {
+				t.Errorf("the daemon's log says SOURCE was removed: %v\n%s", gone, m.log)
+			}
+		})
 	}
 }

@@ -14,99 +14,51 @@ import (
 
 // Root is SOURCE, held open: every path is resolved beneath it.
 //
-// If the directory at SOURCE's path is removed and made again while the
-// daemon runs, the next resolution that fails with ENOENT or ESTALE
-// notices (the path names another directory than the one held) and
-// continues with the new one.
+// SOURCE is the directory opened, not its path: as with a bind mount, a
+// SOURCE renamed away is still served where it went, and a SOURCE removed
+// is served as the removed (empty) directory it now is, even if another
+// directory is made at its path; serving that one takes a new Root (a
+// remount).
 type Root struct {
 	path string
 
-	mu  sync.RWMutex
-	f   *os.File // guarded by mu; replaced when SOURCE is made anew
-	id  [2]uint64
-	gen uint64 // guarded by mu; counts replacements
+	mu sync.RWMutex
+	f  *os.File // guarded by mu; nil once closed
 }
 
 // OpenRoot opens the directory path.
 func OpenRoot(p string) (*Root, error) {
-	f, id, err := openDir(p)
-	if err != nil {
-		return nil, err
-	}
-	return &Root{path: p, f: f, id: id}, nil
-}
-
-func openDir(p string) (*os.File, [2]uint64, error) {
 	fd, err := unix.Open(p, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, [2]uint64{}, &os.PathError{Op: "open", Path: p, Err: err}
+		return nil, &os.PathError{Op: "open", Path: p, Err: err}
 	}
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		unix.Close(fd)
-		return nil, [2]uint64{}, &os.PathError{Op: "stat", Path: p, Err: err}
-	}
-	return os.NewFile(uintptr(fd), p), [2]uint64{st.Dev, st.Ino}, nil
+	return &Root{path: p, f: os.NewFile(uintptr(fd), p)}, nil
 }
 
-// Path is SOURCE's path.
+// Path is the path SOURCE was opened by.
 func (r *Root) Path() string { return r.path }
 
-// Close closes the directory descriptor.
+// Close closes the directory descriptor; later resolutions fail with
+// os.ErrClosed.
 func (r *Root) Close() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.f.Close()
+	if r.f == nil {
+		return os.ErrClosed
+	}
+	err := r.f.Close()
+	r.f = nil
+	return err
 }
 
-// Generation counts the times SOURCE was found made anew.
-func (r *Root) Generation() uint64 {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	return r.gen
-}
-
-// At runs fn with SOURCE's descriptor. If fn fails with ENOENT or ESTALE
-// and SOURCE's path now names another directory, fn runs once more with
-// that directory. fn must not keep the descriptor.
+// At runs fn with SOURCE's descriptor, which fn must not keep.
 func (r *Root) At(fn func(dirfd int) error) error {
 	r.mu.RLock()
-	f, gen := r.f, r.gen
-	err := fn(int(f.Fd()))
-	r.mu.RUnlock()
-	if !errors.Is(err, syscall.ENOENT) && !errors.Is(err, syscall.ESTALE) {
-		return err
-	}
-	if !r.renew(gen) {
-		return err
-	}
-	r.mu.RLock()
 	defer r.mu.RUnlock()
+	if r.f == nil {
+		return os.ErrClosed
+	}
 	return fn(int(r.f.Fd()))
-}
-
-// renew reopens SOURCE if its path names another directory than the one
-// held at generation gen, and reports whether there is a newer one.
-func (r *Root) renew(gen uint64) bool {
-	var st unix.Stat_t
-	if err := unix.Stat(r.path, &st); err != nil {
-		return false
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.gen != gen {
-		return true // renewed meanwhile
-	}
-	if [2]uint64{st.Dev, st.Ino} == r.id {
-		return false
-	}
-	f, id, err := openDir(r.path)
-	if err != nil {
-		return false
-	}
-	r.f.Close()
-	r.f, r.id, r.gen = f, id, r.gen+1
-	return true
 }
 
 // Clean turns a path under SOURCE into its clean relative form ("." for

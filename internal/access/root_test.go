@@ -3,6 +3,7 @@ package access
 import (
 	"errors"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -67,5 +68,41 @@ func TestOpenLongerThanPathMax(t *testing.T) {
 	upup := strings.Join(parts[:21], "/") + "/upup/" + strings.Join(parts[19:], "/")
 	if _, err := r.Open(upup, unix.O_PATH, 0, Beneath); !errors.Is(err, syscall.EXDEV) {
 		t.Errorf("a link above its piece's first directory: %v, want EXDEV", err)
+	}
+}
+
+// TestSourceIsTheDirectory: a Root keeps the directory it opened. Renamed
+// away, it is still the one served; removed, nothing is found in it, even
+// with a new directory at its path.
+func TestSourceIsTheDirectory(t *testing.T) {
+	parent := t.TempDir()
+	dir := filepath.Join(parent, "src")
+	write(t, filepath.Join(dir, "a"), 0o644)
+	r, err := OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if err := os.Rename(dir, dir+".old"); err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(dir, "b"), 0o644)
+	if f, err := r.Open("a", os.O_RDONLY, 0, Beneath); err != nil {
+		t.Errorf("open in SOURCE renamed away: %v", err)
+	} else {
+		f.Close()
+	}
+	if _, err := r.Open("b", os.O_RDONLY, 0, Beneath); !errors.Is(err, syscall.ENOENT) {
+		t.Errorf("open of a file of the directory made at SOURCE's path: %v, want ENOENT", err)
+	}
+	if err := os.RemoveAll(dir + ".old"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Open("a", os.O_RDONLY, 0, Beneath); !errors.Is(err, syscall.ENOENT) {
+		t.Errorf("open in a removed SOURCE: %v, want ENOENT", err)
+	}
+	r.Close()
+	if _, err := r.Open(".", unix.O_PATH, 0, Beneath); !errors.Is(err, os.ErrClosed) {
+		t.Errorf("open after Close: %v, want os.ErrClosed", err)
 	}
 }

@@ -92,6 +92,7 @@ type Stats struct {
 type Server struct {
 	fuse        *fuse.Server
 	raw         *umaskFS
+	tree        *rootNode    // the mount's root node
 	root        *access.Root // SOURCE, held open; every access resolves beneath it
 	dev         uint64       // SOURCE's device
 	source      string
@@ -221,7 +222,8 @@ func unwrapPath(err error) error {
 // front of it) and serves it.
 func (s *Server) serve(mnt string) error {
 	opts := s.mountOptions()
-	s.raw = &umaskFS{RawFileSystem: gofs.NewNodeFS(&rootNode{node: node{srv: s}}, opts)}
+	s.tree = &rootNode{node: node{srv: s}}
+	s.raw = &umaskFS{RawFileSystem: gofs.NewNodeFS(s.tree, opts)}
 	srv, err := fuse.NewServer(s.raw, mnt, &opts.MountOptions)
 	if err != nil {
 		return err

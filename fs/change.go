@@ -286,7 +286,9 @@ func (n *node) remove(ctx context.Context, name string, flags int) syscall.Errno
 	if errno := n.mayChange(name); errno != 0 {
 		return errno
 	}
-	errno := n.dir(ctx, func(dirfd int) error { return unix.Unlinkat(dirfd, name, flags) })
+	errno := n.dir(ctx, func(dirfd int) error {
+		return n.replacing(dirfd, name, func() error { return unix.Unlinkat(dirfd, name, flags) })
+	})
 	n.srv.changed(n.relName(name))
 	return errno
 }
@@ -304,7 +306,13 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 	}
 	errno := n.srv.as(ctx, func() error {
 		return n.dirAs(func(from int) error {
-			return np.dirAs(func(to int) error { return unix.Renameat2(from, name, to, newName, uint(flags)) })
+			return np.dirAs(func(to int) error {
+				rename := func() error { return unix.Renameat2(from, name, to, newName, uint(flags)) }
+				if flags&(unix.RENAME_NOREPLACE|unix.RENAME_EXCHANGE) != 0 {
+					return rename() // no file loses its name
+				}
+				return np.replacing(to, newName, rename)
+			})
 		})
 	})
 	n.srv.changed(n.relName(name))

@@ -90,20 +90,22 @@ type Stats struct {
 
 // Server is a mounted gdsfs.
 type Server struct {
-	fuse       *fuse.Server
-	raw        *umaskFS
-	root       *access.Root // SOURCE, held open; every access resolves beneath it
-	dev        uint64       // SOURCE's device
-	source     string
-	mountpoint string
-	opts       Options
-	stager     Stager
-	controls   []Control
-	log        *zap.Logger
-	errs       errnoLogger
-	uid, gid   uint32
-	started    time.Time
-	closeRoot  sync.Once
+	fuse        *fuse.Server
+	raw         *umaskFS
+	tree        *rootNode    // the mount's root node
+	root        *access.Root // SOURCE, held open; every access resolves beneath it
+	dev         uint64       // SOURCE's device
+	source      string
+	mountpoint  string
+	opts        Options
+	stager      Stager
+	controls    []Control
+	log         *zap.Logger
+	errs        errnoLogger
+	uid, gid    uint32
+	started     time.Time
+	closeRoot   sync.Once
+	removedOnce sync.Once // noticeRemoved
 
 	// Settled once by Mount; read by open files and Stats.
 	passthrough    atomic.Bool
@@ -220,7 +222,8 @@ func unwrapPath(err error) error {
 // front of it) and serves it.
 func (s *Server) serve(mnt string) error {
 	opts := s.mountOptions()
-	s.raw = &umaskFS{RawFileSystem: gofs.NewNodeFS(&rootNode{node: node{srv: s}}, opts)}
+	s.tree = &rootNode{node: node{srv: s}}
+	s.raw = &umaskFS{RawFileSystem: gofs.NewNodeFS(s.tree, opts)}
 	srv, err := fuse.NewServer(s.raw, mnt, &opts.MountOptions)
 	if err != nil {
 		return err
@@ -353,6 +356,20 @@ func (s *Server) raiseReadAhead() {
 func (s *Server) Wait() {
 	s.fuse.Wait()
 	s.closeRoot.Do(func() { s.root.Close() })
+}
+
+// noticeRemoved logs, once, that SOURCE was removed: the mount serves the
+// directory it mounted, as a bind mount does, not one made at its path
+// since.
+func (s *Server) noticeRemoved() {
+	var st unix.Stat_t
+	if s.root.At(func(dirfd int) error { return unix.Fstat(dirfd, &st) }) != nil || st.Nlink > 0 {
+		return
+	}
+	s.removedOnce.Do(func() {
+		s.log.Warn("SOURCE was removed: the mount serves the removed directory (empty) until it is mounted again",
+			zap.String("source", s.source))
+	})
 }
 
 // CanRead reports whether c may open rel (relative to SOURCE) for reading:

@@ -2,6 +2,7 @@ package fs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path"
@@ -29,6 +30,7 @@ type node struct {
 	mu   sync.Mutex
 	seen fileVersion        // the file's version at the last open; guarded by mu
 	open map[*file]struct{} // handles open on the node; guarded by mu
+	kept *os.File           // the file, O_PATH, once unlinked or renamed over through the mount (replaced.go); guarded by mu
 }
 
 // anyOpen returns one handle open on the node, or nil.
@@ -80,19 +82,24 @@ func (n *node) relName(name string) string {
 
 // resolve opens the node's path as the calling thread's credentials are
 // (call it inside Cred.Do) with flags, and checks that it still names the
-// node's inode.
+// node's inode. A file unlinked or renamed over through the mount is
+// opened from the descriptor its node kept (replaced.go).
 func (n *node) resolve(flags int) (*os.File, *syscall.Stat_t, error) {
 	rel, ok := n.rel()
 	if !ok {
-		return nil, nil, syscall.ENOENT
+		return n.reopenKept(flags, syscall.ENOENT)
 	}
 	f, err := n.srv.root.Open(rel, flags|unix.O_NOFOLLOW, 0, access.NoSymlinks)
+	if errors.Is(err, syscall.ENOENT) {
+		return n.reopenKept(flags, err)
+	}
 	if err != nil {
 		return nil, nil, err
 	}
 	st, id, err := fstatx(int(f.Fd()))
 	if err == nil && !n.IsRoot() && id != n.id {
-		err = fmt.Errorf("%s names another file than the kernel looked up: %w", rel, syscall.ESTALE)
+		f.Close()
+		return n.reopenKept(flags, fmt.Errorf("%s names another file than the kernel looked up: %w", rel, syscall.ESTALE))
 	}
 	if err != nil {
 		f.Close()
@@ -303,7 +310,11 @@ func (r *rootNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) 
 		r.ctl.Operations().(*controlDir).fillAttr(&out.Attr)
 		return r.ctl, 0
 	}
-	return r.node.Lookup(ctx, name, out)
+	ch, errno := r.node.Lookup(ctx, name, out)
+	if errno == syscall.ENOENT {
+		r.srv.noticeRemoved()
+	}
+	return ch, errno
 }
 
 // isRegular reports whether mode is a regular file's.

@@ -231,8 +231,7 @@ func (c *Cache) Close() error {
 // the daemon, never blocking: anything but a regular file is refused
 // (access.ErrNotRegular) before it could block in open or read. It asks
 // for O_NOATIME so staging leaves SOURCE's metadata as it was, where the
-// daemon may (it owns the file, or is root). A SOURCE removed and made
-// again is followed (access.Root).
+// daemon may (it owns the file, or is root).
 func (c *Cache) openRegular(rel string, extra int) (*os.File, *unix.Stat_t, error) {
 	return c.root.OpenRegular(access.Daemon(), rel, unix.O_NOATIME|extra, access.Beneath)
 }

@@ -13,10 +13,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// TestSourceRecreated: SOURCE removed and made again while the daemon
-// runs is followed: the next lease has the new file (once: ENOENT until
-// remount).
-func TestSourceRecreated(t *testing.T) {
+// TestSourceReplaced: the cache stages from the directory SOURCE was when
+// it started, as the mount serves it: removed and made again, SOURCE's
+// files are gone for the cache too, old names and new.
+func TestSourceReplaced(t *testing.T) {
 	parent := t.TempDir()
 	src := filepath.Join(parent, "src")
 	writeFile(t, src, "d/f", randomBytes(20000, 1))
@@ -26,9 +26,13 @@ func TestSourceRecreated(t *testing.T) {
 	if err := os.RemoveAll(src); err != nil {
 		t.Fatal(err)
 	}
-	fresh := randomBytes(30000, 2)
-	writeFile(t, src, "d/f", fresh)
-	checkStaged(t, c, "d/f", fresh)
+	writeFile(t, src, "d/f", randomBytes(30000, 2))
+	writeFile(t, src, "d/g", randomBytes(30000, 3))
+	for _, rel := range []string{"d/f", "d/g"} {
+		if _, err := c.Acquire(context.Background(), Request{Rel: rel}); !errors.Is(err, syscall.ENOENT) {
+			t.Errorf("acquire %s after SOURCE was made again: %v, want ENOENT", rel, err)
+		}
+	}
 }
 
 // TestLongPath: a path of nearly PATH_MAX bytes under SOURCE stages

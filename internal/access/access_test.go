@@ -214,32 +214,6 @@ func TestOpenRegularNeverBlocks(t *testing.T) {
 	}
 }
 
-func TestSourceMadeAnew(t *testing.T) {
-	parent := t.TempDir()
-	dir := filepath.Join(parent, "src")
-	write(t, filepath.Join(dir, "a"), 0o644)
-	r, err := OpenRoot(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	if err := os.RemoveAll(dir); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := r.Open("a", os.O_RDONLY, 0, Beneath); !errors.Is(err, syscall.ENOENT) {
-		t.Fatalf("open in a removed SOURCE: %v, want ENOENT", err)
-	}
-	write(t, filepath.Join(dir, "a"), 0o644)
-	f, err := r.Open("a", os.O_RDONLY, 0, Beneath)
-	if err != nil {
-		t.Fatalf("open after SOURCE was made again: %v", err)
-	}
-	f.Close()
-	if r.Generation() != 1 {
-		t.Errorf("generation %d, want 1", r.Generation())
-	}
-}
-
 // TestDoClearsCapabilities: acting for another user, the thread keeps no
 // capability (CAP_SYS_ADMIN and CAP_SETFCAP included), and has them all
 // back afterwards.

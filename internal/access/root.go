@@ -14,99 +14,51 @@ import (
 
 // Root is SOURCE, held open: every path is resolved beneath it.
 //
-// If the directory at SOURCE's path is removed and made again while the
-// daemon runs, the next resolution that fails with ENOENT or ESTALE
-// notices (the path names another directory than the one held) and
-// continues with the new one.
+// SOURCE is the directory opened, not its path: as with a bind mount, a
+// SOURCE renamed away is still served where it went, and a SOURCE removed
+// is served as the removed (empty) directory it now is, even if another
+// directory is made at its path; serving that one takes a new Root (a
+// remount).
 type Root struct {
 	path string
 
-	mu  sync.RWMutex
-	f   *os.File // guarded by mu; replaced when SOURCE is made anew
-	id  [2]uint64
-	gen uint64 // guarded by mu; counts replacements
+	mu sync.RWMutex
+	f  *os.File // guarded by mu; nil once closed
 }
 
 // OpenRoot opens the directory path.
 func OpenRoot(p string) (*Root, error) {
-	f, id, err := openDir(p)
-	if err != nil {
-		return nil, err
-	}
-	return &Root{path: p, f: f, id: id}, nil
-}
-
-func openDir(p string) (*os.File, [2]uint64, error) {
 	fd, err := unix.Open(p, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, [2]uint64{}, &os.PathError{Op: "open", Path: p, Err: err}
+		return nil, &os.PathError{Op: "open", Path: p, Err: err}
 	}
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		unix.Close(fd)
-		return nil, [2]uint64{}, &os.PathError{Op: "stat", Path: p, Err: err}
-	}
-	return os.NewFile(uintptr(fd), p), [2]uint64{st.Dev, st.Ino}, nil
+	return &Root{path: p, f: os.NewFile(uintptr(fd), p)}, nil
 }
 
-// Path is SOURCE's path.
+// Path is the path SOURCE was opened by.
 func (r *Root) Path() string { return r.path }
 
-// Close closes the directory descriptor.
+// Close closes the directory descriptor; later resolutions fail with
+// os.ErrClosed.
 func (r *Root) Close() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.f.Close()
+	if r.f == nil {
+		return os.ErrClosed
+	}
+	err := r.f.Close()
+	r.f = nil
+	return err
 }
 
-// Generation counts the times SOURCE was found made anew.
-func (r *Root) Generation() uint64 {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	return r.gen
-}
-
-// At runs fn with SOURCE's descriptor. If fn fails with ENOENT or ESTALE
-// and SOURCE's path now names another directory, fn runs once more with
-// that directory. fn must not keep the descriptor.
+// At runs fn with SOURCE's descriptor, which fn must not keep.
 func (r *Root) At(fn func(dirfd int) error) error {
 	r.mu.RLock()
-	f, gen := r.f, r.gen
-	err := fn(int(f.Fd()))
-	r.mu.RUnlock()
-	if !errors.Is(err, syscall.ENOENT) && !errors.Is(err, syscall.ESTALE) {
-		return err
-	}
-	if !r.renew(gen) {
-		return err
-	}
-	r.mu.RLock()
 	defer r.mu.RUnlock()
+	if r.f == nil {
+		return os.ErrClosed
+	}
 	return fn(int(r.f.Fd()))
-}
-
-// renew reopens SOURCE if its path names another directory than the one
-// held at generation gen, and reports whether there is a newer one.
-func (r *Root) renew(gen uint64) bool {
-	var st unix.Stat_t
-	if err := unix.Stat(r.path, &st); err != nil {
-		return false
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.gen != gen {
-		return true // renewed meanwhile
-	}
-	if [2]uint64{st.Dev, st.Ino} == r.id {
-		return false
-	}
-	f, id, err := openDir(r.path)
-	if err != nil {
-		return false
-	}
-	r.f.Close()
-	r.f, r.id, r.gen = f, id, r.gen+1
-	return true
 }
 
 // Clean turns a path under SOURCE into its clean relative form ("." for
@@ -142,7 +94,7 @@ func (r *Root) Open(rel string, flags int, mode uint32, resolve uint64) (*os.Fil
 	var fd int
 	err = r.At(func(dirfd int) error {
 		var e error
-		fd, e = openat2(dirfd, rel, how)
+		fd, e = openBeneath(dirfd, rel, how)
 		return e
 	})
 	if err != nil {
@@ -225,6 +177,44 @@ func kind(mode uint32) string {
 		return "a symbolic link"
 	}
 	return "not a regular file"
+}
+
+// pathMax is the longest path one system call takes (PATH_MAX less the
+// terminating NUL).
+const pathMax = unix.PathMax - 1
+
+// openBeneath opens rel (clean, relative) beneath dirfd with how. A path
+// longer than one system call takes is resolved a piece at a time, each
+// piece at most pathMax bytes and ending before a '/', opened as an O_PATH
+// directory beneath the one before it with the same resolve flags: a
+// symbolic link in a later piece may not climb above that piece's first
+// directory (EXDEV), where a single call would let it climb as far as
+// dirfd.
+func openBeneath(dirfd int, rel string, how *unix.OpenHow) (int, error) {
+	if len(rel) <= pathMax {
+		return openat2(dirfd, rel, how)
+	}
+	dir := &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: how.Resolve}
+	cur := dirfd
+	for len(rel) > pathMax {
+		cut := strings.LastIndexByte(rel[:pathMax+1], '/')
+		if cut <= 0 {
+			return -1, unix.ENAMETOOLONG // a component longer than pathMax: no file system has one
+		}
+		fd, err := openat2(cur, rel[:cut], dir)
+		if cur != dirfd {
+			unix.Close(cur)
+		}
+		if err != nil {
+			return -1, err
+		}
+		cur, rel = fd, rel[cut+1:]
+	}
+	fd, err := openat2(cur, rel, how)
+	if cur != dirfd {
+		unix.Close(cur)
+	}
+	return fd, err
 }
 
 // openat2 retries EINTR and EAGAIN (the kernel answers EAGAIN to

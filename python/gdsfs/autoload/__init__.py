@@ -65,6 +65,15 @@ def _patch_torch(mod):
     if load is not None and getattr(load, "_gdsfs_original", None) is not None:
         if getattr(mod, "load", None) is load._gdsfs_original:
             _hooks.replace(mod, "load", load)
+    from . import _moves
+
+    _moves.install(mod)
+
+
+def _patch_numpy(mod):
+    from . import _moves
+
+    _moves.install_numpy(mod)
 
 
 _enabled = False
@@ -77,6 +86,7 @@ def enable():
     _hooks.register("safetensors.torch", _patch_safetensors_torch)
     _hooks.register("torch.serialization", _patch_torch_serialization)
     _hooks.register("torch", _patch_torch)
+    _hooks.register("numpy", _patch_numpy)
     _enabled = True
 
 
@@ -89,7 +99,16 @@ def disable():
     process (children started later still get what their environment says)."""
     global _enabled
     _hooks.disable()
+    _release_kept_leases()
     _enabled = False
+
+
+def _release_kept_leases():
+    import sys
+
+    moves = sys.modules.get(__name__ + "._moves")
+    if moves is not None:
+        moves.release()
 
 
 enable()

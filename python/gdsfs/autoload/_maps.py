@@ -1,0 +1,210 @@
+"""Which file backs an address: an index of this process's mappings of
+files under gdsfs mounts, read from /proc/self/maps.
+
+find(addr) is the fast path every intercepted tensor move takes: a bisect
+over the sorted starts, no system call. The index is rebuilt from
+/proc/self/maps when a hooked call made a mapping since (note()), and, for
+mappings nobody hooked, on a miss of a large tensor at most once per
+DISCOVER_INTERVAL seconds. An entry found is a candidate only: check()
+makes sure the mapping is still there, maps the same file, and that the
+bytes at those addresses are still the file's."""
+
+import bisect
+import os
+import threading
+import time
+
+from .._mount import FSTYPE, read_mountinfo
+
+PAGE = os.sysconf("SC_PAGE_SIZE")
+DISCOVER_BYTES = 1 << 20  # a miss of at least this many bytes may rebuild the index ...
+DISCOVER_INTERVAL = 1.0  # ... at most this often (seconds)
+
+_lock = threading.Lock()
+# The index, replaced whole under _lock and read without it: starts[i] is
+# entries[i].start, sorted; the entries do not overlap.
+starts = []
+entries = []
+dirty = False  # a hooked call made a mapping since the last rebuild
+refreshes = 0  # rebuilds done by this process (the tests count them)
+_last = 0.0  # time.monotonic() of the last rebuild
+# (st_dev, st_ino) -> (size, mtime_ns, ctime_ns) of the file when a hooked
+# call mapped it, or when a rebuild first saw it mapped.
+_idents = {}
+after_refresh = None  # fn(keys mapped now), called after each rebuild
+
+
+class Mapping:
+    """One VMA of a file under a gdsfs mount."""
+
+    __slots__ = ("start", "end", "offset", "dev", "ino", "path", "shared", "writable")
+
+    def __init__(self, start, end, offset, dev, ino, path, shared, writable):
+        self.start, self.end, self.offset = start, end, offset
+        self.dev, self.ino, self.path = dev, ino, path
+        self.shared, self.writable = shared, writable
+
+    @property
+    def key(self):
+        return (self.dev, self.ino)
+
+    def __repr__(self):
+        return "Mapping(%#x-%#x +%d %s %s%s)" % (self.start, self.end, self.offset, self.path,
+                                                 "s" if self.shared else "p", "w" if self.writable else "")
+
+
+def find(addr):
+    """The entry holding addr, or None. No system call."""
+    i = bisect.bisect_right(starts, addr) - 1
+    if i >= 0:
+        e = entries[i]
+        if addr < e.end:
+            return e
+    return None
+
+
+def lookup(addr, nbytes):
+    """find(addr), rebuilding the index first when a hooked call mapped a
+    file since, or when a large tensor missed and the last rebuild is a
+    while ago (mappings made by code nobody hooked)."""
+    e = find(addr)
+    if e is not None:
+        return e
+    if dirty or (nbytes >= DISCOVER_BYTES and time.monotonic() - _last >= DISCOVER_INTERVAL):
+        refresh()
+        return find(addr)
+    return None
+
+
+def note(path=None):
+    """A hooked call is about to map path (a path or an open file): the next
+    miss rebuilds the index, and the file's identity now is remembered (a
+    file changed after this no longer matches)."""
+    global dirty
+    dirty = True
+    if path is None:
+        return
+    try:
+        if isinstance(path, int):
+            st = os.fstat(path)
+        elif hasattr(path, "fileno"):
+            st = os.fstat(path.fileno())
+        else:
+            st = os.stat(path)
+    except (OSError, TypeError, ValueError, AttributeError):
+        return
+    with _lock:
+        _idents.setdefault((st.st_dev, st.st_ino), _ident(st))
+
+
+def _ident(st):
+    return (st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def ident_of(key):
+    return _idents.get(key)
+
+
+def _gdsfs_devs():
+    """st_dev of every gdsfs mount: {dev: mount point}."""
+    out = {}
+    for e in read_mountinfo():
+        if e.fstype == FSTYPE:
+            major, _, minor = e.majmin.partition(":")
+            out[os.makedev(int(major), int(minor))] = e.mountpoint
+    return out
+
+
+def parse_maps(data, devs):
+    """The Mappings of /proc/self/maps text data (bytes) whose device is in
+    devs, in address order."""
+    out = []
+    for line in data.split(b"\n"):
+        f = line.split(None, 5)
+        if len(f) < 6:
+            continue
+        major, _, minor = f[3].partition(b":")
+        try:
+            dev = os.makedev(int(major, 16), int(minor, 16))
+        except ValueError:
+            continue
+        if dev not in devs:
+            continue
+        lo, _, hi = f[0].partition(b"-")
+        perms = f[1]
+        out.append(Mapping(int(lo, 16), int(hi, 16), int(f[2], 16), dev, int(f[4]),
+                           os.fsdecode(f[5].rstrip(b"\n")), perms[3:4] == b"s", perms[1:2] == b"w"))
+    return out
+
+
+def refresh():
+    """Rebuild the index from /proc/self/maps. Returns the keys (dev, ino)
+    mapped now."""
+    global starts, entries, dirty, refreshes, _last
+    with _lock:
+        dirty = False
+        refreshes += 1
+        _last = time.monotonic()
+        devs = _gdsfs_devs()
+        found = []
+        if devs:
+            with open("/proc/self/maps", "rb") as f:
+                found = parse_maps(f.read(), devs)
+        keys = {e.key for e in found}
+        for e in found:
+            if e.key not in _idents:
+                try:
+                    st = os.stat(e.path)
+                except OSError:
+                    continue
+                if (st.st_dev, st.st_ino) == e.key:
+                    _idents[e.key] = _ident(st)
+        for k in [k for k in _idents if k not in keys and k[0] in devs]:
+            del _idents[k]
+        if len(_idents) > 4096:  # files noted but never mapped
+            for k in [k for k in _idents if k not in keys]:
+                del _idents[k]
+        entries = found
+        starts = [e.start for e in found]
+    if after_refresh is not None:
+        after_refresh(keys)
+    return keys
+
+
+def still_mapped(e):
+    """Whether e's VMA is still there, a mapping of the same file: its
+    /proc/self/map_files link names e's path."""
+    try:
+        return os.readlink("/proc/self/map_files/%x-%x" % (e.start, e.end)) == e.path
+    except OSError:
+        return False
+
+
+def written_pages(lo, hi):
+    """How many pages of [lo, hi) of a private file mapping are no longer
+    the file's (written in memory: anonymous now, or swapped), by
+    /proc/self/pagemap; None when it cannot be read."""
+    import torch
+
+    first, last = lo // PAGE, (hi - 1) // PAGE
+    n = last - first + 1
+    try:
+        fd = os.open("/proc/self/pagemap", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        buf = bytearray(n * 8)
+        mv, got = memoryview(buf), 0
+        while got < len(buf):
+            k = os.preadv(fd, [mv[got:]], first * 8 + got)
+            if k <= 0:
+                return None
+            got += k
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    # bit 63 present, 62 swapped, 61 a file page (or shared anonymous)
+    flags = (torch.frombuffer(buf, dtype=torch.int64) >> 61) & 7
+    written = ((flags & 5) == 4) | ((flags & 2) != 0)
+    return int(written.sum())

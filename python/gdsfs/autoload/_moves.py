@@ -1,0 +1,363 @@
+"""CPU tensors moved to a GPU, served from a lease when their memory is a
+mapping of a file under a gdsfs mount.
+
+Tensor.to, Tensor.cuda and Tensor.copy_ are wrapped. Where the source is a
+CPU tensor whose address range lies in a mapping of a file on a gdsfs
+mount (_maps: decided from the memory, not from which call made the
+tensor), the same tensor (dtype, shape, strides, storage offset into the
+file) is viewed in the file's lease and copied from there, device to
+device. Where the bytes at those addresses may not be the file's (pages of
+a private mapping written in memory, a file changed since it was mapped, a
+shared writable mapping) or the lease cannot serve (refused, staged on the
+host), the original call runs, counted by reason.
+
+Moves into CPU memory are served only where TARGETS names "cpu" (the host
+backend's tests: a host lease stands in for the GPU there)."""
+
+import threading
+
+from . import _maps, _report, _serve
+from ._serve import Fallback
+
+TARGETS = ("cuda",)
+MAX_LEASES = 64  # leases kept open for files still mapped
+
+_lock = threading.Lock()
+_leases = {}  # (dev, ino, ident) -> [lease, set of CUDA devices copied to], in use order
+_orig = {}  # name -> the Tensor method wrapped
+_gens = {}  # (dev, ino, ident) -> the generation first leased: a file staged again has changed
+
+
+# --- the wrappers -----------------------------------------------------------
+
+def install(torch):
+    """Wrap Tensor.to, .cuda, .copy_ and the mapping calls torch has."""
+    from . import _hooks
+
+    T = torch.Tensor
+    if getattr(T.to, "_gdsfs_original", None) is not None:
+        return
+    orig_to, orig_cuda, orig_copy = T.to, T.cuda, T.copy_
+    _orig.update(to=orig_to, cuda=orig_cuda, copy_=orig_copy)
+    _maps.after_refresh = release
+
+    def to(self, *args, **kwargs):
+        if self.is_cpu and (_maps.starts or _maps.dirty or self.nelement() * self.element_size() >= _maps.DISCOVER_BYTES):
+            out = _try(torch, "torch.Tensor.to", self, _to_target, (torch, self, args, kwargs))
+            if out is not None:
+                return out
+        return orig_to(self, *args, **kwargs)
+
+    def cuda(self, *args, **kwargs):
+        if self.is_cpu and (_maps.starts or _maps.dirty or self.nelement() * self.element_size() >= _maps.DISCOVER_BYTES):
+            out = _try(torch, "torch.Tensor.cuda", self, _cuda_target, (torch, self, args, kwargs))
+            if out is not None:
+                return out
+        return orig_cuda(self, *args, **kwargs)
+
+    def copy_(self, src, *args, **kwargs):
+        if (type(src) is torch.Tensor or type(src) is torch.nn.Parameter) and src.is_cpu and (
+                _maps.starts or _maps.dirty or src.nelement() * src.element_size() >= _maps.DISCOVER_BYTES):
+            out = _try(torch, "torch.Tensor.copy_", src, _copy_target, (torch, self, src, args, kwargs, orig_copy))
+            if out is not None:
+                return out
+        return orig_copy(self, src, *args, **kwargs)
+
+    for name, fn, orig in (("to", to, orig_to), ("cuda", cuda, orig_cuda), ("copy_", copy_, orig_copy)):
+        fn.__name__ = fn.__qualname__ = name
+        fn.__doc__ = getattr(orig, "__doc__", None)
+        fn._gdsfs_original = orig
+        _hooks.replace(T, name, fn)
+    _wrap_mapper(_hooks, torch, "from_file")
+    for cls in (getattr(torch, "UntypedStorage", None), getattr(torch, "ByteStorage", None)):
+        if cls is not None and hasattr(cls, "from_file"):
+            _wrap_mapper(_hooks, cls, "from_file", static=True)
+
+
+def install_numpy(numpy):
+    """np.memmap (np.load(mmap_mode=...) makes one) tells the index."""
+    from . import _hooks
+
+    mm = getattr(numpy, "memmap", None)
+    new = getattr(mm, "__new__", None)
+    if new is None or getattr(new, "_gdsfs_original", None) is not None:
+        return
+
+    def __new__(subtype, filename, *args, **kwargs):
+        _maps.note(filename)
+        return new(subtype, filename, *args, **kwargs)
+
+    __new__._gdsfs_original = new
+    _hooks.replace(mm, "__new__", staticmethod(__new__))
+
+
+def _wrap_mapper(hooks, owner, name, static=False):
+    orig = getattr(owner, name, None)
+    if orig is None or getattr(orig, "_gdsfs_original", None) is not None:
+        return
+
+    def mapper(*args, **kwargs):
+        _maps.note(args[0] if args else kwargs.get("filename"))
+        return orig(*args, **kwargs)
+
+    mapper.__name__ = mapper.__qualname__ = name
+    mapper._gdsfs_original = orig
+    try:
+        hooks.replace(owner, name, staticmethod(mapper) if static else mapper)
+    except (AttributeError, TypeError):
+        _report.log.warning("gdsfs autoload: cannot wrap %s.%s; mappings it makes are found later",
+                            getattr(owner, "__name__", owner), name)
+
+
+# --- deciding -------------------------------------------------------------
+
+def _try(torch, loader, src, target_fn, targs):
+    """The served result, or None for the original call (a fallback is
+    counted where src is a mapping of a gdsfs file)."""
+    if _serve.bypassed() or src.numel() == 0:
+        return None
+    e = _maps.lookup(src.data_ptr(), src.nelement() * src.element_size())
+    if e is None:
+        return None
+    try:
+        plan = target_fn(*targs)
+    except Fallback as f:
+        _report.fallback(loader, f.reason, e.path, f.socket, f.detail)
+        return None
+    except Exception:
+        return None  # arguments the original call judges (and raises for)
+    if plan is None:
+        return None
+    try:
+        out = plan(lambda lease_ok: _source(torch, src, e, lease_ok))
+    except Fallback as f:
+        if f.reason is not None:
+            _report.fallback(loader, f.reason, e.path, f.socket, f.detail)
+        return None
+    except Exception as x:  # never the caller's problem: the original call runs
+        _report.fallback(loader, "client-error:" + type(x).__name__, e.path, None, str(x))
+        return None
+    _report.count_served(loader)
+    return out
+
+
+def _device_ok(lease, dev):
+    if dev.type == "cuda":
+        return lease.is_gpu
+    return dev.type == "cpu" and not lease.is_gpu
+
+
+def _target(torch, dev):
+    """dev as a torch.device when a move there is served, else None."""
+    if dev is None:
+        return None
+    dev = torch.device(dev)
+    if dev.type not in TARGETS:
+        return None
+    if dev.type == "cuda" and dev.index is None:
+        dev = torch.device("cuda", torch.cuda.current_device())
+    return dev
+
+
+def _check_grad(torch, *ts):
+    if torch.is_grad_enabled() and any(t.requires_grad for t in ts):
+        raise Fallback("requires-grad")
+
+
+def _check_dtypes(torch, a, b):
+    """A conversion served on the GPU gives the plain call's values for
+    floating types; others (integer overflow, bool) stay with torch's CPU
+    conversion."""
+    if a != b and not (a.is_floating_point and b.is_floating_point):
+        raise Fallback("dtype-conversion")
+
+
+def _to_target(torch, src, args, kwargs):
+    kwargs = dict(kwargs)
+    copy = kwargs.pop("copy", False)
+    try:
+        dev, dtype, non_blocking, mf = torch._C._nn._parse_to(*args, **kwargs)
+    except Exception:
+        return None  # the original raises what it raises
+    dev = _target(torch, dev if dev is not None else src.device)
+    if dev is None or type(src) not in (torch.Tensor, torch.nn.Parameter):
+        return None
+    dtype = dtype or src.dtype
+    if dev.type == "cpu" and dtype == src.dtype and not copy:
+        return None  # the original returns src itself
+    _check_grad(torch, src)
+    if dev.type == "cuda":
+        _check_dtypes(torch, src.dtype, dtype)
+    mf = torch.preserve_format if mf is None else mf
+
+    def plan(source):
+        v = source(lambda lease: _device_ok(lease, dev))
+        return _orig["to"](v, device=dev, dtype=dtype, non_blocking=non_blocking, copy=True, memory_format=mf)
+    return plan
+
+
+def _cuda_target(torch, src, args, kwargs):
+    if type(src) not in (torch.Tensor, torch.nn.Parameter) or "cuda" not in TARGETS:
+        return None
+    names = ("device", "non_blocking", "memory_format")
+    if len(args) > len(names) or any(k not in names for k in kwargs):
+        return None
+    a = dict(zip(names, args), **kwargs)
+    d = a.get("device")
+    try:
+        dev = torch.device("cuda", d) if isinstance(d, int) else _target(torch, d if d is not None else "cuda")
+    except Exception:
+        return None
+    if dev is None or dev.type != "cuda":
+        return None
+    _check_grad(torch, src)
+    mf = a.get("memory_format", torch.preserve_format)
+
+    def plan(source):
+        v = source(lambda lease: _device_ok(lease, dev))
+        return _orig["to"](v, device=dev, non_blocking=bool(a.get("non_blocking", False)), copy=True,
+                           memory_format=mf)
+    return plan
+
+
+def _copy_target(torch, dst, src, args, kwargs, orig_copy):
+    if not isinstance(dst, torch.Tensor) or dst.device.type not in TARGETS or dst.is_cpu and "cpu" not in TARGETS:
+        return None
+    if dst.layout != torch.strided or dst.is_quantized:
+        return None
+    _check_grad(torch, dst, src)
+    if dst.device.type == "cuda":
+        _check_dtypes(torch, src.dtype, dst.dtype)
+    dev = dst.device
+
+    def plan(source):
+        v = source(lambda lease: _device_ok(lease, dev))
+        orig_copy(dst, v, *args, **kwargs)
+        return dst
+    return plan
+
+
+# --- serving --------------------------------------------------------------
+
+def _source(torch, src, e, lease_ok):
+    """src viewed in its file's lease (same dtype, shape, strides), or
+    Fallback."""
+    if src.layout != torch.strided or src.is_quantized or src.is_conj() or src.is_neg():
+        raise Fallback(None)
+    item = src.element_size()
+    if any(s < 0 for s in src.stride()):
+        raise Fallback(None)
+    span = (sum((n - 1) * s for n, s in zip(src.shape, src.stride())) + 1) * item
+    lo = src.data_ptr()
+    hi = lo + span
+    if not _maps.still_mapped(e):
+        _maps.refresh()
+        e = _maps.find(lo)
+        if e is None or not _maps.still_mapped(e):
+            raise Fallback(None)  # not a gdsfs file's memory any more
+    if hi > e.end:
+        raise Fallback("spans-mappings")
+    if e.shared and e.writable:
+        raise Fallback("mapping-shared-writable")
+    ident = _identity(e)
+    off = e.offset + (lo - e.start)
+    if off + span > ident[0]:
+        raise Fallback("beyond-eof")
+    if not e.shared:
+        w = _maps.written_pages(lo, hi)
+        if w is None:
+            raise Fallback("pagemap-unreadable")
+        if w:
+            raise Fallback("private-pages-written", None, "%d of the pages under the tensor" % w)
+    lease = _lease(e, ident)
+    if not lease_ok(lease):
+        raise Fallback("host-staged" if not lease.is_gpu else "device", _serve.socket_of(lease))
+    base = lease.tensor(torch.uint8, (span,), off)
+    if off % item or base.storage_offset() % item:
+        base = base.clone()  # element-aligned on the lease's device
+    v = base.view(src.dtype)
+    v = v.as_strided(src.shape, src.stride(), v.storage_offset())
+    if lease.is_gpu:
+        with _lock:
+            ent = _leases.get(e.key + (ident,))
+            if ent is not None:
+                ent[1].add(base.device)
+    return v
+
+
+def _identity(e):
+    """The file's identity now, checked against the one it had when it was
+    mapped (or first seen mapped); Fallback("file-changed") if it differs."""
+    import os
+
+    try:
+        st = os.stat(e.path)
+    except OSError as err:
+        raise Fallback("file-changed", None, str(err)) from None
+    now = (st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    was = _maps.ident_of(e.key)
+    if (st.st_dev, st.st_ino) != e.key or was is None or was != now:
+        _drop(e.key)
+        raise Fallback("file-changed")
+    return now
+
+
+def _lease(e, ident):
+    """A lease of e's file kept open while the file is mapped."""
+    key = e.key + (ident,)
+    with _lock:
+        ent = _leases.pop(key, None)
+        if ent is not None:
+            _leases[key] = ent  # most recently used last
+            return ent[0]
+    lease = _serve.acquire(e.path)
+    gen = _gens.setdefault(key, lease.generation)
+    if lease.size != ident[0] or lease.generation != gen:
+        lease.close()
+        raise Fallback("file-changed", _serve.socket_of(lease))
+    old = []
+    with _lock:
+        ent = _leases.get(key)
+        if ent is not None:  # another thread leased it meanwhile: keep one
+            old.append([lease, set()])
+            lease = ent[0]
+        else:
+            _leases[key] = [lease, set()]
+        while len(_leases) > MAX_LEASES:
+            old.append(_leases.pop(next(iter(_leases))))
+    _close(old)
+    return lease
+
+
+def _drop(key):
+    with _lock:
+        gone = [_leases.pop(k) for k in list(_leases) if k[:2] == key]
+    _close(gone)
+
+
+def release(keep=None):
+    """Close the kept leases of files not in keep (all without keep), once
+    the copies queued from them are done."""
+    with _lock:
+        gone = [_leases.pop(k) for k in list(_leases) if keep is None or k[:2] not in keep]
+        for k in [k for k in _gens if keep is None or k[:2] not in keep]:
+            del _gens[k]
+    _close(gone)
+
+
+def _close(ents):
+    for lease, devs in ents:
+        try:
+            if devs:
+                import torch
+
+                for d in devs:
+                    torch.cuda.synchronize(d)
+            lease.close()
+        except Exception:
+            _report.log.debug("gdsfs autoload: closing a kept lease", exc_info=True)
+
+
+def leases_kept():
+    with _lock:
+        return len(_leases)

@@ -114,10 +114,12 @@ def _wrap_mapper(hooks, owner, name, static=False):
 def _try(torch, loader, src, target_fn, targs):
     """The served result, or None for the original call (a fallback is
     counted where src is a mapping of a gdsfs file)."""
-    if _serve.bypassed() or src.numel() == 0:
-        return None
-    e = _maps.lookup(src.data_ptr(), src.nelement() * src.element_size())
+    e = _maps.find(src.data_ptr())
     if e is None:
+        e = _maps.lookup(src.data_ptr(), src.nelement() * src.element_size())
+        if e is None:
+            return None
+    if src.numel() == 0 or _serve.bypassed():
         return None
     try:
         plan = target_fn(*targs)

@@ -215,6 +215,33 @@ class TestServedMoves(MovesCase):
         self.assertEqual(self.A.served().get("torch.Tensor.copy_"), 2, self.A.served())
 
 
+class TestLeases(MovesCase):
+    def test_lease_kept_while_the_file_is_mapped(self):
+        """One lease serves every move out of a mapped file; it ends once
+        the file is no longer mapped (seen at the next rebuild of the
+        index)."""
+        import gc
+
+        import numpy as np
+
+        torch = self.torch
+        m = start_mount(self, device="host")
+        for name in ("k1.npy", "k2.npy"):
+            np.save(os.path.join(m.src, name), np.arange(64, dtype=np.float32))
+        t = torch.from_numpy(np.load(m.path("k1.npy"), mmap_mode="r"))
+        t.to(torch.float64)
+        t[1:].to(torch.float16)
+        self.assertEqual(m.wait_leases(1), 1)
+        del t
+        gc.collect()
+        u = torch.from_numpy(np.load(m.path("k2.npy"), mmap_mode="r"))
+        self.assertSame(u.to(torch.float64), _plain(lambda: u.to(torch.float64)))
+        self.assertEqual(self.A.served(), {"torch.Tensor.to": 3})
+        self.assertEqual(m.wait_leases(1), 1, "k1's lease outlived its mapping")
+        self.moves.release()
+        self.assertEqual(m.wait_leases(0), 0)
+
+
 class TestFallbacks(MovesCase):
     sets = ("fuse.attr_timeout=0s", "fuse.entry_timeout=0s", "fuse.read_only=false")
 
@@ -307,7 +334,7 @@ class TestFastPath(MovesCase):
         p = self.put("f.npy", lambda d: np.save(d, np.arange(64, dtype=np.float32)))
         mapped = torch.from_numpy(np.load(p, mmap_mode="r"))
         mapped.to(torch.float64)  # rebuilds once: np.memmap said it mapped a file
-        self.assertIn(p, [e.path for e in self.maps.entries])
+        self.assertIn(p, [e.path for e in self.maps.entries()])
         before = self.maps.refreshes
         small = torch.arange(1000, dtype=torch.float32)
         dst = torch.empty(1000, dtype=torch.float64)

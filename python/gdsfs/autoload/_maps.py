@@ -21,10 +21,10 @@ DISCOVER_BYTES = 1 << 20  # a miss of at least this many bytes may rebuild the i
 DISCOVER_INTERVAL = 1.0  # ... at most this often (seconds)
 
 _lock = threading.Lock()
-# The index, replaced whole under _lock and read without it: starts[i] is
-# entries[i].start, sorted; the entries do not overlap.
-starts = []
-entries = []
+# The index, one tuple (starts, entries) replaced whole under _lock and
+# read without it: starts[i] is entries[i].start, sorted; the entries do
+# not overlap.
+index = ([], [])
 dirty = False  # a hooked call made a mapping since the last rebuild
 refreshes = 0  # rebuilds done by this process (the tests count them)
 _last = 0.0  # time.monotonic() of the last rebuild
@@ -55,10 +55,11 @@ class Mapping:
 
 def find(addr):
     """The entry holding addr, or None. No system call."""
+    starts, entries = index
     i = bisect.bisect_right(starts, addr) - 1
     if i >= 0:
         e = entries[i]
-        if addr < e.end:
+        if e.start <= addr < e.end:
             return e
     return None
 
@@ -140,7 +141,7 @@ def parse_maps(data, devs):
 def refresh():
     """Rebuild the index from /proc/self/maps. Returns the keys (dev, ino)
     mapped now."""
-    global starts, entries, dirty, refreshes, _last
+    global index, dirty, refreshes, _last
     with _lock:
         dirty = False
         refreshes += 1
@@ -164,8 +165,7 @@ def refresh():
         if len(_idents) > 4096:  # files noted but never mapped
             for k in [k for k in _idents if k not in keys]:
                 del _idents[k]
-        entries = found
-        starts = [e.start for e in found]
+        index = ([e.start for e in found], found)
     if after_refresh is not None:
         after_refresh(keys)
     return keys
@@ -208,3 +208,8 @@ def written_pages(lo, hi):
     flags = (torch.frombuffer(buf, dtype=torch.int64) >> 61) & 7
     written = ((flags & 5) == 4) | ((flags & 2) != 0)
     return int(written.sum())
+
+
+def entries():
+    """The entries of the index now (tests, diagnostics)."""
+    return list(index[1])

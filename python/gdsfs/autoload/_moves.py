@@ -42,14 +42,14 @@ def install(torch):
     _maps.after_refresh = release
 
     def to(self, *args, **kwargs):
-        if self.is_cpu and (_maps.starts or _maps.dirty or self.nelement() * self.element_size() >= _maps.DISCOVER_BYTES):
+        if self.is_cpu and (_maps.index[0] or _maps.dirty or self.nelement() * self.element_size() >= _maps.DISCOVER_BYTES):
             out = _try(torch, "torch.Tensor.to", self, _to_target, (torch, self, args, kwargs))
             if out is not None:
                 return out
         return orig_to(self, *args, **kwargs)
 
     def cuda(self, *args, **kwargs):
-        if self.is_cpu and (_maps.starts or _maps.dirty or self.nelement() * self.element_size() >= _maps.DISCOVER_BYTES):
+        if self.is_cpu and (_maps.index[0] or _maps.dirty or self.nelement() * self.element_size() >= _maps.DISCOVER_BYTES):
             out = _try(torch, "torch.Tensor.cuda", self, _cuda_target, (torch, self, args, kwargs))
             if out is not None:
                 return out
@@ -57,7 +57,7 @@ def install(torch):
 
     def copy_(self, src, *args, **kwargs):
         if (type(src) is torch.Tensor or type(src) is torch.nn.Parameter) and src.is_cpu and (
-                _maps.starts or _maps.dirty or src.nelement() * src.element_size() >= _maps.DISCOVER_BYTES):
+                _maps.index[0] or _maps.dirty or src.nelement() * src.element_size() >= _maps.DISCOVER_BYTES):
             out = _try(torch, "torch.Tensor.copy_", src, _copy_target, (torch, self, src, args, kwargs, orig_copy))
             if out is not None:
                 return out
@@ -114,11 +114,16 @@ def _wrap_mapper(hooks, owner, name, static=False):
 def _try(torch, loader, src, target_fn, targs):
     """The served result, or None for the original call (a fallback is
     counted where src is a mapping of a gdsfs file)."""
-    e = _maps.find(src.data_ptr())
-    if e is None:
-        e = _maps.lookup(src.data_ptr(), src.nelement() * src.element_size())
+    if type(src) is not torch.Tensor and type(src) is not torch.nn.Parameter:
+        return None
+    try:
+        e = _maps.find(src.data_ptr())
         if e is None:
-            return None
+            e = _maps.lookup(src.data_ptr(), src.nelement() * src.element_size())
+            if e is None:
+                return None
+    except Exception:
+        return None  # no plain data pointer (sparse, mkldnn): the original call decides
     if src.numel() == 0 or _serve.bypassed():
         return None
     try:

@@ -12,6 +12,8 @@ early):
   offset_keys(), metadata(), get_tensor(), get_slice()[...]
 - torch.load(path or file, map_location=..., weights_only=..., mmap=...)
   of torch.save zip checkpoints
+- Tensor.to, .cuda and .copy_ moving a CPU tensor that maps a file under a
+  gdsfs mount to a GPU (docs/frameworks.md)
 
 for files under a gdsfs mount. The tensors are copies out of the lease onto
 the device asked for (device to device on a GPU mount): ordinary writable

@@ -64,14 +64,11 @@ def find(addr):
     return None
 
 
-def lookup(addr, nbytes):
-    """find(addr), rebuilding the index first when a hooked call mapped a
-    file since, or when a large tensor missed and the last rebuild is a
-    while ago (mappings made by code nobody hooked)."""
-    e = find(addr)
-    if e is not None:
-        return e
-    if dirty or (nbytes >= DISCOVER_BYTES and time.monotonic() - _last >= DISCOVER_INTERVAL):
+def after_miss(addr, t):
+    """find(addr) missed for tensor t: rebuild the index and look again when
+    a hooked call mapped a file since, or when t is large and the last
+    rebuild is a while ago (mappings made by code nobody hooked)."""
+    if dirty or (t.nelement() * t.element_size() >= DISCOVER_BYTES and time.monotonic() - _last >= DISCOVER_INTERVAL):
         refresh()
         return find(addr)
     return None

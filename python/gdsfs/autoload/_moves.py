@@ -42,22 +42,21 @@ def install(torch):
     _maps.after_refresh = release
 
     def to(self, *args, **kwargs):
-        if self.is_cpu and (_maps.index[0] or _maps.dirty or self.nelement() * self.element_size() >= _maps.DISCOVER_BYTES):
+        if self.is_cpu:
             out = _try(torch, "torch.Tensor.to", self, _to_target, (torch, self, args, kwargs))
             if out is not None:
                 return out
         return orig_to(self, *args, **kwargs)
 
     def cuda(self, *args, **kwargs):
-        if self.is_cpu and (_maps.index[0] or _maps.dirty or self.nelement() * self.element_size() >= _maps.DISCOVER_BYTES):
+        if self.is_cpu:
             out = _try(torch, "torch.Tensor.cuda", self, _cuda_target, (torch, self, args, kwargs))
             if out is not None:
                 return out
         return orig_cuda(self, *args, **kwargs)
 
     def copy_(self, src, *args, **kwargs):
-        if (type(src) is torch.Tensor or type(src) is torch.nn.Parameter) and src.is_cpu and (
-                _maps.index[0] or _maps.dirty or src.nelement() * src.element_size() >= _maps.DISCOVER_BYTES):
+        if type(src) is torch.Tensor and src.is_cpu or type(src) is torch.nn.Parameter and src.is_cpu:
             out = _try(torch, "torch.Tensor.copy_", src, _copy_target, (torch, self, src, args, kwargs, orig_copy))
             if out is not None:
                 return out
@@ -117,9 +116,10 @@ def _try(torch, loader, src, target_fn, targs):
     if type(src) is not torch.Tensor and type(src) is not torch.nn.Parameter:
         return None
     try:
-        e = _maps.find(src.data_ptr())
+        p = src.data_ptr()
+        e = _maps.find(p)
         if e is None:
-            e = _maps.lookup(src.data_ptr(), src.nelement() * src.element_size())
+            e = _maps.after_miss(p, src)
             if e is None:
                 return None
     except Exception:

@@ -358,6 +358,19 @@ class TestFastPath(MovesCase):
         self.assertEqual(self.maps.refreshes, before + 1)
         self.assertEqual(self.A.served(), {"torch.Tensor.to": 3})
 
+    def test_a_mapping_of_a_file_elsewhere_rebuilds_nothing(self):
+        import numpy as np
+
+        torch = self.torch
+        p = os.path.join(_support.tmpdir(), "local.npy")
+        np.save(p, np.arange(64, dtype=np.float32))
+        self.maps.refresh()
+        before = self.maps.refreshes
+        for _ in range(3):
+            torch.from_numpy(np.load(p, mmap_mode="r")).to(torch.float64)
+        self.assertEqual(self.maps.refreshes, before)
+        self.assertEqual((self.A.served(), self.A.fallbacks()), ({}, {}))
+
     def test_disable_puts_the_methods_back(self):
         torch = self.torch
         self.assertTrue(hasattr(torch.Tensor.to, "_gdsfs_original"))

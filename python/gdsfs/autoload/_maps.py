@@ -75,13 +75,12 @@ def after_miss(addr, t):
 
 
 def note(path=None):
-    """A hooked call is about to map path (a path or an open file): the next
-    miss rebuilds the index, and the file's identity now is remembered (a
-    file changed after this no longer matches)."""
+    """A hooked call is about to map path (a path, an open file or a
+    descriptor). A file on a gdsfs mount (or one that cannot be told) makes
+    the next miss rebuild the index, and its identity now is remembered (a
+    file changed after this no longer matches). A file elsewhere changes
+    nothing."""
     global dirty
-    dirty = True
-    if path is None:
-        return
     try:
         if isinstance(path, int):
             st = os.fstat(path)
@@ -90,9 +89,29 @@ def note(path=None):
         else:
             st = os.stat(path)
     except (OSError, TypeError, ValueError, AttributeError):
+        dirty = True
+        return
+    if not _on_gdsfs(st.st_dev):
         return
     with _lock:
         _idents.setdefault((st.st_dev, st.st_ino), _ident(st))
+    dirty = True
+
+
+_devs = {}  # st_dev -> whether it is a gdsfs mount's, read from mountinfo once per device
+
+
+def _on_gdsfs(dev):
+    known = _devs.get(dev)
+    if known is None:
+        try:
+            known = dev in _gdsfs_devs()
+        except OSError:
+            return True
+        if len(_devs) > 1024:
+            _devs.clear()
+        _devs[dev] = known
+    return known
 
 
 def _ident(st):
@@ -117,7 +136,10 @@ def parse_maps(data, devs):
     """The Mappings of /proc/self/maps text data (bytes) whose device is in
     devs, in address order."""
     out = []
+    tags = [b" %02x:%02x " % (os.major(d), os.minor(d)) for d in devs]
     for line in data.split(b"\n"):
+        if not any(t in line for t in tags):
+            continue
         f = line.split(None, 5)
         if len(f) < 6:
             continue

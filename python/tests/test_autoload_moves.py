@@ -215,6 +215,36 @@ class TestServedMoves(MovesCase):
         self.assertEqual(self.A.served().get("torch.Tensor.copy_"), 2, self.A.served())
 
 
+class TestPagemap(unittest.TestCase):
+    def test_written_pages_of_a_private_mapping(self):
+        """Both ways of reading the flags (a few pages, many pages) count
+        the written pages and only those."""
+        import ctypes
+        import mmap
+
+        S.require_torch(self)
+        from gdsfs.autoload import _maps
+
+        page, n = _maps.PAGE, 2048
+        p = os.path.join(_support.tmpdir(), "priv.bin")
+        _write(p, b"\1" * (page * n))
+        with open(p, "rb") as f:
+            m = mmap.mmap(f.fileno(), page * n, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        try:
+            buf = (ctypes.c_char * (page * n)).from_buffer(m)
+            lo = ctypes.addressof(buf)
+            _ = bytes(m[:page * n:page])  # every page read: the file's pages, present
+            self.assertEqual(_maps.written_pages(lo, lo + page * n), 0)
+            m[5 * page] = 7
+            m[1500 * page + 9] = 7
+            self.assertEqual(_maps.written_pages(lo, lo + page * n), 2)  # many pages
+            self.assertEqual(_maps.written_pages(lo, lo + 8 * page), 1)  # a few
+            self.assertEqual(_maps.written_pages(lo + 6 * page, lo + 1500 * page), 0)
+            del buf
+        finally:
+            m.close()
+
+
 class TestLeases(MovesCase):
     def test_lease_kept_while_the_file_is_mapped(self):
         """One lease serves every move out of a mapped file; it ends once

@@ -203,8 +203,6 @@ def written_pages(lo, hi):
     """How many pages of [lo, hi) of a private file mapping are no longer
     the file's (written in memory: anonymous now, or swapped), by
     /proc/self/pagemap; None when it cannot be read."""
-    import torch
-
     first, last = lo // PAGE, (hi - 1) // PAGE
     n = last - first + 1
     try:
@@ -223,7 +221,12 @@ def written_pages(lo, hi):
         return None
     finally:
         os.close(fd)
-    # bit 63 present, 62 swapped, 61 a file page (or shared anonymous)
+    # bit 63 present, 62 swapped, 61 a file page (or shared anonymous):
+    # written means present and not a file page, or swapped
+    if n <= 512:
+        return sum(1 for v in memoryview(buf).cast("Q") if (v >> 61) & 5 == 4 or (v >> 61) & 2)
+    import torch
+
     flags = (torch.frombuffer(buf, dtype=torch.int64) >> 61) & 7
     written = ((flags & 5) == 4) | ((flags & 2) != 0)
     return int(written.sum())

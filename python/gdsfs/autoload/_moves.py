@@ -23,7 +23,7 @@ TARGETS = ("cuda",)
 MAX_LEASES = 64  # leases kept open for files still mapped
 
 _lock = threading.Lock()
-_leases = {}  # (dev, ino, ident) -> [lease, set of CUDA devices copied to], in use order
+_leases = {}  # (dev, ino, ident) -> _Kept, least recently used first
 _orig = {}  # name -> the Tensor method wrapped
 _gens = {}  # (dev, ino, ident) -> the generation first leased: a file staged again has changed
 
@@ -276,19 +276,17 @@ def _source(torch, src, e, lease_ok):
             raise Fallback("pagemap-unreadable")
         if w:
             raise Fallback("private-pages-written", None, "%d of the pages under the tensor" % w)
-    lease = _lease(e, ident)
+    kept = _lease(e, ident)
+    lease = kept.lease
     if not lease_ok(lease):
         raise Fallback("host-staged" if not lease.is_gpu else "device", _serve.socket_of(lease))
-    base = lease.tensor(torch.uint8, (span,), off)
+    base = kept.whole(torch)[off:off + span]
     if off % item or base.storage_offset() % item:
         base = base.clone()  # element-aligned on the lease's device
     v = base.view(src.dtype)
     v = v.as_strided(src.shape, src.stride(), v.storage_offset())
     if lease.is_gpu:
-        with _lock:
-            ent = _leases.get(e.key + (ident,))
-            if ent is not None:
-                ent[1].add(base.device)
+        kept.devices.add(base.device)
     return v
 
 
@@ -309,14 +307,41 @@ def _identity(e):
     return now
 
 
+class _Kept:
+    """A lease kept open while its file is mapped, and a uint8 tensor over
+    the whole file in it (made once: views of it are cheap)."""
+
+    __slots__ = ("lease", "devices", "_whole")
+
+    def __init__(self, lease):
+        self.lease = lease
+        self.devices = set()  # CUDA devices copied to: synchronized before closing
+        self._whole = None
+
+    def whole(self, torch):
+        w = self._whole
+        if w is None:
+            w = self._whole = self.lease.tensor(torch.uint8)
+        return w
+
+    def close(self):
+        self._whole = None
+        if self.devices:
+            import torch
+
+            for d in self.devices:
+                torch.cuda.synchronize(d)
+        self.lease.close()
+
+
 def _lease(e, ident):
-    """A lease of e's file kept open while the file is mapped."""
+    """The _Kept of e's file, leased on first use."""
     key = e.key + (ident,)
     with _lock:
-        ent = _leases.pop(key, None)
-        if ent is not None:
-            _leases[key] = ent  # most recently used last
-            return ent[0]
+        kept = _leases.pop(key, None)
+        if kept is not None:
+            _leases[key] = kept  # most recently used last
+            return kept
     lease = _serve.acquire(e.path)
     gen = _gens.setdefault(key, lease.generation)
     if lease.size != ident[0] or lease.generation != gen:
@@ -324,16 +349,15 @@ def _lease(e, ident):
         raise Fallback("file-changed", _serve.socket_of(lease))
     old = []
     with _lock:
-        ent = _leases.get(key)
-        if ent is not None:  # another thread leased it meanwhile: keep one
-            old.append([lease, set()])
-            lease = ent[0]
+        kept = _leases.get(key)
+        if kept is not None:  # another thread leased it meanwhile: keep one
+            old.append(_Kept(lease))
         else:
-            _leases[key] = [lease, set()]
+            kept = _leases[key] = _Kept(lease)
         while len(_leases) > MAX_LEASES:
             old.append(_leases.pop(next(iter(_leases))))
     _close(old)
-    return lease
+    return kept
 
 
 def _drop(key):
@@ -352,15 +376,10 @@ def release(keep=None):
     _close(gone)
 
 
-def _close(ents):
-    for lease, devs in ents:
+def _close(kepts):
+    for k in kepts:
         try:
-            if devs:
-                import torch
-
-                for d in devs:
-                    torch.cuda.synchronize(d)
-            lease.close()
+            k.close()
         except Exception:
             _report.log.debug("gdsfs autoload: closing a kept lease", exc_info=True)
 

@@ -354,6 +354,53 @@ class TestFallbacks(MovesCase):
         del t
 
 
+class TestForkAndRun(MovesCase):
+    def test_forked_child_leases_its_own(self):
+        """A forked child (a DataLoader worker) does not use or end the
+        parent's kept leases: it takes its own."""
+        import numpy as np
+
+        torch = self.torch
+        p = self.put("fork.npy", lambda d: np.save(d, np.arange(256, dtype=np.float32)))
+        t = torch.from_numpy(np.load(p, mmap_mode="r"))
+        t.to(torch.float64)
+        kept = self.moves.leases_kept()
+        ids = sorted(k.lease.id for k in self.moves._leases.values())
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: report and leave without running the parent's cleanups
+            try:
+                ok = torch.equal(t.to(torch.float64), torch.arange(256, dtype=torch.float64))
+                theirs = sorted(k.lease.id for k in self.moves._leases.values())
+                msg = "%s %d %s %s" % (ok, self.moves.leases_kept(), self.A.served(), theirs == ids)
+            except BaseException as e:
+                msg = "error %r" % e
+            os.write(w, msg.encode())
+            os._exit(0)
+        os.close(w)
+        with os.fdopen(r, "rb") as f:
+            got = f.read().decode()
+        os.waitpid(pid, 0)
+        self.assertEqual(got, "True 1 {'torch.Tensor.to': 2} False")
+        self.assertEqual(self.moves.leases_kept(), kept)
+        self.assertEqual(self.A.served(), {"torch.Tensor.to": 1})
+
+    def test_gdsfs_run_installs_the_wrappers(self):
+        bin_, why = _support.gdsfs_bin()
+        if why:
+            self.skipTest(_support.loud("SKIPPED: " + why))
+        import subprocess
+        import sys
+
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("GDSFS_", "PYTHONPATH"))}
+        code = ("import numpy, torch; print(hasattr(torch.Tensor.to, '_gdsfs_original'), "
+                "hasattr(torch.Tensor.copy_, '_gdsfs_original'), hasattr(numpy.memmap.__new__, '_gdsfs_original'))")
+        r = subprocess.run([bin_, "run", "--", sys.executable, "-c", code], env=env, cwd="/",
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=300)
+        self.assertEqual(r.returncode, 0, r.stderr.decode(errors="replace"))
+        self.assertEqual(r.stdout.decode().split(), ["True", "True", "True"])
+
+
 class TestFastPath(MovesCase):
     def test_tensors_not_from_a_mount_never_read_proc(self):
         """With gdsfs mappings in the index, moves of other tensors are a

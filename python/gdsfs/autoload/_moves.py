@@ -14,6 +14,7 @@ host), the original call runs, counted by reason.
 Moves into CPU memory are served only where TARGETS names "cpu" (the host
 backend's tests: a host lease stands in for the GPU there)."""
 
+import os
 import threading
 
 from . import _maps, _report, _serve
@@ -24,6 +25,7 @@ MAX_LEASES = 64  # leases kept open for files still mapped
 
 _lock = threading.Lock()
 _leases = {}  # (dev, ino, ident) -> _Kept, least recently used first
+_pid = os.getpid()  # the process _leases belongs to
 _orig = {}  # name -> the Tensor method wrapped
 _gens = {}  # (dev, ino, ident) -> the generation first leased: a file staged again has changed
 
@@ -293,8 +295,6 @@ def _source(torch, src, e, lease_ok):
 def _identity(e):
     """The file's identity now, checked against the one it had when it was
     mapped (or first seen mapped); Fallback("file-changed") if it differs."""
-    import os
-
     try:
         st = os.stat(e.path)
     except OSError as err:
@@ -334,10 +334,21 @@ class _Kept:
         self.lease.close()
 
 
+def _forked_locked():
+    """In a forked child the parent's kept leases are not ours to use or
+    close (registry.py does the same with its mappings): start afresh."""
+    global _pid
+    if _pid != os.getpid():
+        _pid = os.getpid()
+        _leases.clear()
+        _gens.clear()
+
+
 def _lease(e, ident):
     """The _Kept of e's file, leased on first use."""
     key = e.key + (ident,)
     with _lock:
+        _forked_locked()
         kept = _leases.pop(key, None)
         if kept is not None:
             _leases[key] = kept  # most recently used last
@@ -349,6 +360,7 @@ def _lease(e, ident):
         raise Fallback("file-changed", _serve.socket_of(lease))
     old = []
     with _lock:
+        _forked_locked()
         kept = _leases.get(key)
         if kept is not None:  # another thread leased it meanwhile: keep one
             old.append(_Kept(lease))
@@ -370,6 +382,7 @@ def release(keep=None):
     """Close the kept leases of files not in keep (all without keep), once
     the copies queued from them are done."""
     with _lock:
+        _forked_locked()
         gone = [_leases.pop(k) for k in list(_leases) if keep is None or k[:2] not in keep]
         for k in [k for k in _gens if keep is None or k[:2] not in keep]:
             del _gens[k]

@@ -309,6 +309,12 @@ class TestFallbacks(MovesCase):
         self.assertSame(got, _plain(lambda: t.to(torch.float64)))
         self.assertEqual(self.A.fallbacks(), {"file-changed": 1})
         self.assertEqual(self.A.served(), {"torch.Tensor.to": 1})
+        # mapped again: the new version is served, to the new mapping and
+        # the old one alike (both show the file's pages now)
+        t2 = torch.from_numpy(np.load(p, mmap_mode="r"))
+        self.assertSame(t2.to(torch.float64), _plain(lambda: t2.to(torch.float64)))
+        self.assertSame(t.to(torch.float64), _plain(lambda: t.to(torch.float64)))
+        self.assertEqual(self.A.served(), {"torch.Tensor.to": 3})
 
     def test_shared_writable_mapping_is_not_served(self):
         import numpy as np

@@ -78,7 +78,7 @@ def note(path=None):
     """A hooked call is about to map path (a path, an open file or a
     descriptor). A file on a gdsfs mount (or one that cannot be told) makes
     the next miss rebuild the index, and its identity now is remembered (a
-    file changed after this no longer matches). A file elsewhere changes
+    file changed after this no longer matches, until it is mapped again). A file elsewhere changes
     nothing."""
     global dirty
     try:
@@ -94,7 +94,8 @@ def note(path=None):
     if not _on_gdsfs(st.st_dev):
         return
     with _lock:
-        _idents.setdefault((st.st_dev, st.st_ino), _ident(st))
+        # every mapping of the file shows its page cache: the version mapped now
+        _idents[(st.st_dev, st.st_ino)] = _ident(st)
     dirty = True
 
 

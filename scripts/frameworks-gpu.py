@@ -24,8 +24,11 @@ round by round and the median is kept. Workloads:
 - dataloader: an unmodified torch DataLoader epoch (num_workers=0) over 64
   x 32 MiB .npy shards read with np.load(mmap_mode="r") and moved with
   .cuda(). Target >= 10x.
-Cases: "plain mount warm" (through the mount, page cache warm, not staged)
-and "run resident" (under gdsfs run, staged by `gdsfs warmup --wait`).
+Cases: "plain mount warm" (through the mount, page cache warm, not staged),
+"run resident" (under gdsfs run, staged by `gdsfs warmup --wait`) and "run
+not staged warm" (under gdsfs run, page cache warm, not staged: the first
+move out of a file stages it). Target for hf: not staged no slower than
+plain.
 """
 
 import argparse
@@ -313,7 +316,8 @@ class Bench:
             self.warm_cache(src)
             self.stage(src)
 
-        cases = [(what + " plain mount warm", False, plain_warm), (what + " run resident", True, resident)]
+        cases = [(what + " plain mount warm", False, plain_warm), (what + " run resident", True, resident),
+                 (what + " run not staged warm", True, plain_warm)]
         cases = [c for c in cases if re.search(self.a.cases, c[0])]
         runs = {c[0]: [] for c in cases}
         for i in range(self.a.repeat):
@@ -351,6 +355,13 @@ class Bench:
                 failures.append(what + ": checksum or logits differ")
             if not sum(r.get("served", {}).values()):
                 failures.append(what + ": nothing served under gdsfs run (fallbacks %s)" % r.get("fallbacks"))
+            n = c.get(what + " run not staged warm")
+            if n:
+                v[what + " not staged (warm) vs plain"] = round(p["seconds"] / n["seconds"], 2)
+                if what == "hf":
+                    targets["hf not staged (warm) not slower"] = v[what + " not staged (warm) vs plain"] >= 1.0
+                if n["checksum"] != p["checksum"] or n.get("logits") != p.get("logits"):
+                    failures.append(what + ": checksum or logits differ (not staged)")
             if what == "hf" and r.get("moves_seconds"):
                 v["hf moves seconds plain / resident"] = "%.3f / %.3f" % (p["moves_seconds"], r["moves_seconds"])
                 v["hf moves speed-up"] = round(p["moves_seconds"] / r["moves_seconds"], 1)

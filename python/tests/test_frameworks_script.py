@@ -39,6 +39,7 @@ def bench(cases):
 GOOD = {
     "hf plain mount warm": case(0.8, logits="l", moves_seconds=0.3, profiled_seconds=0.85),
     "hf run resident": case(0.4, logits="l", moves_seconds=0.02, profiled_seconds=0.45),
+    "hf run not staged warm": case(0.7, logits="l"),
     "vllm plain mount warm": case(0.3), "vllm run resident": case(0.02),
     "dataloader plain mount warm": case(0.3), "dataloader run resident": case(0.02),
 }
@@ -52,7 +53,8 @@ class Verdicts(unittest.TestCase):
         self.assertEqual(r["verdicts"]["hf moves speed-up"], 15.0)
 
     def test_checksum_or_logits_mismatch_fails(self):
-        for key, field in (("vllm run resident", "checksum"), ("hf run resident", "logits")):
+        for key, field in (("vllm run resident", "checksum"), ("hf run resident", "logits"),
+                           ("hf run not staged warm", "checksum")):
             with self.subTest(key=key):
                 c = dict(GOOD)
                 c[key] = dict(c[key], **{field: "other"})

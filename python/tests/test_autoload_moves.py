@@ -341,6 +341,25 @@ class TestFallbacks(MovesCase):
             self.moves.TARGETS = ("cuda", "cpu")
         self.assertEqual(self.A.fallbacks(), {"dtype-conversion": 1})
 
+    def test_gpu_move_from_a_host_mount_takes_no_lease(self):
+        """Bytes staged in host memory are no faster to copy to a GPU than
+        the mapping: the move is the original's, without a lease (which
+        would stage the file)."""
+        import numpy as np
+
+        torch = self.torch
+        p = self.put("h.npy", lambda d: np.save(d, np.arange(100, dtype=np.float32)))
+        t = torch.from_numpy(np.load(p, mmap_mode="r"))
+        kept = self.moves.leases_kept()
+        self.moves.TARGETS = ("cuda",)
+        try:
+            with self.assertRaises(Exception):  # no CUDA here: the original call ran, and raised
+                t.to("cuda:0")
+        finally:
+            self.moves.TARGETS = ("cuda", "cpu")
+        self.assertEqual(self.A.fallbacks(), {"host-staged": 1})
+        self.assertEqual(self.moves.leases_kept(), kept)
+
     def test_refused_file_is_counted_by_the_daemon(self):
         import numpy as np
 

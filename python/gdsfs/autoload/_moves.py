@@ -150,10 +150,12 @@ def _try(torch, loader, src, target_fn, targs):
     return out
 
 
-def _device_ok(lease, dev):
+def _device_ok(gpu, dev):
+    """Whether bytes staged on a GPU (gpu True) or in host memory serve a
+    move to dev."""
     if dev.type == "cuda":
-        return lease.is_gpu
-    return dev.type == "cpu" and not lease.is_gpu
+        return gpu
+    return dev.type == "cpu" and not gpu
 
 
 def _target(torch, dev):
@@ -200,7 +202,7 @@ def _to_target(torch, src, args, kwargs):
     mf = torch.preserve_format if mf is None else mf
 
     def plan(source):
-        v = source(lambda lease: _device_ok(lease, dev))
+        v = source(lambda gpu: _device_ok(gpu, dev))
         return _orig["to"](v, device=dev, dtype=dtype, non_blocking=non_blocking, copy=True, memory_format=mf)
     return plan
 
@@ -223,7 +225,7 @@ def _cuda_target(torch, src, args, kwargs):
     mf = a.get("memory_format", torch.preserve_format)
 
     def plan(source):
-        v = source(lambda lease: _device_ok(lease, dev))
+        v = source(lambda gpu: _device_ok(gpu, dev))
         return _orig["to"](v, device=dev, non_blocking=bool(a.get("non_blocking", False)), copy=True,
                            memory_format=mf)
     return plan
@@ -240,7 +242,7 @@ def _copy_target(torch, dst, src, args, kwargs, orig_copy):
     dev = dst.device
 
     def plan(source):
-        v = source(lambda lease: _device_ok(lease, dev))
+        v = source(lambda gpu: _device_ok(gpu, dev))
         orig_copy(dst, v, *args, **kwargs)
         return dst
     return plan
@@ -278,9 +280,12 @@ def _source(torch, src, e, lease_ok):
             raise Fallback("pagemap-unreadable")
         if w:
             raise Fallback("private-pages-written", None, "%d of the pages under the tensor" % w)
+    gpu = _serve.mount_is_gpu(e.path)  # known without a lease, which would stage the file
+    if gpu is not None and not lease_ok(gpu):
+        raise Fallback("host-staged" if not gpu else "device")
     kept = _lease(e, ident)
     lease = kept.lease
-    if not lease_ok(lease):
+    if not lease_ok(lease.is_gpu):
         raise Fallback("host-staged" if not lease.is_gpu else "device", _serve.socket_of(lease))
     base = kept.whole(torch)[off:off + span]
     if off % item or base.storage_offset() % item:

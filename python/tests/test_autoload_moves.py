@@ -350,6 +350,7 @@ class TestFallbacks(MovesCase):
         torch = self.torch
         p = self.put("h.npy", lambda d: np.save(d, np.arange(100, dtype=np.float32)))
         t = torch.from_numpy(np.load(p, mmap_mode="r"))
+        self.maps.refresh()  # ends the kept leases of earlier tests' mappings now
         kept = self.moves.leases_kept()
         self.moves.TARGETS = ("cuda",)
         try:

@@ -245,6 +245,54 @@ class TestPagemap(unittest.TestCase):
             m.close()
 
 
+class TestTargets(unittest.TestCase):
+    """Which calls name a GPU move that is served (no CUDA needed to
+    decide): the CUDA path itself runs on the GPU machine only."""
+
+    def test_calls(self):
+        S.require_torch(self)
+        import torch
+
+        from gdsfs.autoload import _moves
+        from gdsfs.autoload._serve import Fallback
+
+        self.assertEqual(_moves.TARGETS, ("cuda",))
+        t = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+        served = [
+            (_moves._to_target, (torch, t, ("cuda:1",), {})),
+            (_moves._to_target, (torch, t, (torch.device("cuda", 0), torch.float16), {"non_blocking": True})),
+            (_moves._to_target, (torch, t, (), {"device": "cuda:0", "dtype": torch.bfloat16, "copy": True})),
+            (_moves._to_target, (torch, t, (), {"device": "cuda:0", "memory_format": torch.contiguous_format})),
+            (_moves._cuda_target, (torch, t, (1,), {})),
+            (_moves._cuda_target, (torch, t, ("cuda:0", True), {})),
+            (_moves._cuda_target, (torch, t, (), {"device": torch.device("cuda", 2), "non_blocking": False})),
+        ]
+        for fn, args in served:
+            with self.subTest(fn=fn.__name__, args=args[2:]):
+                self.assertIsNotNone(fn(*args))
+        not_served = [
+            (_moves._to_target, (torch, t, ("cpu",), {})),
+            (_moves._to_target, (torch, t, (torch.float64,), {})),
+            (_moves._to_target, (torch, t, ("meta",), {})),
+            (_moves._cuda_target, (torch, t, (), {"unknown": 1})),
+        ]
+        for fn, args in not_served:
+            with self.subTest(fn=fn.__name__, args=args[2:]):
+                self.assertIsNone(fn(*args))
+        self.assertIsNone(_moves._to_target(torch, t, ("cuda:0", "nonsense"), {}))  # the original raises
+        for fn, args in ((_moves._to_target, (torch, t, ("cuda:0", torch.int32), {})),
+                         (_moves._to_target, (torch, t.long(), ("cuda:0", torch.float32), {}))):
+            with self.subTest(conversion=args[2]), self.assertRaises(Fallback) as cm:
+                fn(*args)
+            self.assertEqual(cm.exception.reason, "dtype-conversion")
+        g = t.clone().requires_grad_()
+        with self.assertRaises(Fallback) as cm:
+            _moves._to_target(torch, g, ("cuda:0",), {})
+        self.assertEqual(cm.exception.reason, "requires-grad")
+        with torch.no_grad():
+            self.assertIsNotNone(_moves._to_target(torch, g, ("cuda:0",), {}))
+
+
 class TestLeases(MovesCase):
     def test_lease_kept_while_the_file_is_mapped(self):
         """One lease serves every move out of a mapped file; it ends once

@@ -497,17 +497,41 @@ class TestFastPath(MovesCase):
         self.assertEqual(self.A.fallbacks(), {})
         self.assertEqual(self.A.served(), {"torch.Tensor.to": 1})
 
-    def test_a_new_mapping_rebuilds_once(self):
+    def test_a_hooked_mapping_is_indexed_without_reading_the_maps(self):
         import numpy as np
 
         torch = self.torch
         p = self.put("g.npy", lambda d: np.save(d, np.arange(64, dtype=np.float32)))
+        x = torch.arange(300, dtype=torch.float32)
+        q = self.put("g.bin", lambda d: _write(d, S.raw(x)))
         before = self.maps.refreshes
         t = torch.from_numpy(np.load(p, mmap_mode="r"))
+        u = torch.from_file(q, shared=False, size=300, dtype=torch.float32)
         for _ in range(3):
-            t.to(torch.float64)
+            self.assertSame(t.to(torch.float64), _plain(lambda: t.to(torch.float64)))
+            self.assertSame(u[7:].to(torch.float16), _plain(lambda: u[7:].to(torch.float16)))
+        self.assertEqual(self.maps.refreshes, before)
+        self.assertEqual(self.A.served(), {"torch.Tensor.to": 6})
+
+    def test_a_mapping_nobody_hooked_is_found_by_a_rebuild(self):
+        import mmap
+
+        torch = self.torch
+        x = torch.arange(1 << 18, dtype=torch.float32)  # 1 MiB: a miss this large rebuilds the index
+        p = self.put("u.bin", lambda d: _write(d, S.raw(x)))
+        with open(p, "rb") as f:
+            m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+        self.maps._last = 0.0  # the last rebuild was long ago
+        before = self.maps.refreshes
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "The given buffer is not writable"
+            t = torch.frombuffer(m, dtype=torch.float32)
+        self.assertSame(t.to(torch.float16), _plain(lambda: t.to(torch.float16)))
         self.assertEqual(self.maps.refreshes, before + 1)
-        self.assertEqual(self.A.served(), {"torch.Tensor.to": 3})
+        self.assertEqual(self.A.served(), {"torch.Tensor.to": 1})
+        del t
 
     def test_a_mapping_of_a_file_elsewhere_rebuilds_nothing(self):
         import numpy as np

@@ -1,13 +1,16 @@
 """Which file backs an address: an index of this process's mappings of
-files under gdsfs mounts, read from /proc/self/maps.
+files under gdsfs mounts.
 
 find(addr) is the fast path every intercepted tensor move takes: a bisect
-over the sorted starts, no system call. The index is rebuilt from
-/proc/self/maps when a hooked call made a mapping since (note()), and, for
-mappings nobody hooked, on a miss of a large tensor at most once per
-DISCOVER_INTERVAL seconds. An entry found is a candidate only: check()
-makes sure the mapping is still there, maps the same file, and that the
-bytes at those addresses are still the file's."""
+over the sorted starts, no system call. A hooked call that maps a file on
+a mount (np.memmap, torch.from_file, UntypedStorage.from_file) adds its
+mapping at once (mapped(): confirmed by /proc/self/map_files, dropping the
+entries whose mappings are gone). The whole index is rebuilt from
+/proc/self/maps when that cannot be done, and, for mappings nobody hooked,
+on a miss of a large tensor at most once per DISCOVER_INTERVAL seconds. An
+entry found is a candidate only: the caller checks that the mapping is
+still there, maps the same file, and that the bytes at those addresses are
+still the file's."""
 
 import bisect
 import os
@@ -25,13 +28,13 @@ _lock = threading.Lock()
 # read without it: starts[i] is entries[i].start, sorted; the entries do
 # not overlap.
 index = ([], [])
-dirty = False  # a hooked call made a mapping since the last rebuild
+dirty = False  # a hooked call made a mapping the index could not add
 refreshes = 0  # rebuilds done by this process (the tests count them)
 _last = 0.0  # time.monotonic() of the last rebuild
 # (st_dev, st_ino) -> (size, mtime_ns, ctime_ns) of the file when a hooked
 # call mapped it, or when a rebuild first saw it mapped.
 _idents = {}
-after_refresh = None  # fn(keys mapped now), called after each rebuild
+after_refresh = None  # fn(keys mapped now), called after each change of the index
 
 
 class Mapping:
@@ -74,12 +77,15 @@ def after_miss(addr, t):
     return None
 
 
+UNKNOWN = object()  # note(): whether the file is on a gdsfs mount cannot be told
+
+
 def note(path=None):
     """A hooked call is about to map path (a path, an open file or a
-    descriptor). A file on a gdsfs mount (or one that cannot be told) makes
-    the next miss rebuild the index, and its identity now is remembered (a
-    file changed after this no longer matches, until it is mapped again). A file elsewhere changes
-    nothing."""
+    descriptor): its stat for mapped() when it is on a gdsfs mount, whose
+    identity now is remembered (a file changed after this no longer
+    matches, until it is mapped again); None for a file elsewhere; UNKNOWN
+    (and the next miss rebuilds the index) when it cannot be told."""
     global dirty
     try:
         if isinstance(path, int):
@@ -90,13 +96,46 @@ def note(path=None):
             st = os.stat(path)
     except (OSError, TypeError, ValueError, AttributeError):
         dirty = True
-        return
+        return UNKNOWN
     if not _on_gdsfs(st.st_dev):
-        return
+        return None
     with _lock:
         # every mapping of the file shows its page cache: the version mapped now
         _idents[(st.st_dev, st.st_ino)] = _ident(st)
-    dirty = True
+    return st
+
+
+def mapped(st, start, length, offset, shared, writable):
+    """The hooked call that note() returned st for mapped length bytes of
+    the file from offset at address start: index it now (confirmed by
+    /proc/self/map_files), or leave it to the next rebuild."""
+    global dirty, index
+    if st is None:
+        return
+    if st is UNKNOWN or not start or length <= 0:
+        dirty = True
+        return
+    end = -(-(start + length) // PAGE) * PAGE
+    try:
+        path = os.readlink("/proc/self/map_files/%x-%x" % (start, end))
+        now = os.stat(path)
+    except OSError:
+        dirty = True  # merged with a neighbour, or map_files unreadable: read the maps
+        return
+    if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+        dirty = True
+        return
+    e = Mapping(start, end, offset, st.st_dev, st.st_ino, path, shared, writable)
+    with _lock:
+        # entries overlapping the new mapping are gone (it replaced them),
+        # and so are those whose mapping is no longer there
+        entries = [x for x in index[1] if (x.end <= start or x.start >= end) and still_mapped(x)]
+        entries.append(e)
+        entries.sort(key=lambda x: x.start)
+        index = ([x.start for x in entries], entries)
+        keys = {x.key for x in entries}
+    if after_refresh is not None:
+        after_refresh(keys)
 
 
 _devs = {}  # st_dev -> whether it is a gdsfs mount's, read from mountinfo once per device
@@ -135,12 +174,9 @@ def _gdsfs_devs():
 
 def parse_maps(data, devs):
     """The Mappings of /proc/self/maps text data (bytes) whose device is in
-    devs, in address order."""
+    devs."""
     out = []
-    tags = [b" %02x:%02x " % (os.major(d), os.minor(d)) for d in devs]
-    for line in data.split(b"\n"):
-        if not any(t in line for t in tags):
-            continue
+    for line in _lines_with(data, [b" %02x:%02x " % (os.major(d), os.minor(d)) for d in devs]):
         f = line.split(None, 5)
         if len(f) < 6:
             continue
@@ -158,6 +194,20 @@ def parse_maps(data, devs):
     return out
 
 
+def _lines_with(data, tags):
+    """The lines of data holding one of tags (found by bytes.find: a
+    process has thousands of mappings, a few of them gdsfs files')."""
+    for tag in tags:
+        i = data.find(tag)
+        while i >= 0:
+            start = data.rfind(b"\n", 0, i) + 1
+            end = data.find(b"\n", i)
+            if end < 0:
+                end = len(data)
+            yield data[start:end]
+            i = data.find(tag, end)
+
+
 def refresh():
     """Rebuild the index from /proc/self/maps. Returns the keys (dev, ino)
     mapped now."""
@@ -170,7 +220,7 @@ def refresh():
         found = []
         if devs:
             with open("/proc/self/maps", "rb") as f:
-                found = parse_maps(f.read(), devs)
+                found = sorted(parse_maps(f.read(), devs), key=lambda e: e.start)
         keys = {e.key for e in found}
         for e in found:
             if e.key not in _idents:

@@ -69,10 +69,43 @@ def install(torch):
         fn.__doc__ = getattr(orig, "__doc__", None)
         fn._gdsfs_original = orig
         _hooks.replace(T, name, fn)
-    _wrap_mapper(_hooks, torch, "from_file")
+    _wrap_mapper(_hooks, torch, "from_file", _tensor_mapped)
     for cls in (getattr(torch, "UntypedStorage", None), getattr(torch, "ByteStorage", None)):
         if cls is not None and hasattr(cls, "from_file"):
-            _wrap_mapper(_hooks, cls, "from_file", static=True)
+            _wrap_mapper(_hooks, cls, "from_file", _storage_mapped, static=True)
+
+
+def _shared_arg(args, kwargs):
+    return bool(kwargs.get("shared", args[1] if len(args) > 1 else False))
+
+
+def _tensor_mapped(t, args, kwargs):
+    """torch.from_file's tensor: (start, length, offset, shared, writable)
+    of its mapping (the file from offset 0, readable and writable)."""
+    st = _serve.ustorage(t)
+    return st.data_ptr(), st.nbytes(), 0, _shared_arg(args, kwargs), True
+
+
+def _storage_mapped(s, args, kwargs):
+    """UntypedStorage.from_file's (ByteStorage's on torch 1.x) storage."""
+    n = s.nbytes() if hasattr(s, "nbytes") else s.size() * s.element_size()
+    return s.data_ptr(), n, 0, _shared_arg(args, kwargs), True
+
+
+def _memmap_mapped(arr, args, kwargs):
+    """np.memmap's array: numpy maps from the offset rounded down to the
+    allocation granularity, shared for modes r, r+, w+, private for c."""
+    import mmap
+
+    import numpy
+
+    mm = getattr(arr, "_mmap", None)
+    if mm is None or not len(mm):
+        return None
+    start = numpy.frombuffer(mm, dtype=numpy.uint8).ctypes.data
+    off = int(getattr(arr, "offset", 0) or 0)
+    mode = getattr(arr, "mode", "r")
+    return start, len(mm), off - off % mmap.ALLOCATIONGRANULARITY, mode != "c", mode != "r"
 
 
 def install_numpy(numpy):
@@ -85,21 +118,39 @@ def install_numpy(numpy):
         return
 
     def __new__(subtype, filename, *args, **kwargs):
-        _maps.note(filename)
-        return new(subtype, filename, *args, **kwargs)
+        st = _maps.note(filename)
+        arr = new(subtype, filename, *args, **kwargs)
+        _index_new(st, _memmap_mapped, arr, args, kwargs)
+        return arr
 
     __new__._gdsfs_original = new
     _hooks.replace(mm, "__new__", staticmethod(__new__))
 
 
-def _wrap_mapper(hooks, owner, name, static=False):
+def _index_new(st, describe, result, args, kwargs):
+    """Index the mapping a hooked call made (see _maps.mapped)."""
+    if st is None:
+        return
+    try:
+        where = describe(result, args, kwargs)
+    except Exception:
+        where = None
+    if where is None:
+        _maps.mapped(_maps.UNKNOWN, 0, 0, 0, False, False)
+    else:
+        _maps.mapped(st, *where)
+
+
+def _wrap_mapper(hooks, owner, name, describe, static=False):
     orig = getattr(owner, name, None)
     if orig is None or getattr(orig, "_gdsfs_original", None) is not None:
         return
 
     def mapper(*args, **kwargs):
-        _maps.note(args[0] if args else kwargs.get("filename"))
-        return orig(*args, **kwargs)
+        st = _maps.note(args[0] if args else kwargs.get("filename"))
+        out = orig(*args, **kwargs)
+        _index_new(st, describe, out, args, kwargs)
+        return out
 
     mapper.__name__ = mapper.__qualname__ = name
     mapper._gdsfs_original = orig

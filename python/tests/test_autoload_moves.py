@@ -484,7 +484,7 @@ class TestFastPath(MovesCase):
         torch = self.torch
         p = self.put("f.npy", lambda d: np.save(d, np.arange(64, dtype=np.float32)))
         mapped = torch.from_numpy(np.load(p, mmap_mode="r"))
-        mapped.to(torch.float64)  # rebuilds once: np.memmap said it mapped a file
+        mapped.to(torch.float64)  # served: np.memmap indexed its mapping
         self.assertIn(p, [e.path for e in self.maps.entries()])
         before = self.maps.refreshes
         small = torch.arange(1000, dtype=torch.float32)

@@ -12,6 +12,8 @@ early):
   offset_keys(), metadata(), get_tensor(), get_slice()[...]
 - torch.load(path or file, map_location=..., weights_only=..., mmap=...)
   of torch.save zip checkpoints
+- Tensor.to, .cuda and .copy_ moving a CPU tensor that maps a file under a
+  gdsfs mount to a GPU (docs/frameworks.md)
 
 for files under a gdsfs mount. The tensors are copies out of the lease onto
 the device asked for (device to device on a GPU mount): ordinary writable
@@ -64,12 +66,20 @@ def _patch_torch(mod):
     ser = getattr(mod, "serialization", None)
     load = getattr(ser, "load", None)
     orig = getattr(load, "_gdsfs_original", None)
-    if orig is None:
-        return
-    if getattr(mod, "load", None) is orig:
-        _hooks.replace(mod, "load", load)
-    elif getattr(mod, "load", None) is load:
-        _hooks.remember(mod, "load", orig)
+    if orig is not None:
+        if getattr(mod, "load", None) is orig:
+            _hooks.replace(mod, "load", load)
+        elif getattr(mod, "load", None) is load:
+            _hooks.remember(mod, "load", orig)
+    from . import _moves
+
+    _moves.install(mod)
+
+
+def _patch_numpy(mod):
+    from . import _moves
+
+    _moves.install_numpy(mod)
 
 
 _enabled = False
@@ -83,6 +93,7 @@ def enable():
     _hooks.register("safetensors.torch", _patch_safetensors_torch)
     _hooks.register("torch.serialization", _patch_torch_serialization)
     _hooks.register("torch", _patch_torch)
+    _hooks.register("numpy", _patch_numpy)
     _enabled = True
 
 
@@ -97,7 +108,16 @@ def disable():
     environment says."""
     global _enabled
     _hooks.disable()
+    _release_kept_leases()
     _enabled = False
+
+
+def _release_kept_leases():
+    import sys
+
+    moves = sys.modules.get(__name__ + "._moves")
+    if moves is not None:
+        moves.release()
 
 
 enable()

@@ -1,0 +1,288 @@
+"""Which file backs an address: an index of this process's mappings of
+files under gdsfs mounts.
+
+find(addr) is the fast path every intercepted tensor move takes: a bisect
+over the sorted starts, no system call. A hooked call that maps a file on
+a mount (np.memmap, torch.from_file, UntypedStorage.from_file) adds its
+mapping at once (mapped(): confirmed by /proc/self/map_files, dropping the
+entries whose mappings are gone). The whole index is rebuilt from
+/proc/self/maps when that cannot be done, and, for mappings nobody hooked,
+on a miss of a large tensor at most once per DISCOVER_INTERVAL seconds. An
+entry found is a candidate only: the caller checks that the mapping is
+still there, maps the same file, and that the bytes at those addresses are
+still the file's."""
+
+import bisect
+import os
+import threading
+import time
+
+from .._mount import FSTYPE, read_mountinfo
+
+PAGE = os.sysconf("SC_PAGE_SIZE")
+DISCOVER_BYTES = 1 << 20  # a miss of at least this many bytes may rebuild the index ...
+DISCOVER_INTERVAL = 1.0  # ... at most this often (seconds)
+
+_lock = threading.Lock()
+# The index, one tuple (starts, entries) replaced whole under _lock and
+# read without it: starts[i] is entries[i].start, sorted; the entries do
+# not overlap.
+index = ([], [])
+dirty = False  # a hooked call made a mapping the index could not add
+refreshes = 0  # rebuilds done by this process (the tests count them)
+_last = 0.0  # time.monotonic() of the last rebuild
+# (st_dev, st_ino) -> (size, mtime_ns, ctime_ns) of the file when a hooked
+# call mapped it, or when a rebuild first saw it mapped.
+_idents = {}
+after_refresh = None  # fn(keys mapped now), called after each change of the index
+
+
+class Mapping:
+    """One VMA of a file under a gdsfs mount."""
+
+    __slots__ = ("start", "end", "offset", "dev", "ino", "path", "shared", "writable")
+
+    def __init__(self, start, end, offset, dev, ino, path, shared, writable):
+        self.start, self.end, self.offset = start, end, offset
+        self.dev, self.ino, self.path = dev, ino, path
+        self.shared, self.writable = shared, writable
+
+    @property
+    def key(self):
+        return (self.dev, self.ino)
+
+    def __repr__(self):
+        return "Mapping(%#x-%#x +%d %s %s%s)" % (self.start, self.end, self.offset, self.path,
+                                                 "s" if self.shared else "p", "w" if self.writable else "")
+
+
+def find(addr):
+    """The entry holding addr, or None. No system call."""
+    starts, entries = index
+    i = bisect.bisect_right(starts, addr) - 1
+    if i >= 0:
+        e = entries[i]
+        if e.start <= addr < e.end:
+            return e
+    return None
+
+
+def after_miss(addr, t):
+    """find(addr) missed for tensor t: rebuild the index and look again when
+    a hooked call mapped a file since, or when t is large and the last
+    rebuild is a while ago (mappings made by code nobody hooked)."""
+    if dirty or (t.nelement() * t.element_size() >= DISCOVER_BYTES and time.monotonic() - _last >= DISCOVER_INTERVAL):
+        refresh()
+        return find(addr)
+    return None
+
+
+UNKNOWN = object()  # note(): whether the file is on a gdsfs mount cannot be told
+
+
+def note(path=None):
+    """A hooked call is about to map path (a path, an open file or a
+    descriptor): its stat for mapped() when it is on a gdsfs mount, whose
+    identity now is remembered (a file changed after this no longer
+    matches, until it is mapped again); None for a file elsewhere; UNKNOWN
+    (and the next miss rebuilds the index) when it cannot be told."""
+    global dirty
+    try:
+        if isinstance(path, int):
+            st = os.fstat(path)
+        elif hasattr(path, "fileno"):
+            st = os.fstat(path.fileno())
+        else:
+            st = os.stat(path)
+    except (OSError, TypeError, ValueError, AttributeError):
+        dirty = True
+        return UNKNOWN
+    if not _on_gdsfs(st.st_dev):
+        return None
+    with _lock:
+        # every mapping of the file shows its page cache: the version mapped now
+        _idents[(st.st_dev, st.st_ino)] = _ident(st)
+    return st
+
+
+def mapped(st, start, length, offset, shared, writable):
+    """The hooked call that note() returned st for mapped length bytes of
+    the file from offset at address start: index it now (confirmed by
+    /proc/self/map_files), or leave it to the next rebuild."""
+    global dirty, index
+    if st is None:
+        return
+    if st is UNKNOWN or not start or length <= 0:
+        dirty = True
+        return
+    end = -(-(start + length) // PAGE) * PAGE
+    try:
+        path = os.readlink("/proc/self/map_files/%x-%x" % (start, end))
+        now = os.stat(path)
+    except OSError:
+        dirty = True  # merged with a neighbour, or map_files unreadable: read the maps
+        return
+    if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+        dirty = True
+        return
+    e = Mapping(start, end, offset, st.st_dev, st.st_ino, path, shared, writable)
+    with _lock:
+        # entries overlapping the new mapping are gone (it replaced them),
+        # and so are those whose mapping is no longer there
+        entries = [x for x in index[1] if (x.end <= start or x.start >= end) and still_mapped(x)]
+        entries.append(e)
+        entries.sort(key=lambda x: x.start)
+        index = ([x.start for x in entries], entries)
+        keys = {x.key for x in entries}
+    if after_refresh is not None:
+        after_refresh(keys)
+
+
+_devs = {}  # st_dev -> whether it is a gdsfs mount's, read from mountinfo once per device
+
+
+def _on_gdsfs(dev):
+    known = _devs.get(dev)
+    if known is None:
+        try:
+            known = dev in _gdsfs_devs()
+        except OSError:
+            return True
+        if len(_devs) > 1024:
+            _devs.clear()
+        _devs[dev] = known
+    return known
+
+
+def _ident(st):
+    return (st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def ident_of(key):
+    return _idents.get(key)
+
+
+def _gdsfs_devs():
+    """st_dev of every gdsfs mount: {dev: mount point}."""
+    out = {}
+    for e in read_mountinfo():
+        if e.fstype == FSTYPE:
+            major, _, minor = e.majmin.partition(":")
+            out[os.makedev(int(major), int(minor))] = e.mountpoint
+    return out
+
+
+def parse_maps(data, devs):
+    """The Mappings of /proc/self/maps text data (bytes) whose device is in
+    devs."""
+    out = []
+    for line in _lines_with(data, [b" %02x:%02x " % (os.major(d), os.minor(d)) for d in devs]):
+        f = line.split(None, 5)
+        if len(f) < 6:
+            continue
+        major, _, minor = f[3].partition(b":")
+        try:
+            dev = os.makedev(int(major, 16), int(minor, 16))
+        except ValueError:
+            continue
+        if dev not in devs:
+            continue
+        lo, _, hi = f[0].partition(b"-")
+        perms = f[1]
+        out.append(Mapping(int(lo, 16), int(hi, 16), int(f[2], 16), dev, int(f[4]),
+                           os.fsdecode(f[5].rstrip(b"\n")), perms[3:4] == b"s", perms[1:2] == b"w"))
+    return out
+
+
+def _lines_with(data, tags):
+    """The lines of data holding one of tags (found by bytes.find: a
+    process has thousands of mappings, a few of them gdsfs files')."""
+    for tag in tags:
+        i = data.find(tag)
+        while i >= 0:
+            start = data.rfind(b"\n", 0, i) + 1
+            end = data.find(b"\n", i)
+            if end < 0:
+                end = len(data)
+            yield data[start:end]
+            i = data.find(tag, end)
+
+
+def refresh():
+    """Rebuild the index from /proc/self/maps. Returns the keys (dev, ino)
+    mapped now."""
+    global index, dirty, refreshes, _last
+    with _lock:
+        dirty = False
+        refreshes += 1
+        _last = time.monotonic()
+        devs = _gdsfs_devs()
+        found = []
+        if devs:
+            with open("/proc/self/maps", "rb") as f:
+                found = sorted(parse_maps(f.read(), devs), key=lambda e: e.start)
+        keys = {e.key for e in found}
+        for e in found:
+            if e.key not in _idents:
+                try:
+                    st = os.stat(e.path)
+                except OSError:
+                    continue
+                if (st.st_dev, st.st_ino) == e.key:
+                    _idents[e.key] = _ident(st)
+        for k in [k for k in _idents if k not in keys and k[0] in devs]:
+            del _idents[k]
+        if len(_idents) > 4096:  # files noted but never mapped
+            for k in [k for k in _idents if k not in keys]:
+                del _idents[k]
+        index = ([e.start for e in found], found)
+    if after_refresh is not None:
+        after_refresh(keys)
+    return keys
+
+
+def still_mapped(e):
+    """Whether e's VMA is still there, a mapping of the same file: its
+    /proc/self/map_files link names e's path."""
+    try:
+        return os.readlink("/proc/self/map_files/%x-%x" % (e.start, e.end)) == e.path
+    except OSError:
+        return False
+
+
+def written_pages(lo, hi):
+    """How many pages of [lo, hi) of a private file mapping are no longer
+    the file's (written in memory: anonymous now, or swapped), by
+    /proc/self/pagemap; None when it cannot be read."""
+    first, last = lo // PAGE, (hi - 1) // PAGE
+    n = last - first + 1
+    try:
+        fd = os.open("/proc/self/pagemap", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        buf = bytearray(n * 8)
+        mv, got = memoryview(buf), 0
+        while got < len(buf):
+            k = os.preadv(fd, [mv[got:]], first * 8 + got)
+            if k <= 0:
+                return None
+            got += k
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    # bit 63 present, 62 swapped, 61 a file page (or shared anonymous):
+    # written means present and not a file page, or swapped
+    if n <= 512:
+        return sum(1 for v in memoryview(buf).cast("Q") if (v >> 61) & 5 == 4 or (v >> 61) & 2)
+    import torch
+
+    flags = (torch.frombuffer(buf, dtype=torch.int64) >> 61) & 7
+    written = ((flags & 5) == 4) | ((flags & 2) != 0)
+    return int(written.sum())
+
+
+def entries():
+    """The entries of the index now (tests, diagnostics)."""
+    return list(index[1])

@@ -1,0 +1,458 @@
+"""CPU tensors moved to a GPU, served from a lease when their memory is a
+mapping of a file under a gdsfs mount.
+
+Tensor.to, Tensor.cuda and Tensor.copy_ are wrapped. Where the source is a
+CPU tensor whose address range lies in a mapping of a file on a gdsfs
+mount (_maps: decided from the memory, not from which call made the
+tensor), the same tensor (dtype, shape, strides, storage offset into the
+file) is viewed in the file's lease and copied from there, device to
+device. Where the bytes at those addresses may not be the file's (pages of
+a private mapping written in memory, a file changed since it was mapped, a
+shared writable mapping) or the lease cannot serve (refused, staged on the
+host), the original call runs, counted by reason.
+
+Moves into CPU memory are served only where TARGETS names "cpu" (the host
+backend's tests: a host lease stands in for the GPU there)."""
+
+import os
+import threading
+
+from . import _maps, _report, _serve
+from ._serve import Fallback
+
+TARGETS = ("cuda",)
+MAX_LEASES = 64  # leases kept open for files still mapped
+
+_lock = threading.Lock()
+_leases = {}  # (dev, ino, ident) -> _Kept, least recently used first
+_pid = os.getpid()  # the process _leases belongs to
+_orig = {}  # name -> the Tensor method wrapped
+_gens = {}  # (dev, ino, ident) -> the generation first leased: a file staged again has changed
+
+
+# --- the wrappers -----------------------------------------------------------
+
+def install(torch):
+    """Wrap Tensor.to, .cuda, .copy_ and the mapping calls torch has."""
+    from . import _hooks
+
+    T = torch.Tensor
+    if getattr(T.to, "_gdsfs_original", None) is not None:
+        return
+    orig_to, orig_cuda, orig_copy = T.to, T.cuda, T.copy_
+    _orig.update(to=orig_to, cuda=orig_cuda, copy_=orig_copy)
+    _maps.after_refresh = release
+
+    def to(self, *args, **kwargs):
+        if self.is_cpu:
+            out = _try(torch, "torch.Tensor.to", self, _to_target, (torch, self, args, kwargs))
+            if out is not None:
+                return out
+        return orig_to(self, *args, **kwargs)
+
+    def cuda(self, *args, **kwargs):
+        if self.is_cpu:
+            out = _try(torch, "torch.Tensor.cuda", self, _cuda_target, (torch, self, args, kwargs))
+            if out is not None:
+                return out
+        return orig_cuda(self, *args, **kwargs)
+
+    def copy_(self, src, *args, **kwargs):
+        if type(src) is torch.Tensor and src.is_cpu or type(src) is torch.nn.Parameter and src.is_cpu:
+            out = _try(torch, "torch.Tensor.copy_", src, _copy_target, (torch, self, src, args, kwargs, orig_copy))
+            if out is not None:
+                return out
+        return orig_copy(self, src, *args, **kwargs)
+
+    for name, fn, orig in (("to", to, orig_to), ("cuda", cuda, orig_cuda), ("copy_", copy_, orig_copy)):
+        fn.__name__ = fn.__qualname__ = name
+        fn.__doc__ = getattr(orig, "__doc__", None)
+        fn._gdsfs_original = orig
+        _hooks.replace(T, name, fn)
+    _wrap_mapper(_hooks, torch, "from_file", _tensor_mapped)
+    for cls in (getattr(torch, "UntypedStorage", None), getattr(torch, "ByteStorage", None)):
+        if cls is not None and hasattr(cls, "from_file"):
+            _wrap_mapper(_hooks, cls, "from_file", _storage_mapped, static=True)
+
+
+def _shared_arg(args, kwargs):
+    return bool(kwargs.get("shared", args[1] if len(args) > 1 else False))
+
+
+def _tensor_mapped(t, args, kwargs):
+    """torch.from_file's tensor: (start, length, offset, shared, writable)
+    of its mapping (the file from offset 0, readable and writable)."""
+    st = _serve.ustorage(t)
+    return st.data_ptr(), st.nbytes(), 0, _shared_arg(args, kwargs), True
+
+
+def _storage_mapped(s, args, kwargs):
+    """UntypedStorage.from_file's (ByteStorage's on torch 1.x) storage."""
+    n = s.nbytes() if hasattr(s, "nbytes") else s.size() * s.element_size()
+    return s.data_ptr(), n, 0, _shared_arg(args, kwargs), True
+
+
+def _memmap_mapped(arr, args, kwargs):
+    """np.memmap's array: numpy maps from the offset rounded down to the
+    allocation granularity, shared for modes r, r+, w+, private for c."""
+    import mmap
+
+    import numpy
+
+    mm = getattr(arr, "_mmap", None)
+    if mm is None or not len(mm):
+        return None
+    start = numpy.frombuffer(mm, dtype=numpy.uint8).ctypes.data
+    off = int(getattr(arr, "offset", 0) or 0)
+    mode = getattr(arr, "mode", "r")
+    return start, len(mm), off - off % mmap.ALLOCATIONGRANULARITY, mode != "c", mode != "r"
+
+
+def install_numpy(numpy):
+    """np.memmap (np.load(mmap_mode=...) makes one) tells the index."""
+    from . import _hooks
+
+    mm = getattr(numpy, "memmap", None)
+    new = getattr(mm, "__new__", None)
+    if new is None or getattr(new, "_gdsfs_original", None) is not None:
+        return
+
+    def __new__(subtype, filename, *args, **kwargs):
+        st = _maps.note(filename)
+        arr = new(subtype, filename, *args, **kwargs)
+        _index_new(st, _memmap_mapped, arr, args, kwargs)
+        return arr
+
+    __new__._gdsfs_original = new
+    _hooks.replace(mm, "__new__", staticmethod(__new__))
+
+
+def _index_new(st, describe, result, args, kwargs):
+    """Index the mapping a hooked call made (see _maps.mapped)."""
+    if st is None:
+        return
+    try:
+        where = describe(result, args, kwargs)
+    except Exception:
+        where = None
+    if where is None:
+        _maps.mapped(_maps.UNKNOWN, 0, 0, 0, False, False)
+    else:
+        _maps.mapped(st, *where)
+
+
+def _wrap_mapper(hooks, owner, name, describe, static=False):
+    orig = getattr(owner, name, None)
+    if orig is None or getattr(orig, "_gdsfs_original", None) is not None:
+        return
+
+    def mapper(*args, **kwargs):
+        st = _maps.note(args[0] if args else kwargs.get("filename"))
+        out = orig(*args, **kwargs)
+        _index_new(st, describe, out, args, kwargs)
+        return out
+
+    mapper.__name__ = mapper.__qualname__ = name
+    mapper._gdsfs_original = orig
+    try:
+        hooks.replace(owner, name, staticmethod(mapper) if static else mapper)
+    except (AttributeError, TypeError):
+        _report.log.warning("gdsfs autoload: cannot wrap %s.%s; mappings it makes are found later",
+                            getattr(owner, "__name__", owner), name)
+
+
+# --- deciding -------------------------------------------------------------
+
+def _try(torch, loader, src, target_fn, targs):
+    """The served result, or None for the original call (a fallback is
+    counted where src is a mapping of a gdsfs file)."""
+    if type(src) is not torch.Tensor and type(src) is not torch.nn.Parameter:
+        return None
+    try:
+        p = src.data_ptr()
+        e = _maps.find(p)
+        if e is None:
+            e = _maps.after_miss(p, src)
+            if e is None:
+                return None
+    except Exception:
+        return None  # no plain data pointer (sparse, mkldnn): the original call decides
+    if src.numel() == 0 or _serve.bypassed():
+        return None
+    try:
+        plan = target_fn(*targs)
+    except Fallback as f:
+        _report.fallback(loader, f.reason, e.path, f.socket, f.detail)
+        return None
+    except Exception:
+        return None  # arguments the original call judges (and raises for)
+    if plan is None:
+        return None
+    try:
+        out = plan(lambda lease_ok: _source(torch, src, e, lease_ok))
+    except Fallback as f:
+        if f.reason is not None:
+            _report.fallback(loader, f.reason, e.path, f.socket, f.detail)
+        return None
+    except Exception as x:  # never the caller's problem: the original call runs
+        _report.fallback(loader, "client-error:" + type(x).__name__, e.path, None, str(x))
+        return None
+    _report.count_served(loader)
+    return out
+
+
+def _device_ok(gpu, dev):
+    """Whether bytes staged on a GPU (gpu True) or in host memory serve a
+    move to dev."""
+    if dev.type == "cuda":
+        return gpu
+    return dev.type == "cpu" and not gpu
+
+
+def _target(torch, dev):
+    """dev as a torch.device when a move there is served, else None."""
+    if dev is None:
+        return None
+    dev = torch.device(dev)
+    if dev.type not in TARGETS:
+        return None
+    if dev.type == "cuda" and dev.index is None:
+        dev = torch.device("cuda", torch.cuda.current_device())
+    return dev
+
+
+def _check_grad(torch, *ts):
+    if torch.is_grad_enabled() and any(t.requires_grad for t in ts):
+        raise Fallback("requires-grad")
+
+
+def _check_dtypes(torch, a, b):
+    """A conversion served on the GPU gives the plain call's values for
+    floating types; others (integer overflow, bool) stay with torch's CPU
+    conversion."""
+    if a != b and not (a.is_floating_point and b.is_floating_point):
+        raise Fallback("dtype-conversion")
+
+
+def _to_target(torch, src, args, kwargs):
+    kwargs = dict(kwargs)
+    copy = kwargs.pop("copy", False)
+    try:
+        dev, dtype, non_blocking, mf = torch._C._nn._parse_to(*args, **kwargs)
+    except Exception:
+        return None  # the original raises what it raises
+    dev = _target(torch, dev if dev is not None else src.device)
+    if dev is None or type(src) not in (torch.Tensor, torch.nn.Parameter):
+        return None
+    dtype = dtype or src.dtype
+    if dev.type == "cpu" and dtype == src.dtype and not copy:
+        return None  # the original returns src itself
+    _check_grad(torch, src)
+    if dev.type == "cuda":
+        _check_dtypes(torch, src.dtype, dtype)
+    mf = torch.preserve_format if mf is None else mf
+
+    def plan(source):
+        v = source(lambda gpu: _device_ok(gpu, dev))
+        return _orig["to"](v, device=dev, dtype=dtype, non_blocking=non_blocking, copy=True, memory_format=mf)
+    return plan
+
+
+def _cuda_target(torch, src, args, kwargs):
+    if type(src) not in (torch.Tensor, torch.nn.Parameter) or "cuda" not in TARGETS:
+        return None
+    names = ("device", "non_blocking", "memory_format")
+    if len(args) > len(names) or any(k not in names for k in kwargs):
+        return None
+    a = dict(zip(names, args), **kwargs)
+    d = a.get("device")
+    try:
+        dev = torch.device("cuda", d) if isinstance(d, int) else _target(torch, d if d is not None else "cuda")
+    except Exception:
+        return None
+    if dev is None or dev.type != "cuda":
+        return None
+    _check_grad(torch, src)
+    mf = a.get("memory_format", torch.preserve_format)
+
+    def plan(source):
+        v = source(lambda gpu: _device_ok(gpu, dev))
+        return _orig["to"](v, device=dev, non_blocking=bool(a.get("non_blocking", False)), copy=True,
+                           memory_format=mf)
+    return plan
+
+
+def _copy_target(torch, dst, src, args, kwargs, orig_copy):
+    if not isinstance(dst, torch.Tensor) or dst.device.type not in TARGETS or dst.is_cpu and "cpu" not in TARGETS:
+        return None
+    if dst.layout != torch.strided or dst.is_quantized:
+        return None
+    _check_grad(torch, dst, src)
+    if dst.device.type == "cuda":
+        _check_dtypes(torch, src.dtype, dst.dtype)
+    dev = dst.device
+
+    def plan(source):
+        v = source(lambda gpu: _device_ok(gpu, dev))
+        orig_copy(dst, v, *args, **kwargs)
+        return dst
+    return plan
+
+
+# --- serving --------------------------------------------------------------
+
+def _source(torch, src, e, lease_ok):
+    """src viewed in its file's lease (same dtype, shape, strides), or
+    Fallback."""
+    if src.layout != torch.strided or src.is_quantized or src.is_conj() or src.is_neg():
+        raise Fallback(None)
+    item = src.element_size()
+    if any(s < 0 for s in src.stride()):
+        raise Fallback(None)
+    span = (sum((n - 1) * s for n, s in zip(src.shape, src.stride())) + 1) * item
+    lo = src.data_ptr()
+    hi = lo + span
+    if not _maps.still_mapped(e):
+        _maps.refresh()
+        e = _maps.find(lo)
+        if e is None or not _maps.still_mapped(e):
+            raise Fallback(None)  # not a gdsfs file's memory any more
+    if hi > e.end:
+        raise Fallback("spans-mappings")
+    if e.shared and e.writable:
+        raise Fallback("mapping-shared-writable")
+    ident = _identity(e)
+    off = e.offset + (lo - e.start)
+    if off + span > ident[0]:
+        raise Fallback("beyond-eof")
+    if not e.shared:
+        w = _maps.written_pages(lo, hi)
+        if w is None:
+            raise Fallback("pagemap-unreadable")
+        if w:
+            raise Fallback("private-pages-written", None, "%d of the pages under the tensor" % w)
+    gpu = _serve.mount_is_gpu(e.path)  # known without a lease, which would stage the file
+    if gpu is not None and not lease_ok(gpu):
+        raise Fallback("host-staged" if not gpu else "device")
+    kept = _lease(e, ident)
+    lease = kept.lease
+    if not lease_ok(lease.is_gpu):
+        raise Fallback("host-staged" if not lease.is_gpu else "device", _serve.socket_of(lease))
+    base = kept.whole(torch)[off:off + span]
+    if off % item or base.storage_offset() % item:
+        base = base.clone()  # element-aligned on the lease's device
+    v = base.view(src.dtype)
+    v = v.as_strided(src.shape, src.stride(), v.storage_offset())
+    if lease.is_gpu:
+        kept.devices.add(base.device)
+    return v
+
+
+def _identity(e):
+    """The file's identity now, checked against the one it had when it was
+    mapped (or first seen mapped); Fallback("file-changed") if it differs."""
+    try:
+        st = os.stat(e.path)
+    except OSError as err:
+        raise Fallback("file-changed", None, str(err)) from None
+    now = (st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    was = _maps.ident_of(e.key)
+    if (st.st_dev, st.st_ino) != e.key or was is None or was != now:
+        _drop(e.key)
+        raise Fallback("file-changed")
+    return now
+
+
+class _Kept:
+    """A lease kept open while its file is mapped, and a uint8 tensor over
+    the whole file in it (made once: views of it are cheap)."""
+
+    __slots__ = ("lease", "devices", "_whole")
+
+    def __init__(self, lease):
+        self.lease = lease
+        self.devices = set()  # CUDA devices copied to: synchronized before closing
+        self._whole = None
+
+    def whole(self, torch):
+        w = self._whole
+        if w is None:
+            w = self._whole = self.lease.tensor(torch.uint8)
+        return w
+
+    def close(self):
+        self._whole = None
+        if self.devices:
+            import torch
+
+            for d in self.devices:
+                torch.cuda.synchronize(d)
+        self.lease.close()
+
+
+def _forked_locked():
+    """In a forked child the parent's kept leases are not ours to use or
+    close (registry.py does the same with its mappings): start afresh."""
+    global _pid
+    if _pid != os.getpid():
+        _pid = os.getpid()
+        _leases.clear()
+        _gens.clear()
+
+
+def _lease(e, ident):
+    """The _Kept of e's file, leased on first use."""
+    key = e.key + (ident,)
+    with _lock:
+        _forked_locked()
+        kept = _leases.pop(key, None)
+        if kept is not None:
+            _leases[key] = kept  # most recently used last
+            return kept
+    lease = _serve.acquire(e.path)
+    gen = _gens.setdefault(key, lease.generation)
+    if lease.size != ident[0] or lease.generation != gen:
+        lease.close()
+        raise Fallback("file-changed", _serve.socket_of(lease))
+    old = []
+    with _lock:
+        _forked_locked()
+        kept = _leases.get(key)
+        if kept is not None:  # another thread leased it meanwhile: keep one
+            old.append(_Kept(lease))
+        else:
+            kept = _leases[key] = _Kept(lease)
+        while len(_leases) > MAX_LEASES:
+            old.append(_leases.pop(next(iter(_leases))))
+    _close(old)
+    return kept
+
+
+def _drop(key):
+    with _lock:
+        gone = [_leases.pop(k) for k in list(_leases) if k[:2] == key]
+    _close(gone)
+
+
+def release(keep=None):
+    """Close the kept leases of files not in keep (all without keep), once
+    the copies queued from them are done."""
+    with _lock:
+        _forked_locked()
+        gone = [_leases.pop(k) for k in list(_leases) if keep is None or k[:2] not in keep]
+        for k in [k for k in _gens if keep is None or k[:2] not in keep]:
+            del _gens[k]
+    _close(gone)
+
+
+def _close(kepts):
+    for k in kepts:
+        try:
+            k.close()
+        except Exception:
+            _report.log.debug("gdsfs autoload: closing a kept lease", exc_info=True)
+
+
+def leases_kept():
+    with _lock:
+        return len(_leases)

@@ -1,0 +1,432 @@
+#!/usr/bin/env python3
+"""CPU tensors moved to the GPU by the loaders people run, plain vs under
+`gdsfs run` with the files resident, on one GPU machine. Prints one JSON
+object and a markdown table; exits 1 on a checksum or logits mismatch, on a
+served count of 0 where serving was expected, or on a failed target.
+
+    python3 scripts/frameworks-gpu.py --bin .bin/gdsfs [--work /tmp/gdsfs-frameworks] [--repeat 3]
+    python3 scripts/frameworks-gpu.py overhead   # any machine: per-call cost on tensors not from a mount
+
+Needs root, /dev/fuse, a GPU, torch, numpy, safetensors and transformers
+(nothing is downloaded: the model is made here with random weights). Each
+case runs in a fresh interpreter; the cases of a workload are interleaved
+round by round and the median is kept. Workloads:
+- hf: transformers from_pretrained(DIR, device_map="cuda") of a
+  Llama-shaped model of about 2.1 GiB (save_pretrained, random bf16
+  weights): the whole call, and the time spent inside Tensor.to/copy_
+  moving weights to the GPU (a separate profiled run: each move is timed
+  with a CUDA synchronize). State-dict checksum and logits on a fixed input
+  must be identical in every case. Targets: moves >= 10x less, the call
+  >= 1.5x faster.
+- vllm: a loader written the way vLLM's default loader works: CPU
+  safe_open(framework="pt"), get_tensor, narrow dim 0 for rank 0 of 2,
+  param.data.copy_ into parameters preallocated on the GPU. Target >= 10x.
+- dataloader: an unmodified torch DataLoader epoch (num_workers=0) over 64
+  x 32 MiB .npy shards read with np.load(mmap_mode="r") and moved with
+  .cuda(). Target >= 10x.
+Cases: "plain mount warm" (through the mount, page cache warm, not staged),
+"run resident" (under gdsfs run, staged by `gdsfs warmup --wait`) and "run
+not staged warm" (under gdsfs run, page cache warm, not staged: the first
+move out of a file stages it). Target for hf: not staged no slower than
+plain.
+"""
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.abspath(__file__)
+SHARDS, SHARD_MIB = 64, 32
+
+
+# ---- inside one fresh interpreter ------------------------------------------
+
+def checksum(tensors):
+    import torch
+
+    h = hashlib.sha256()
+    for name in sorted(tensors):
+        t = tensors[name]
+        h.update(("%s %s %s %s\n" % (name, t.dtype, tuple(t.shape), tuple(t.stride()))).encode())
+        if t.numel():
+            u = t.detach().contiguous().reshape(-1).view(torch.uint8).to(torch.int64)
+            w = torch.arange(u.numel(), device=u.device, dtype=torch.int64) % 251 + 1
+            h.update(("%d %d\n" % (int(u.sum()), int((u * w).sum()))).encode())
+    return h.hexdigest()[:16]
+
+
+def _profile_moves(torch):
+    """Time spent in Tensor.to/.cuda/.copy_ calls that move a CPU tensor to
+    a GPU (each synchronized), wrapped around whatever is installed."""
+    spent = [0.0, 0]
+    T = torch.Tensor
+
+    def wrap(name, src_of):
+        orig = getattr(T, name)
+
+        def f(self, *a, **k):
+            src = src_of(self, a, k)
+            if src is None or not src.is_cpu:
+                return orig(self, *a, **k)
+            t0 = time.perf_counter()
+            out = orig(self, *a, **k)
+            if out is not None and getattr(out, "is_cuda", False):
+                torch.cuda.synchronize()
+                spent[0] += time.perf_counter() - t0
+                spent[1] += 1
+            return out
+        setattr(T, name, f)
+
+    wrap("to", lambda s, a, k: s)
+    wrap("cuda", lambda s, a, k: s)
+    wrap("copy_", lambda s, a, k: (a[0] if a else k.get("src")) if s.is_cuda else None)
+    return spent
+
+
+def measure(a):
+    import torch
+
+    torch.cuda.init()
+    torch.empty(1, device="cuda")
+    torch.cuda.synchronize()
+    out = {}
+    if a.what == "hf":
+        from transformers import AutoModelForCausalLM
+    elif a.what == "vllm":
+        from safetensors import safe_open
+    elif a.what == "dataloader":
+        import numpy as np
+        from torch.utils.data import DataLoader, Dataset
+    spent = _profile_moves(torch) if a.profile else None
+    t0 = time.perf_counter()
+    if a.what == "hf":
+        model = AutoModelForCausalLM.from_pretrained(a.path, device_map="cuda", dtype=torch.bfloat16)
+        torch.cuda.synchronize()
+        out["seconds"] = time.perf_counter() - t0
+        out["checksum"] = checksum(model.state_dict())
+        ids = (torch.arange(64, device="cuda") * 7919 % model.config.vocab_size).reshape(1, -1)
+        with torch.no_grad():
+            logits = model(ids).logits.float()
+        out["logits"] = hashlib.sha256(logits.cpu().numpy().tobytes()).hexdigest()[:16]
+    elif a.what == "vllm":
+        files = sorted(os.path.join(a.path, f) for f in os.listdir(a.path) if f.endswith(".safetensors"))
+        shapes = {}
+        for f in files:
+            with safe_open(f, framework="pt") as fh:
+                for name in fh.keys():
+                    sl = fh.get_slice(name)
+                    shapes[name] = (sl.get_shape(), sl.get_dtype())
+        params = {}
+        for name, (shape, _) in shapes.items():
+            shape = list(shape)
+            if len(shape) == 2 and shape[0] % 2 == 0:
+                shape[0] //= 2
+            params[name] = torch.nn.Parameter(torch.empty(shape, dtype=torch.bfloat16, device="cuda"),
+                                              requires_grad=False)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()  # the loading loop only
+        for f in files:
+            with safe_open(f, framework="pt") as fh:
+                for name in fh.keys():
+                    w = fh.get_tensor(name)
+                    p = params[name]
+                    if w.dim() == 2 and w.shape[0] != p.shape[0]:
+                        w = w.narrow(0, 0, p.shape[0])  # rank 0 of 2
+                    p.data.copy_(w)
+        torch.cuda.synchronize()
+        out["seconds"] = time.perf_counter() - t0
+        out["checksum"] = checksum(params)
+    elif a.what == "dataloader":
+        files = sorted(os.path.join(a.path, f) for f in os.listdir(a.path) if f.endswith(".npy"))
+
+        class Shards(Dataset):
+            def __len__(self):
+                return len(files)
+
+            def __getitem__(self, i):
+                return torch.from_numpy(np.load(files[i], mmap_mode="r"))
+
+        total = torch.zeros((), dtype=torch.float64, device="cuda")
+        for x in DataLoader(Shards(), batch_size=None, shuffle=False, num_workers=0):
+            y = x.cuda()
+            total += y.sum(dtype=torch.float64)
+        torch.cuda.synchronize()
+        out["seconds"] = time.perf_counter() - t0
+        out["checksum"] = "%.6e" % total.item()
+    if spent is not None:
+        out["moves_seconds"], out["moves"] = spent
+    mod = sys.modules.get("gdsfs.autoload")
+    out["served"] = mod.served() if mod else {}
+    out["fallbacks"] = mod.fallbacks() if mod else {}
+    print(json.dumps(out))
+
+
+def overhead(a):
+    """ns per intercepted call on CPU tensors not from a mount, plain and
+    with the autoloader's wrappers (a gdsfs mapping in the index or not)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(HERE), "..", "python"))
+    import torch
+
+    x = torch.arange(1000, dtype=torch.float32)
+    d = torch.empty(1000, dtype=torch.float64)
+    calls = {"to(float64)": lambda: x.to(torch.float64), "copy_": lambda: d.copy_(x), "to(cpu)": lambda: x.to("cpu")}
+    if torch.cuda.is_available():
+        g = torch.empty(1000, dtype=torch.float32, device="cuda")
+        calls["to(cuda)"] = lambda: x.to("cuda")
+        calls["cuda_dst.copy_"] = lambda: g.copy_(x)
+
+    def run():
+        res = {}
+        for name, f in calls.items():
+            best = None
+            for _ in range(5):
+                t0 = time.perf_counter()
+                for _ in range(a.calls):
+                    f()
+                dt = (time.perf_counter() - t0) / a.calls
+                best = dt if best is None else min(best, dt)
+            res[name] = best * 1e9
+        return res
+
+    plain = run()
+    import gdsfs.autoload  # noqa: F401
+    from gdsfs.autoload import _maps
+
+    empty = run()
+    before = _maps.refreshes
+    _maps.index = ([4096], [_maps.Mapping(4096, 8192, 0, 0, 0, "/nonexistent", True, False)])
+    indexed = run()
+    out = {"ns_per_call": {"plain": plain, "wrapped, index empty": empty, "wrapped, index not empty": indexed},
+           "added_ns": {k: round(max(empty[k], indexed[k]) - plain[k]) for k in plain},
+           "index_rebuilds": _maps.refreshes - before}
+    out["target <= 2000 ns added"] = all(v <= 2000 for v in out["added_ns"].values())
+    print(json.dumps(out, indent=1))
+    return 0 if out["target <= 2000 ns added"] and out["index_rebuilds"] == 0 else 1
+
+
+# ---- the driver ------------------------------------------------------------
+
+def sh(cmd, **kw):
+    return subprocess.run(cmd, check=True, **kw)
+
+
+class Bench:
+    def __init__(self, a):
+        self.a = a
+        self.work = os.path.abspath(a.work)
+        self.src = os.path.join(self.work, "src")
+        self.mnt = os.path.join(self.work, "mnt")
+        self.results = {"cases": {}}
+        self.t0 = time.time()
+
+    def mount(self):
+        self.log = open(os.path.join(self.work, "daemon.log"), "wb")
+        sets = ["--set", "ipc.socket=" + os.path.join(self.work, "lease.sock")]
+        for kv in self.a.sets:
+            sets += ["--set", kv]
+        self.proc = subprocess.Popen([self.a.bin, "mount"] + sets + [self.src, self.mnt], stdout=self.log,
+                                     stderr=subprocess.STDOUT)
+        for _ in range(600):
+            if os.path.exists(os.path.join(self.mnt, ".gdsfs", "version")):
+                return
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        raise SystemExit("gdsfs mount did not come up; see %s/daemon.log" % self.work)
+
+    def umount(self):
+        self.proc.terminate()
+        self.proc.wait(60)
+
+    def make_files(self):
+        import numpy as np
+        import torch
+
+        for d in (self.work, self.src, self.mnt):
+            os.makedirs(d, exist_ok=True)
+        hf = os.path.join(self.src, "model")
+        if not os.path.exists(os.path.join(hf, "config.json")):
+            from transformers import LlamaConfig, LlamaForCausalLM
+
+            # about 2.1 GiB of bf16 weights, in shards of at most 1 GB
+            cfg = LlamaConfig(hidden_size=2048, intermediate_size=5504, num_hidden_layers=20, num_attention_heads=16,
+                              num_key_value_heads=16, vocab_size=32000, tie_word_embeddings=False)
+            torch.manual_seed(3)
+            with torch.device("cuda"):
+                model = LlamaForCausalLM(cfg).to(torch.bfloat16)
+            model.save_pretrained(hf, safe_serialization=True, max_shard_size="1GB")
+            del model
+        shards = os.path.join(self.src, "shards")
+        os.makedirs(shards, exist_ok=True)
+        n = SHARD_MIB << 18  # float32 elements of one shard
+        for i in range(SHARDS):
+            p = os.path.join(shards, "s-%03d.npy" % i)
+            if not os.path.exists(p):
+                g = np.random.default_rng(i)
+                np.save(p, g.standard_normal(n, dtype=np.float32))
+        size = lambda d, ext: sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d) if f.endswith(ext))  # noqa: E731
+        self.results["files"] = {"hf_model_bytes": size(hf, ".safetensors"), "shard_bytes": size(shards, ".npy")}
+        return {"hf": hf, "vllm": hf, "dataloader": shards}
+
+    def rels(self, path):
+        rel = os.path.relpath(path, self.src)
+        return [os.path.join(rel, f) for f in sorted(os.listdir(path)) if not f.endswith(".json")]
+
+    def warm_cache(self, path):
+        for rel in self.rels(path):
+            with open(os.path.join(self.src, rel), "rb") as f:
+                while f.read(64 << 20):
+                    pass
+
+    def stage(self, path):
+        sh([self.a.bin, "warmup", "--wait"] + [os.path.join(self.mnt, r) for r in self.rels(path)],
+           stdout=subprocess.DEVNULL)
+
+    def evict(self, path):
+        for rel in self.rels(path):
+            try:
+                with open(os.path.join(self.mnt, ".gdsfs", "evict"), "w") as f:
+                    f.write(rel + "\n")
+            except OSError:
+                pass
+
+    def one(self, what, path, wrap, profile=False):
+        cmd = ([self.a.bin, "run", "--"] if wrap else []) + [sys.executable, HERE, "measure", "--what", what,
+                                                             "--path", path] + (["--profile"] if profile else [])
+        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=False)
+        if r.returncode:
+            raise SystemExit("%s failed:\n%s" % (cmd, r.stderr.decode(errors="replace")[-3000:]))
+        return json.loads(r.stdout.decode().strip().splitlines()[-1])
+
+    def workload(self, what, src):
+        mnt = os.path.join(self.mnt, os.path.relpath(src, self.src))
+
+        def plain_warm():
+            self.stage(src)  # a plain read through the mount stages the file after; finish that first
+            self.evict(src)
+            self.warm_cache(src)
+
+        def resident():
+            self.warm_cache(src)
+            self.stage(src)
+
+        cases = [(what + " plain mount warm", False, plain_warm), (what + " run resident", True, resident),
+                 (what + " run not staged warm", True, plain_warm)]
+        cases = [c for c in cases if re.search(self.a.cases, c[0])]
+        runs = {c[0]: [] for c in cases}
+        for i in range(self.a.repeat):
+            k = i % max(len(cases), 1)
+            for name, wrap, prep in cases[k:] + cases[:k]:
+                prep()
+                r = self.one(what, mnt, wrap)
+                runs[name].append(r)
+                print("%-36s %8.3f s  (round %d, at %.0f s)" % (name, r["seconds"], i + 1, time.time() - self.t0),
+                      file=sys.stderr)
+        for name, wrap, prep in cases:
+            secs = [r["seconds"] for r in runs[name]]
+            r = dict(runs[name][-1], seconds=statistics.median(secs), runs=secs)
+            if what == "hf":  # the profile: time in the moves, one run each
+                prep()
+                p = self.one(what, mnt, wrap, profile=True)
+                r.update(moves_seconds=p["moves_seconds"], moves=p["moves"], profiled_seconds=p["seconds"])
+            self.results["cases"][name] = r
+            print("%-36s %8.3f s  median; served=%s fallbacks=%s" % (name, r["seconds"], r.get("served"),
+                                                                   r.get("fallbacks")), file=sys.stderr)
+
+    def verdicts(self):
+        c = self.results["cases"]
+        v, targets, failures = {}, {}, []
+        bounds = {"hf": 1.5, "vllm": 10, "dataloader": 10}
+        for what in ("hf", "vllm", "dataloader"):
+            p, r = c.get(what + " plain mount warm"), c.get(what + " run resident")
+            if not p or not r:
+                continue
+            v[what + " speed-up"] = round(p["seconds"] / r["seconds"], 2)
+            targets["%s resident >= %gx" % (what, bounds[what])] = v[what + " speed-up"] >= bounds[what]
+            same = p["checksum"] == r["checksum"] and p.get("logits") == r.get("logits")
+            v[what + " identical results"] = same
+            if not same:
+                failures.append(what + ": checksum or logits differ")
+            if not sum(r.get("served", {}).values()):
+                failures.append(what + ": nothing served under gdsfs run (fallbacks %s)" % r.get("fallbacks"))
+            n = c.get(what + " run not staged warm")
+            if n:
+                v[what + " not staged (warm) vs plain"] = round(p["seconds"] / n["seconds"], 2)
+                if what == "hf":
+                    targets["hf not staged (warm) not slower"] = v[what + " not staged (warm) vs plain"] >= 1.0
+                if n["checksum"] != p["checksum"] or n.get("logits") != p.get("logits"):
+                    failures.append(what + ": checksum or logits differ (not staged)")
+            if what == "hf" and r.get("moves_seconds"):
+                v["hf moves seconds plain / resident"] = "%.3f / %.3f" % (p["moves_seconds"], r["moves_seconds"])
+                v["hf moves speed-up"] = round(p["moves_seconds"] / r["moves_seconds"], 1)
+                v["hf time outside the moves (plain)"] = round(p["profiled_seconds"] - p["moves_seconds"], 3)
+                targets["hf moves >= 10x less"] = v["hf moves speed-up"] >= 10
+        self.results["verdicts"] = v
+        self.results["targets"] = targets
+        self.results["failures"] = failures
+
+    def table(self):
+        sizes = {"hf": self.results["files"]["hf_model_bytes"], "vllm": self.results["files"]["hf_model_bytes"] / 2,
+                 "dataloader": self.results["files"]["shard_bytes"]}
+        rows = ["| case | seconds (median) | GB/s | served / fallbacks |", "|---|---|---|---|"]
+        for k, r in self.results["cases"].items():
+            rows.append("| %s | %.3f | %.2f | %s / %s |" % (k, r["seconds"], sizes[k.split(" ")[0]] / r["seconds"] / 1e9,
+                                                             r.get("served") or "-", r.get("fallbacks") or "-"))
+        rows += ["", "| figure | value |", "|---|---|"]
+        rows += ["| %s | %s |" % kv for kv in self.results["verdicts"].items()]
+        rows += ["| target: %s | %s |" % (k, "PASS" if ok else "FAIL") for k, ok in self.results["targets"].items()]
+        rows += ["| FAILURE | %s |" % f for f in self.results["failures"]]
+        return "\n".join(rows)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="mode")
+    m = sub.add_parser("measure")
+    m.add_argument("--what", required=True)
+    m.add_argument("--path", required=True)
+    m.add_argument("--profile", action="store_true")
+    o = sub.add_parser("overhead")
+    o.add_argument("--calls", type=int, default=20000)
+    ap.add_argument("--bin", default=os.path.join(os.path.dirname(HERE), "..", ".bin", "gdsfs"))
+    ap.add_argument("--work", default="/tmp/gdsfs-frameworks")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--cases", default="", help="only the cases whose name this regular expression finds")
+    a = ap.parse_args()
+    if a.mode == "measure":
+        return measure(a)
+    if a.mode == "overhead":
+        return overhead(a)
+    a.bin = os.path.abspath(a.bin)
+    b = Bench(a)
+    paths = b.make_files()
+    b.mount()
+    try:
+        for what in ("hf", "vllm", "dataloader"):
+            b.workload(what, paths[what])
+    finally:
+        b.umount()
+    b.verdicts()
+    import torch
+
+    b.results["versions"] = {"torch": torch.__version__}
+    for mod in ("safetensors", "transformers", "numpy"):
+        try:
+            b.results["versions"][mod] = __import__(mod).__version__
+        except Exception:
+            pass
+    print(json.dumps(b.results, indent=1))
+    print()
+    print(b.table())
+    return 1 if b.results["failures"] or not all(b.results["targets"].values()) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

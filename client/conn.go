@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/gdsfs/gdsfs/proto"
 )
 
@@ -33,13 +35,79 @@ type Conn struct {
 	failed  atomic.Bool // dead != nil, readable without mu
 }
 
-// Dial connects to a lease socket.
-func Dial(socket string) (*Conn, error) {
-	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: socket, Net: "unix"})
+// connectTimeout bounds connecting to a lease socket (a listener that
+// accepts nothing, its backlog full).
+var connectTimeout = 10 * time.Second
+
+// untrusted counts the connections refused because of who listened.
+var untrusted atomic.Uint64
+
+// Untrusted is how many connections this process refused because the
+// socket's listener was neither root nor the mount's owner.
+func Untrusted() uint64 { return untrusted.Load() }
+
+// UntrustedError is a lease socket served by a uid that is neither root
+// nor the mount's owner: nothing was sent to it. errors.Is(err,
+// syscall.EPERM) works on it.
+type UntrustedError struct {
+	Socket string
+	Peer   uint32 // the listener's uid (SO_PEERCRED)
+	Owner  int    // the mount's owner (-1: no mount; this process's euid was wanted)
+}
+
+func (e *UntrustedError) Error() string {
+	want := fmt.Sprintf("root or the mount's owner (uid %d)", e.Owner)
+	if e.Owner < 0 {
+		want = fmt.Sprintf("root or this process's uid (%d)", os.Geteuid())
+	}
+	return fmt.Sprintf("gdsfs socket %s: served by uid %d, not %s: refused, nothing was sent", e.Socket, e.Peer, want)
+}
+
+// Unwrap gives the errno, EPERM.
+func (e *UntrustedError) Unwrap() error { return syscall.EPERM }
+
+// Dial connects to a lease socket whose listener must be root or this
+// process's euid (see UntrustedError); Open, Stat and Wait instead want
+// root or the owner of the mount the path is on.
+func Dial(socket string) (*Conn, error) { return dial(socket, -1) }
+
+// dial connects to socket and checks its listener's uid (SO_PEERCRED)
+// before anything is sent: root, or owner (this process's euid when
+// owner < 0).
+func dial(socket string, owner int) (*Conn, error) {
+	d := net.Dialer{Timeout: connectTimeout}
+	nc, err := d.Dial("unix", socket)
 	if err != nil {
 		return nil, fmt.Errorf("gdsfs socket %s: %w", socket, err)
 	}
+	c := nc.(*net.UnixConn)
+	if err := checkPeer(c, socket, owner); err != nil {
+		c.Close()
+		return nil, err
+	}
 	return &Conn{socket: socket, c: c, r: proto.NewReader(c, proto.MaxAnswer)}, nil
+}
+
+// checkPeer reads who listens on c and refuses anyone but root or owner.
+func checkPeer(c *net.UnixConn, socket string, owner int) error {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return fmt.Errorf("gdsfs socket %s: %w", socket, err)
+	}
+	var cred *unix.Ucred
+	cerr := raw.Control(func(fd uintptr) { cred, err = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) })
+	if cerr != nil || err != nil {
+		return fmt.Errorf("gdsfs socket %s: reading its listener's credentials: %w", socket, errors.Join(cerr, err))
+	}
+	want := owner
+	if want < 0 {
+		want = os.Geteuid()
+	}
+	if cred.Uid != 0 && int64(cred.Uid) != int64(want) {
+		untrusted.Add(1)
+		return &UntrustedError{Socket: socket, Peer: cred.Uid, Owner: owner}
+	}
+	return nil
 }
 
 // Close closes the connection; the daemon ends everything it held.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -40,7 +41,7 @@ func TestGoldenTranscripts(t *testing.T) {
 type fakeDaemon struct {
 	t     *testing.T
 	tr    golden.Transcript
-	root  string // the client sends paths under it (GDSFS_SOCKET)
+	root  string // a gdsfs mount to the client (MountinfoForTest); it sends paths relative to it
 	ln    *net.UnixListener
 	mu    sync.Mutex // guards files: the client side checks leases against it
 	files map[string][]byte
@@ -59,6 +60,7 @@ func replayClient(t *testing.T, tr golden.Transcript) {
 	}
 	defer ln.Close()
 	t.Setenv("GDSFS_SOCKET", sock)
+	t.Cleanup(MountinfoForTest(fakeMount(root)))
 	t.Setenv("GDSFS_DEVICE", "none") // transcripts name devices explicitly
 	DropCache()
 	defer DropCache()
@@ -217,7 +219,6 @@ func (d *fakeDaemon) serve() error {
 			return fmt.Errorf("%s: %v", where, err)
 		}
 		want := golden.Fill(st.Send, d.b, &d.next).(map[string]any)
-		d.underRoot(want)
 		wj, _ := json.Marshal(want)
 		gj, _ := json.Marshal(got)
 		if !bytes.Equal(wj, gj) {
@@ -241,16 +242,11 @@ func (d *fakeDaemon) serve() error {
 	return nil
 }
 
-// underRoot rewrites a request pattern's paths as the client sends them.
-func (d *fakeDaemon) underRoot(req map[string]any) {
-	if p, ok := req["path"].(string); ok {
-		req["path"] = filepath.Join(d.root, p)
-	}
-	if ps, ok := req["paths"].([]any); ok {
-		for i, p := range ps {
-			ps[i] = filepath.Join(d.root, p.(string))
-		}
-	}
+// fakeMount is mountinfo text with dir as a gdsfs mount of this
+// process's euid.
+func fakeMount(dir string) []byte {
+	return []byte(fmt.Sprintf("22 1 8:1 / / rw - ext4 /dev/sda1 rw\n40 22 0:99 / %s rw - fuse.gdsfs /src rw,user_id=%d,group_id=0\n",
+		escapeMount(dir), os.Geteuid()))
 }
 
 // memfds makes the descriptors an answer carries: per granted file, its

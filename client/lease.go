@@ -163,14 +163,14 @@ func retry(err error) bool {
 
 // openFresh leases path on a new connection.
 func openFresh(path string, loc location) (*Lease, error) {
-	c, err := Dial(loc.socket)
+	c, err := dial(loc.socket, loc.owner)
 	if err != nil && loc.remembered {
 		// The daemon restarted or the mount moved: look again, once.
 		forget()
 		dev := loc.device
 		if loc, err = locateCached(path); err == nil {
 			loc.device = dev
-			c, err = Dial(loc.socket)
+			c, err = dial(loc.socket, loc.owner)
 		}
 	}
 	if err != nil {
@@ -196,16 +196,16 @@ func openFresh(path string, loc location) (*Lease, error) {
 // Stat asks the daemon holding path for its state without staging it
 // (on a connection of its own, closed after).
 func Stat(path string) (proto.Response, error) {
-	s, rel, err := Locate(path)
+	t, err := find(path)
 	if err != nil {
 		return proto.Response{}, err
 	}
-	c, err := Dial(s)
+	c, err := dial(t.socket, t.owner)
 	if err != nil {
 		return proto.Response{}, err
 	}
 	defer c.Close()
-	return c.Stat(rel)
+	return c.Stat(t.rel)
 }
 
 // mapFiles maps a grant's descriptors and closes them.

@@ -29,6 +29,21 @@ func (e *NotMountedError) Unwrap() error { return syscall.ENODEV }
 // mountEntry is one line of /proc/self/mountinfo.
 type mountEntry struct {
 	majmin, root, mountpoint, fstype string
+	owner                            int // the user_id= super option; -1 when absent
+}
+
+// readMountinfo reads the mount table (MountinfoForTest replaces it).
+var readMountinfo = func() ([]byte, error) { return os.ReadFile("/proc/self/mountinfo") }
+
+// MountinfoForTest makes this package read its mount table from data
+// instead of /proc/self/mountinfo until the returned function is called.
+// It is for tests of a daemon served without a FUSE mount (package ipc's);
+// programs never need it.
+func MountinfoForTest(data []byte) (restore func()) {
+	old := readMountinfo
+	readMountinfo = func() ([]byte, error) { return data, nil }
+	forget()
+	return func() { readMountinfo = old; forget() }
 }
 
 // parseMountinfo reads mountinfo text: "id parent maj:min root mountpoint
@@ -52,7 +67,17 @@ func parseMountinfo(data []byte) []mountEntry {
 		if sep < 0 || sep+1 >= len(f) {
 			continue
 		}
-		out = append(out, mountEntry{majmin: f[2], root: unescape(f[3]), mountpoint: unescape(f[4]), fstype: unescape(f[sep+1])})
+		e := mountEntry{majmin: f[2], root: unescape(f[3]), mountpoint: unescape(f[4]), fstype: unescape(f[sep+1]), owner: -1}
+		if sep+3 < len(f) {
+			for _, o := range strings.Split(f[sep+3], ",") {
+				if v, ok := strings.CutPrefix(o, "user_id="); ok {
+					if n, err := strconv.ParseUint(v, 10, 32); err == nil {
+						e.owner = int(n)
+					}
+				}
+			}
+		}
+		out = append(out, e)
 	}
 	return out
 }
@@ -91,37 +116,47 @@ func resolve(path string) (string, error) {
 	return filepath.Join(dir, base), nil
 }
 
-// Locate finds the lease socket for path and the path to send: with
-// GDSFS_SOCKET set, that socket and the absolute path; otherwise the
-// nearest mount point above the file must be a gdsfs mount (a file on any
-// other mount, even one inside a gdsfs mount, is refused), its
-// .gdsfs/socket names the socket and the path relative to it is sent. A
-// bind mount of a directory inside a gdsfs mount sends the path from the
-// mount's root, whose .gdsfs/socket is read.
-func Locate(path string) (socket, rel string, err error) {
-	p, err := resolve(path)
-	if err != nil {
-		return "", "", err
-	}
-	if s := os.Getenv("GDSFS_SOCKET"); s != "" {
-		return s, p, nil
-	}
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return "", "", fmt.Errorf("%s: %w", path, err)
-	}
-	socket, rel, _, err = locateIn(path, p, parseMountinfo(data))
-	return socket, rel, err
+// target is where a path is leased from.
+type target struct {
+	socket, rel string
+	mnt         string // the mount point the path is under
+	owner       int    // the mount's user_id (-1: unknown): the uid its daemon must run as, or root
 }
 
-// locateIn is Locate for the resolved path p over a mount table; it also
-// returns the mount point the path is under.
-func locateIn(path, p string, entries []mountEntry) (socket, rel, mnt string, err error) {
+// Locate finds the lease socket for path and the path to send: the
+// nearest mount point at or above the file must be a gdsfs mount (a file
+// on any other mount, even one inside a gdsfs mount, is refused); its
+// .gdsfs/socket names the socket, or GDSFS_SOCKET when set, and the path
+// relative to it is sent. A bind mount of a directory inside a gdsfs
+// mount sends the path from the mount's root, whose .gdsfs/socket is
+// read. A path outside every gdsfs mount is never sent anywhere.
+func Locate(path string) (socket, rel string, err error) {
+	t, err := find(path)
+	return t.socket, t.rel, err
+}
+
+// find is Locate with the mount and its owner.
+func find(path string) (target, error) {
+	p, err := resolve(path)
+	if err != nil {
+		return target{}, err
+	}
+	data, err := readMountinfo()
+	if err != nil {
+		return target{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return locateIn(path, p, parseMountinfo(data), os.Getenv("GDSFS_SOCKET"))
+}
+
+// locateIn is find for the resolved path p over a mount table; socket,
+// when not "", is the lease socket to use (GDSFS_SOCKET) instead of the
+// mount's .gdsfs/socket.
+func locateIn(path, p string, entries []mountEntry, socket string) (target, error) {
 	table := map[string]mountEntry{}
 	for _, e := range entries {
 		table[e.mountpoint] = e // the last mount on a path is the visible one
 	}
-	d := filepath.Dir(p)
+	d := p
 	var e mountEntry
 	for {
 		var ok bool
@@ -130,14 +165,14 @@ func locateIn(path, p string, entries []mountEntry) (socket, rel, mnt string, er
 		}
 		parent := filepath.Dir(d)
 		if parent == d {
-			return "", "", "", &NotMountedError{Path: path, Reason: "no mount point found"}
+			return target{}, &NotMountedError{Path: path, Reason: "no mount point found"}
 		}
 		d = parent
 	}
 	if e.fstype != fstype {
-		return "", "", "", &NotMountedError{Path: path, Reason: fmt.Sprintf("it is on %s (%s)", e.mountpoint, e.fstype)}
+		return target{}, &NotMountedError{Path: path, Reason: fmt.Sprintf("it is on %s (%s)", e.mountpoint, e.fstype)}
 	}
-	rel, _ = filepath.Rel(d, p)
+	rel, _ := filepath.Rel(d, p)
 	ctl := d
 	if e.root != "/" && e.root != "" {
 		// A bind mount of a directory inside a gdsfs mount: the daemon
@@ -150,19 +185,23 @@ func locateIn(path, p string, entries []mountEntry) (socket, rel, mnt string, er
 				ctl = x.mountpoint
 			}
 		}
-		if ctl == "" {
-			return "", "", "", &NotMountedError{Path: path, Reason: fmt.Sprintf(
+		if ctl == "" && socket == "" {
+			return target{}, &NotMountedError{Path: path, Reason: fmt.Sprintf(
 				"on %s, a bind mount of %s inside a gdsfs mount whose root is not mounted here; set GDSFS_SOCKET to its lease socket", d, e.root)}
 		}
 	}
+	t := target{socket: socket, rel: rel, mnt: d, owner: e.owner}
+	if socket != "" {
+		return t, nil
+	}
 	b, err := os.ReadFile(filepath.Join(ctl, ".gdsfs", "socket"))
 	if err != nil {
-		return "", "", "", fmt.Errorf("%s: gdsfs mount %s has no readable .gdsfs/socket (%w); set GDSFS_SOCKET", path, ctl, err)
+		return target{}, fmt.Errorf("%s: gdsfs mount %s has no readable .gdsfs/socket (%w); set GDSFS_SOCKET", path, ctl, err)
 	}
 	socket, _, _ = strings.Cut(string(b), "\n")
-	socket = strings.TrimSpace(socket)
-	if socket == "" {
-		return "", "", "", fmt.Errorf("%s: gdsfs mount %s: .gdsfs/socket is empty", path, ctl)
+	t.socket = strings.TrimSpace(socket)
+	if t.socket == "" {
+		return target{}, fmt.Errorf("%s: gdsfs mount %s: .gdsfs/socket is empty", path, ctl)
 	}
-	return socket, rel, d, nil
+	return t, nil
 }

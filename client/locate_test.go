@@ -63,7 +63,8 @@ func TestLocateSharedCases(t *testing.T) {
 	}
 	for _, c := range mc.Cases {
 		p := fill(c.Path, false)
-		sock, rel, _, err := locateIn(p, p, entries)
+		got, err := locateIn(p, p, entries, "")
+		sock, rel := got.socket, got.rel
 		if c.Error != "" {
 			var nm *NotMountedError
 			if err == nil || !strings.Contains(err.Error(), c.Error) || !errors.As(err, &nm) || !errors.Is(err, syscall.ENODEV) {

@@ -177,7 +177,7 @@ func releaseGranted(c *Conn, items []proto.Item, epoch uint64) {
 
 // openBatch leases items on one new connection, filling out.
 func openBatch(paths []string, items []item, out []*Lease) error {
-	c, err := Dial(items[0].loc.socket)
+	c, err := dial(items[0].loc.socket, items[0].loc.owner)
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 
 	"github.com/gdsfs/gdsfs/proto"
 )
@@ -52,12 +53,13 @@ type registry struct {
 	files   map[string]*mapped // current mapping per location
 	idle    list.List          // of *mapped kept with no user; front = most recent
 	conns   int                // owned holders with mappings
-	located map[string][2]string
+	located map[string]located // by resolved directory
 }
 
 // location is where a path is leased from, and on which device.
 type location struct {
 	socket, rel string
+	owner       int    // the mount's owner: its daemon must run as it or root
 	device      string // the device requests name ("": none)
 	remembered  bool   // from the per-directory memory, not looked up now
 }
@@ -72,35 +74,50 @@ func locateOn(path string, opts []LeaseOption) (location, error) {
 	return loc, err
 }
 
-// locateCached is Locate, remembered per directory (reading mountinfo
-// and .gdsfs/socket costs more than a repeat lease).
+// located is where a directory's files were found: the directory's
+// symbolic links are resolved at every lookup, and the memory is used
+// only while the resolved directory is still the same inode.
+type located struct {
+	socket, reldir string
+	owner          int
+	dev, ino       uint64
+}
+
+// locateCached is Locate, remembered per resolved directory (reading
+// mountinfo and .gdsfs/socket costs more than a repeat lease).
 func locateCached(path string) (location, error) {
 	if os.Getenv("GDSFS_SOCKET") != "" {
-		s, rel, err := Locate(path)
-		return location{socket: s, rel: rel}, err
+		t, err := find(path)
+		return location{socket: t.socket, rel: t.rel, owner: t.owner}, err
 	}
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		return location{}, err
 	}
 	dir, base := filepath.Split(abs)
-	reg.mu.Lock()
-	hit, ok := reg.located[dir]
-	reg.mu.Unlock()
-	if ok {
-		return location{socket: hit[0], rel: filepath.Join(hit[1], base), remembered: true}, nil
+	real, err := filepath.EvalSymlinks(dir)
+	var st syscall.Stat_t
+	if err != nil || syscall.Stat(real, &st) != nil {
+		t, err := find(path) // says what is wrong with the path
+		return location{socket: t.socket, rel: t.rel, owner: t.owner}, err
 	}
-	s, rel, err := Locate(path)
+	reg.mu.Lock()
+	hit, ok := reg.located[real]
+	reg.mu.Unlock()
+	if ok && hit.dev == st.Dev && hit.ino == st.Ino {
+		return location{socket: hit.socket, rel: filepath.Join(hit.reldir, base), owner: hit.owner, remembered: true}, nil
+	}
+	t, err := find(filepath.Join(real, base))
 	if err != nil {
 		return location{}, err
 	}
 	reg.mu.Lock()
 	if reg.located == nil || len(reg.located) > 4096 {
-		reg.located = map[string][2]string{}
+		reg.located = map[string]located{}
 	}
-	reg.located[dir] = [2]string{s, filepath.Dir(rel)}
+	reg.located[real] = located{socket: t.socket, reldir: filepath.Dir(t.rel), owner: t.owner, dev: st.Dev, ino: st.Ino}
 	reg.mu.Unlock()
-	return location{socket: s, rel: rel}, nil
+	return location{socket: t.socket, rel: t.rel, owner: t.owner}, nil
 }
 
 // forget drops where files were found.

@@ -19,7 +19,7 @@ device-to-host copy (GPU). With torch and the safetensors package, the
 result is compared with safetensors.torch.load_file (--no-compare skips).
 
 Requirements: Python >= 3.8; torch optional; safetensors optional. The
-file must be under a gdsfs mount (or pass --socket / set GDSFS_SOCKET).
+file must be under a gdsfs mount (--socket / GDSFS_SOCKET pick its socket).
 Exit status: 0 when everything agrees, 1 on a mismatch, 2 on bad input.
 """
 

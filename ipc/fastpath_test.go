@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"os"
 	"syscall"
 	"testing"
 
@@ -11,10 +12,13 @@ import (
 	"github.com/gdsfs/gdsfs/ipc"
 )
 
-// useSocket points the Go client at f's socket; it then sends absolute
-// paths, which the server takes under its mount point (/mnt/gds).
+// useSocket points the Go client at f's socket for paths under
+// /mnt/gds, which it is told is a gdsfs mount of this process's euid; it
+// sends them relative to it.
 func useSocket(t *testing.T, f *fixture) {
 	t.Setenv("GDSFS_SOCKET", f.srv.Path())
+	t.Cleanup(client.MountinfoForTest([]byte(fmt.Sprintf(
+		"22 1 8:1 / / rw - ext4 /dev/sda1 rw\n40 22 0:99 / /mnt/gds rw - fuse.gdsfs /src rw,user_id=%d,group_id=0\n", os.Geteuid()))))
 	client.DropCache()
 	t.Cleanup(client.DropCache)
 }

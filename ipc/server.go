@@ -4,11 +4,8 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"net"
-	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -141,57 +138,6 @@ func Listen(cfg Config) (*Server, error) {
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	return s, nil
-}
-
-// listen binds path, mode 0666: anyone on the node may connect; what a
-// peer may lease is decided per request by opening the file as the peer.
-// The directory holding it is made 0755 if missing.
-func listen(path string) (*net.UnixListener, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return nil, err
-	}
-	if _, err := os.Lstat(path); err == nil {
-		if c, err := net.Dial("unix", path); err == nil {
-			c.Close()
-			return nil, errors.New("in use by another daemon")
-		}
-		os.Remove(path) // left by a daemon that died
-	}
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
-	if err != nil {
-		return nil, err
-	}
-	ln.SetUnlinkOnClose(true)
-	if err := os.Chmod(path, 0o666); err != nil {
-		ln.Close()
-		return nil, err
-	}
-	return ln, nil
-}
-
-// DefaultSocket is /run/gdsfs/<hash of mountpoint>.sock, or under
-// $XDG_RUNTIME_DIR or the temp directory when /run/gdsfs is not writable.
-func DefaultSocket(mountpoint string) string {
-	name := fmt.Sprintf("%016x.sock", fnv64(mountpoint))
-	for _, dir := range []string{"/run/gdsfs", os.Getenv("XDG_RUNTIME_DIR")} {
-		if dir == "" {
-			continue
-		}
-		if err := os.MkdirAll(dir, 0o755); err == nil && writable(dir) {
-			return filepath.Join(dir, name)
-		}
-	}
-	return filepath.Join(os.TempDir(), fmt.Sprintf("gdsfs-%d", os.Geteuid()), name)
-}
-
-func writable(dir string) bool {
-	f, err := os.CreateTemp(dir, ".probe")
-	if err != nil {
-		return false
-	}
-	f.Close()
-	os.Remove(f.Name())
-	return true
 }
 
 func fnv64(s string) uint64 {

@@ -18,8 +18,9 @@ proto/PROTOCOL.md.
 
 from ._lease import Lease, disconnect, load, open, open_many, stat
 from ._mount import locate
-from ._proto import NotMountedError
+from ._proto import NotMountedError, UntrustedDaemonError, untrusted
 from ._wait import wait, wait_stat
 
-__all__ = ["Lease", "NotMountedError", "disconnect", "load", "locate", "open", "open_many", "stat", "wait", "wait_stat"]
+__all__ = ["Lease", "NotMountedError", "UntrustedDaemonError", "disconnect", "load", "locate", "open", "open_many",
+           "stat", "untrusted", "wait", "wait_stat"]
 __version__ = "0.2.0"

@@ -12,7 +12,7 @@ import weakref
 
 from ._proto import Conn, daemon_error
 from ._device import resolve as _resolve_device
-from ._mount import locate
+from ._mount import find
 from ._registry import Holder, registry, _is_gpu
 
 log = logging.getLogger("gdsfs")
@@ -345,10 +345,12 @@ class Lease:
 
 # --- module functions -----------------------------------------------------
 
-# Where the files of a directory are leased from: directory -> (socket,
-# directory relative to the mount). Reading /proc/self/mountinfo and
-# .gdsfs/socket costs more than a repeat lease; a failed connection drops
-# the memory.
+# Where the files of a directory are leased from: (explicit socket,
+# directory with its links resolved) -> (socket, directory relative to the
+# mount, mount owner, (st_dev, st_ino) of the resolved directory). Reading
+# /proc/self/mountinfo and .gdsfs/socket costs more than a repeat lease;
+# an entry is used only while the resolved directory is the same inode,
+# and a failed connection drops the memory.
 _located = {}
 
 # Errors that mean no daemon answered on a remembered socket or connection.
@@ -364,21 +366,27 @@ def disconnect():
 
 
 def _locate(path, socket):
-    """(socket, path to send, whether it was remembered). Where a directory's
-    files are leased from is remembered per directory (and explicit
-    socket): resolving it costs more than a repeat lease."""
+    """(socket, path to send, mount owner, whether it was remembered). The
+    directory's symbolic links are resolved at every call (a repointed
+    link is followed); the rest is remembered per resolved directory."""
     explicit = socket or os.environ.get("GDSFS_SOCKET") or ""
-    p = os.path.abspath(os.fspath(path))
-    d, base = os.path.split(p)
-    hit = _located.get((explicit, d))
-    if hit is not None:
-        sock, reldir = hit
-        return sock, os.path.join(reldir, base) if reldir not in ("", ".") else base, True
-    sock, rel, _ = locate(path, socket)
+    d, base = os.path.split(os.path.abspath(os.fspath(path)))
+    real = os.path.realpath(d)
+    try:
+        st = os.stat(real)
+    except OSError:
+        t = find(path, socket)  # says what is wrong with the path
+        return t.socket, t.rel, t.owner, False
+    ident = (st.st_dev, st.st_ino)
+    hit = _located.get((explicit, real))
+    if hit is not None and hit[3] == ident:
+        sock, reldir, owner, _ = hit
+        return sock, os.path.join(reldir, base) if reldir not in ("", ".") else base, owner, True
+    t = find(os.path.join(real, base), socket)
     if len(_located) > 4096:
         _located.clear()
-    _located[(explicit, d)] = (sock, os.path.dirname(rel))
-    return sock, rel, False
+    _located[(explicit, real)] = (t.socket, os.path.dirname(t.rel), t.owner, ident)
+    return t.socket, t.rel, t.owner, False
 
 
 def _retry(e):
@@ -420,15 +428,15 @@ def _repeat(m, sock, rel, path, dev):
 
 def _fresh(path, socket, timeout, dev):
     """Lease path on a new connection."""
-    sock, rel, remembered = _locate(path, socket)
+    sock, rel, owner, remembered = _locate(path, socket)
     try:
-        conn = Conn(sock, timeout)
+        conn = Conn(sock, timeout, owner)
     except OSError as e:
         if not remembered or e.errno not in _STALE:
             raise
         _located.clear()  # the daemon restarted or the mount moved: look again, once
-        sock, rel, _ = _locate(path, socket)
-        conn = Conn(sock, timeout)
+        sock, rel, owner, _ = _locate(path, socket)
+        conn = Conn(sock, timeout, owner)
     try:
         resp, fds = conn.request(_acquire(rel, dev), path=path)
         m = registry.adopt(Holder(conn), (sock, rel, dev), resp, fds, path)
@@ -444,15 +452,17 @@ def open(path, *, socket=None, timeout=None, device=None):  # noqa: A001 (gdsfs.
     """Lease the staged bytes of path, a file under a gdsfs mount (staging
     it first if needed), and map them. A file this process keeps mapped
     from an earlier lease is leased again in one round trip, with no
-    descriptors, if it has not changed. socket: the lease socket (default:
-    env GDSFS_SOCKET, else the mount's .gdsfs/socket). timeout: seconds for
-    socket operations (default: wait as long as the daemon does, bounded by
-    its ipc.acquire_timeout). device: where the lease should be ("GPU-...",
+    descriptors, if it has not changed. socket: the lease socket of path's
+    mount (default: env GDSFS_SOCKET, else the mount's .gdsfs/socket); its
+    listener must be root or the mount's owner (UntrustedDaemonError).
+    timeout: seconds for socket operations (default: wait as long as the
+    daemon does, bounded by its ipc.acquire_timeout; connecting takes at
+    most gdsfs._proto.CONNECT_TIMEOUT). device: where the lease should be ("GPU-...",
     "host1", an ordinal of the daemon's staging.gpus; "" for none); default:
     the CUDA device this process runs on (gdsfs._device), so a daemon
     staging onto several GPUs leases the replica on this one."""
     dev = _resolve_device(device)
-    sock, rel, _ = _locate(path, socket)
+    sock, rel, _, _ = _locate(path, socket)
     m = registry.take((sock, rel, dev))
     if m is not None:
         try:
@@ -467,10 +477,10 @@ def open(path, *, socket=None, timeout=None, device=None):  # noqa: A001 (gdsfs.
 def stat(path, *, socket=None, timeout=None):
     """The daemon's view of path without staging it: a dict with size,
     state (e.g. "resident", "absent"), load_path, ..."""
-    sock, req_path, _ = locate(path, socket)
-    conn = Conn(sock, timeout)
+    t = find(path, socket)
+    conn = Conn(t.socket, timeout, t.owner)
     try:
-        resp, _ = conn.request({"op": "stat", "path": req_path}, path=path)
+        resp, _ = conn.request({"op": "stat", "path": t.rel}, path=path)
     finally:
         conn.close()
     out = {k: v for k, v in resp.items() if k != "ok"}

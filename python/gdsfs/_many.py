@@ -24,8 +24,9 @@ def open_many(paths, *, socket=None, timeout=None, device=None):
     try:
         fresh = []
         groups = {}
+        owners = {}
         for i, p in enumerate(paths):
-            sock, rel, _ = _locate(p, socket)
+            sock, rel, owners[sock], _ = _locate(p, socket)
             m = registry.take((sock, rel, dev))
             if m is None:
                 fresh.append((i, sock, rel, None))
@@ -39,7 +40,7 @@ def open_many(paths, *, socket=None, timeout=None, device=None):
             by_socket.setdefault(it[1], []).append(it)
         for sock, items in by_socket.items():
             for k in range(0, len(items), MAX_BATCH):
-                _batch(paths, sock, items[k:k + MAX_BATCH], out, timeout, dev)
+                _batch(paths, sock, owners.get(sock), items[k:k + MAX_BATCH], out, timeout, dev)
     except BaseException:
         for m in taken:
             registry.discard(m)
@@ -122,9 +123,9 @@ def _repeat_group(paths, holder, items, out, taken, dev):
     return again
 
 
-def _batch(paths, sock, items, out, timeout, dev):
+def _batch(paths, sock, owner, items, out, timeout, dev):
     """Lease items on one new connection."""
-    conn = Conn(sock, timeout)
+    conn = Conn(sock, timeout, owner)
     try:
         resp, fds = conn.request(_many([it[2] for it in items], dev))
     except BaseException:

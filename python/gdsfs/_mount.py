@@ -16,14 +16,30 @@ def unescape(field):
     return _OCTAL.sub(lambda m: bytes([int(m.group(1), 8) & 0xFF]), field)
 
 
-class MountEntry:
-    __slots__ = ("majmin", "root", "mountpoint", "fstype")
+# Where the mount table is read (tests of a daemon served without a FUSE
+# mount point it at a file of their own).
+MOUNTINFO = "/proc/self/mountinfo"
 
-    def __init__(self, majmin, root, mountpoint, fstype):
+
+class MountEntry:
+    __slots__ = ("majmin", "root", "mountpoint", "fstype", "owner")
+
+    def __init__(self, majmin, root, mountpoint, fstype, owner=None):
         self.majmin, self.root, self.mountpoint, self.fstype = majmin, root, mountpoint, fstype
+        self.owner = owner  # the user_id= super option (None: absent)
 
     def __repr__(self):
-        return "MountEntry(%r, %r, %r, %r)" % (self.majmin, self.root, self.mountpoint, self.fstype)
+        return "MountEntry(%r, %r, %r, %r, owner=%r)" % (self.majmin, self.root, self.mountpoint, self.fstype, self.owner)
+
+
+def _owner(superopts):
+    for o in superopts.split(b","):
+        if o.startswith(b"user_id="):
+            try:
+                return int(o[len(b"user_id="):])
+            except ValueError:
+                return None
+    return None
 
 
 def parse_mountinfo(data):
@@ -45,13 +61,14 @@ def parse_mountinfo(data):
                 os.fsdecode(unescape(fields[3])),
                 os.fsdecode(unescape(fields[4])),
                 os.fsdecode(unescape(fields[sep + 1])),
+                _owner(fields[sep + 3]) if sep + 3 < len(fields) else None,
             )
         )
     return out
 
 
-def read_mountinfo(path="/proc/self/mountinfo"):
-    with open(path, "rb") as f:
+def read_mountinfo(path=None):
+    with open(MOUNTINFO if path is None else path, "rb") as f:
         return parse_mountinfo(f.read())
 
 
@@ -62,22 +79,37 @@ def _resolve(path):
     return os.path.join(os.path.realpath(d), base)
 
 
-def locate(path, socket=None, mountinfo=None):
-    """(socket path, path to send, mount directory or None) for path.
+class Target:
+    """Where a path is leased from: socket, rel (the path to send), mount
+    (the mount point it is under), owner (the mount's user_id: its daemon
+    must run as that uid or root; None when mountinfo does not say)."""
 
-    An explicit socket (or env GDSFS_SOCKET) wins; the absolute path is then
-    sent. Otherwise the nearest mount point above the file must be a gdsfs
-    mount; its .gdsfs/socket names the socket and the path relative to the
-    mount is sent."""
+    __slots__ = ("socket", "rel", "mount", "owner")
+
+    def __init__(self, socket, rel, mount, owner):
+        self.socket, self.rel, self.mount, self.owner = socket, rel, mount, owner
+
+
+def locate(path, socket=None, mountinfo=None):
+    """(socket path, path to send, mount directory) for path.
+
+    The nearest mount point at or above the file must be a gdsfs mount
+    (a path under no gdsfs mount is never sent anywhere); the path
+    relative to it is sent, to the socket named by the socket argument,
+    else env GDSFS_SOCKET, else the mount's .gdsfs/socket."""
+    t = find(path, socket, mountinfo)
+    return t.socket, t.rel, t.mount
+
+
+def find(path, socket=None, mountinfo=None):
+    """locate's answer as a Target, with the mount's owner."""
     p = _resolve(path)
     sock = socket or os.environ.get("GDSFS_SOCKET")
-    if sock:
-        return sock, p, None
     entries = read_mountinfo() if mountinfo is None else mountinfo
     table = {}
     for e in entries:
         table[e.mountpoint] = e  # the last mount on a path is the visible one
-    d = os.path.dirname(p)
+    d = p
     while True:
         e = table.get(d)
         if e is not None:
@@ -99,14 +131,16 @@ def locate(path, socket=None, mountinfo=None):
         # the path from its SOURCE root, and .gdsfs lives only at the root.
         rel = os.path.normpath(os.path.join(e.root.lstrip("/"), rel))
         roots = [x for x in entries if x.majmin == e.majmin and x.root == "/" and x.fstype == FSTYPE]
-        if not roots:
+        if not roots and not sock:
             raise NotMountedError(
                 _errno.ENODEV,
                 "on %s, a bind mount of %s inside a gdsfs mount whose root is not mounted "
                 "here; set GDSFS_SOCKET to its lease socket" % (d, e.root),
                 os.fspath(path),
             )
-        ctl = roots[-1].mountpoint
+        ctl = roots[-1].mountpoint if roots else None
+    if sock:
+        return Target(sock, rel, d, e.owner)
     try:
         with open(os.path.join(ctl, ".gdsfs", "socket")) as f:
             sock = f.readline().strip()
@@ -118,4 +152,4 @@ def locate(path, socket=None, mountinfo=None):
         ) from None
     if not sock:
         raise OSError(_errno.EIO, "gdsfs mount %s: .gdsfs/socket is empty" % ctl, os.fspath(path))
-    return sock, rel, d
+    return Target(sock, rel, d, e.owner)

@@ -8,9 +8,10 @@ import errno as _errno
 import json
 import os
 import socket
+import struct
 import threading
 
-__all__ = ["Conn", "NotMountedError", "daemon_error", "wait_request", "wait_stat_request",
+__all__ = ["Conn", "NotMountedError", "UntrustedDaemonError", "untrusted", "daemon_error", "wait_request", "wait_stat_request",
            "WAIT_STATES", "WAIT_STAT_KEYS", "MAX_WAIT_MS"]
 
 MAX_FDS = 253  # the kernel's limit of descriptors in one SCM_RIGHTS message
@@ -26,10 +27,49 @@ _INT = array.array("i").itemsize
 _CMSG_SPACE = socket.CMSG_SPACE(MAX_FDS * _INT)
 _RECV_FLAGS = getattr(socket, "MSG_CMSG_CLOEXEC", 0)
 _MAX_LINE = 16 << 20  # a sane bound on one answer line
+# Seconds a connect may take (a listener that accepts nothing, its backlog
+# full); a smaller timeout given to Conn bounds it too.
+CONNECT_TIMEOUT = 10.0
+_UCRED = struct.Struct("3i")  # SO_PEERCRED: pid, uid, gid
+
+_untrusted = [0]
+_untrusted_lock = threading.Lock()
 
 
 class NotMountedError(OSError):
     """The path is not on a gdsfs mount (errno ENODEV)."""
+
+
+class UntrustedDaemonError(PermissionError):
+    """The lease socket's listener is neither root nor the mount's owner:
+    nothing was sent to it (errno EPERM). Attributes: socket, peer_uid,
+    owner."""
+
+    def __init__(self, socket_path, peer_uid, owner):
+        if owner is None:
+            want = "root or this process's uid (%d)" % os.geteuid()
+        else:
+            want = "root or the mount's owner (uid %d)" % owner
+        super().__init__(_errno.EPERM, "gdsfs socket %s: served by uid %d, not %s: refused, nothing was sent"
+                         % (socket_path, peer_uid, want))
+        self.socket, self.peer_uid, self.owner = socket_path, peer_uid, owner
+
+
+def untrusted():
+    """How many connections this process refused because of who listened."""
+    with _untrusted_lock:
+        return _untrusted[0]
+
+
+def _check_peer(s, path, owner):
+    """Refuse a listener other than root or owner (this process's euid when
+    owner is None), by the socket's SO_PEERCRED."""
+    _, uid, _ = _UCRED.unpack(s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size))
+    want = os.geteuid() if owner is None else owner
+    if uid != 0 and uid != want:
+        with _untrusted_lock:
+            _untrusted[0] += 1
+        raise UntrustedDaemonError(path, uid, owner)
 
 
 def check_chunks(fds, lens, size):
@@ -121,9 +161,15 @@ class Conn:
     """One connection to a daemon's lease socket. The daemon holds every
     file granted on it until it closes. Requests are answered in turn;
     releases are sent without waiting (their answers are read before the
-    next request)."""
+    next request).
 
-    def __init__(self, path, timeout=None):
+    The listener must be root or owner (the mount's user_id; None: this
+    process's euid), checked before anything is sent
+    (UntrustedDaemonError). Connecting takes at most CONNECT_TIMEOUT (or
+    timeout, if smaller); timeout then bounds each socket operation (None:
+    none)."""
+
+    def __init__(self, path, timeout=None, owner=None):
         self.path = path
         self.pid = os.getpid()
         self.epoch = None
@@ -132,11 +178,19 @@ class Conn:
         self._lock = threading.Lock()
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # close-on-exec
         try:
-            s.settimeout(timeout)
+            s.settimeout(CONNECT_TIMEOUT if timeout is None else min(timeout, CONNECT_TIMEOUT))
             s.connect(path)
+            s.settimeout(timeout)
         except OSError as e:
             s.close()
+            if isinstance(e, socket.timeout) and e.errno is None:
+                raise TimeoutError(_errno.ETIMEDOUT, "gdsfs socket %s: connect timed out" % path) from None
             raise _wrap(e, "gdsfs socket %s" % path) from None
+        try:
+            _check_peer(s, path, owner)
+        except BaseException:
+            s.close()
+            raise
         self._sock = s
 
     def close(self):

@@ -5,7 +5,7 @@ change happens (proto/PROTOCOL.md, wait and wait_stat): nothing polls."""
 import errno as _errno
 import time
 
-from ._mount import locate
+from ._mount import find
 from ._proto import MAX_WAIT_MS, Conn, wait_ms, wait_request, wait_stat_request
 
 __all__ = ["wait", "wait_stat"]
@@ -13,14 +13,14 @@ __all__ = ["wait", "wait_stat"]
 _SLACK = 10.0  # seconds the socket waits past the daemon's own bound
 
 
-def _ask(sock, make, timeout, path):
+def _ask(t, make, timeout, path):
     """Send make(ms) until answered; a wait longer than the daemon's bound
     (MAX_WAIT_MS) is asked again for the rest."""
     deadline = time.monotonic() + timeout
     left = timeout
     while True:
         ms = wait_ms(left)
-        conn = Conn(sock, ms / 1000.0 + _SLACK)
+        conn = Conn(t.socket, ms / 1000.0 + _SLACK, t.owner)
         try:
             resp, _ = conn.request(make(ms), path=path)
             return resp
@@ -38,8 +38,8 @@ def wait(path, until=("resident", "failed"), *, timeout=60.0, socket=None):
     at most timeout seconds, and return what stat would: a dict with size,
     state, load_path. Raises TimeoutError (ETIMEDOUT) when the state does
     not come, PermissionError when the caller may not read the file."""
-    sock, req_path, _ = locate(path, socket)
-    resp = _ask(sock, lambda ms: wait_request(req_path, until, ms), timeout, path)
+    t = find(path, socket)
+    resp = _ask(t, lambda ms: wait_request(t.rel, until, ms), timeout, path)
     out = {k: v for k, v in resp.items() if k != "ok"}
     out.setdefault("size", 0)
     out.setdefault("state", "")
@@ -54,5 +54,4 @@ def wait_stat(path, key, value, *, timeout=60.0, socket=None):
     request's own connection) equals value, at most timeout seconds
     (TimeoutError after). path is any path under the mount (or give
     socket)."""
-    sock, _, _ = locate(path, socket)
-    _ask(sock, lambda ms: wait_stat_request(key, value, ms), timeout, None)
+    _ask(find(path, socket), lambda ms: wait_stat_request(key, value, ms), timeout, None)

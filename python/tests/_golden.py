@@ -121,13 +121,6 @@ class golden:
         ls.listen(4)
         ls.settimeout(10)
 
-        def under(req):
-            req = dict(req)
-            if "path" in req:
-                req["path"] = os.path.join(root, req["path"])
-            if "paths" in req:
-                req["paths"] = [os.path.join(root, p) for p in req["paths"]]
-            return req
 
         def memfds(req, ans):
             grants = ans.get("files") if "files" in ans else [ans]
@@ -169,7 +162,7 @@ class golden:
                         buf += d
                     line, _, buf = buf.partition(b"\n")
                     got = json.loads(line)
-                    want = under(cls.fill(st["send"], b, counter))
+                    want = cls.fill(st["send"], b, counter)
                     if got != want:
                         raise AssertionError("%s: the client sent %s, want %s" % (where, got, want))
                     ans = cls.fill(st["expect"], b, counter)
@@ -194,6 +187,10 @@ class golden:
 
         th = threading.Thread(target=serve, daemon=True)
         th.start()
+        from gdsfs import _mount
+
+        saved_mountinfo = _mount.MOUNTINFO
+        _mount.MOUNTINFO = fake_mount(root)  # root is a gdsfs mount to the client: paths are sent relative to it
         leases = {}
         saved_device = os.environ.get("GDSFS_DEVICE")
         os.environ["GDSFS_DEVICE"] = "none"  # transcripts name devices explicitly
@@ -241,6 +238,7 @@ class golden:
                         with lock:
                             tc.assertEqual(leases[key(w)].read(), files[w], "%s:%d: bytes of %s" % (name, st["line"], w))
         finally:
+            _mount.MOUNTINFO = saved_mountinfo
             if saved_device is None:
                 os.environ.pop("GDSFS_DEVICE", None)
             else:
@@ -312,3 +310,13 @@ class golden:
         finally:
             for c in conns:
                 c.close()
+
+
+def fake_mount(d):
+    """A mountinfo file in which d is a gdsfs mount of this process's euid."""
+    esc = d.replace("\\", r"\134").replace(" ", r"\040").replace("\t", r"\011").replace("\n", r"\012")
+    path = os.path.join(tmpdir("gdsfs-mountinfo-"), "mountinfo")
+    with open(path, "w") as f:
+        f.write("22 1 8:1 / / rw - ext4 /dev/sda1 rw\n"
+                "40 22 0:99 / %s rw - fuse.gdsfs /src rw,user_id=%d,group_id=0\n" % (esc, os.geteuid()))
+    return path

@@ -585,12 +585,12 @@ class TestFallbacks(AutoloadCase):
 
     def test_stopped_daemon(self):
         torch = self.torch
-        _, src = self.put("fb/b.pt", b"")
+        path, src = self.put("fb/b.pt", b"")
         torch.save({"x": torch.arange(3)}, src)
         dead = os.path.join(_support.tmpdir(), "dead.sock")
         os.environ["GDSFS_SOCKET"] = dead
         try:
-            got = torch.load(src)
+            got = torch.load(path)
         finally:
             del os.environ["GDSFS_SOCKET"]
         self.assertTrue(torch.equal(got["x"], torch.arange(3)))
@@ -650,7 +650,7 @@ class TestCpuTargetOnAGpuMount(AutoloadCase):
     against 8.8 s plain)."""
 
     def test_no_lease_for_a_cpu_load(self):
-        src = os.path.join(S.ST_FIXTURES, "nometa.safetensors")
+        src, _ = self.put("gpu-hello/nometa.safetensors", os.path.join(S.ST_FIXTURES, "nometa.safetensors"))
         fake = _HelloDaemon(["GPU-00000000-0000-0000-0000-000000000000"])
         os.environ["GDSFS_SOCKET"] = fake.path
         try:
@@ -675,7 +675,7 @@ class TestCpuTargetOnAGpuMount(AutoloadCase):
         as it may answer then."""
         from gdsfs.autoload import _serve
 
-        src = os.path.join(S.ST_FIXTURES, "nometa.safetensors")
+        src, _ = self.put("no-hello/nometa.safetensors", os.path.join(S.ST_FIXTURES, "nometa.safetensors"))
         for fake in (_HelloDaemon(None, silent=True), _HelloDaemon({"x": 1}), _HelloDaemon([])):
             os.environ["GDSFS_SOCKET"] = fake.path
             old = _serve._HELLO_TIMEOUT

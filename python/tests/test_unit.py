@@ -13,7 +13,7 @@ import time
 import unittest
 
 import _support  # noqa: F401 (puts python/ on sys.path)
-from _golden import golden
+from _golden import fake_mount, golden
 
 import gdsfs
 from gdsfs import _lease, _mount
@@ -145,7 +145,19 @@ def new_fds(before):
 ACQ = {"ok": True, "epoch": 7, "lease": 3, "generation": 1, "device": "host", "sharing": "shared"}
 
 
+def fake_root_mount(tc):
+    """Make "/" a gdsfs mount of this process's euid to the client for the
+    test (paths are sent relative to it); return the mountinfo file."""
+    path = fake_mount("/")
+    old, _mount.MOUNTINFO = _mount.MOUNTINFO, path
+    tc.addCleanup(setattr, _mount, "MOUNTINFO", old)
+    return path
+
+
 class ProtocolTests(unittest.TestCase):
+    def setUp(self):
+        self.mountinfo = fake_root_mount(self)
+
     def fake(self, handler, on_accept=(), conns=1):
         f = FakeDaemon(handler, on_accept, conns)
         self.addCleanup(f.close)
@@ -165,7 +177,7 @@ class ProtocolTests(unittest.TestCase):
         f = self.fake(handler)
         before = client_fds()
         lease = gdsfs.open("/some/where/file.bin", socket=f.path)
-        self.assertEqual(f.requests[0], {"op": "acquire", "path": "/some/where/file.bin"})
+        self.assertEqual(f.requests[0], {"op": "acquire", "path": "some/where/file.bin"})
         self.assertEqual((lease.size, lease.id, lease.epoch, lease.device, lease.chunks), (5000, 3, 7, "host", (4096, 4096)))
         self.assertTrue(lease.readonly)
         self.assertEqual(bytes(lease.memoryview()), a + b)
@@ -202,7 +214,7 @@ class ProtocolTests(unittest.TestCase):
         self.assertTrue(again.reused)
         self.assertEqual((again.ptr, again.id, again.read()), (ptr, 11, b"hello"))
         self.assertEqual([r["op"] for r in f.requests], ["acquire", "release", "acquire"])
-        self.assertEqual(f.requests[2], {"op": "acquire", "path": "/a/b", "generation": 1})
+        self.assertEqual(f.requests[2], {"op": "acquire", "path": "a/b", "generation": 1})
         again.close()
         gdsfs.disconnect()
         self.assertTrue(f.wait())
@@ -285,7 +297,7 @@ class ProtocolTests(unittest.TestCase):
         f = self.fake(lambda req: [("send", answer({"ok": True, "epoch": 2, "size": 9, "state": "resident",
                                                     "load_path": "host"}), None)])
         st = gdsfs.stat("/x/y", socket=f.path)
-        self.assertEqual(f.requests, [{"op": "stat", "path": "/x/y"}])
+        self.assertEqual(f.requests, [{"op": "stat", "path": "x/y"}])
         self.assertEqual((st["size"], st["state"], st["load_path"]), (9, "resident", "host"))
 
     def test_truncated_descriptors_end_the_lease(self):
@@ -305,6 +317,7 @@ while True:  # fill the free numbers below the highest open descriptor
         os.close(fd)
         break
 resource.setrlimit(resource.RLIMIT_NOFILE, (highest + 3, highest + 3))  # the socket and one chunk
+gdsfs._mount.MOUNTINFO = sys.argv[2]
 try:
     gdsfs.open("/a/b", socket=sys.argv[1])
     print("leased", flush=True)
@@ -312,7 +325,7 @@ except OSError as e:
     print(errno.errorcode.get(e.errno), "MSG_CTRUNC" in str(e), flush=True)
 sys.stdin.read()
 """
-        proc = _support.child(script, [f.path], stdin=subprocess.PIPE)
+        proc = _support.child(script, [f.path, self.mountinfo], stdin=subprocess.PIPE)
         try:
             line = proc.stdout.readline().decode()
             self.assertEqual(line.split(), ["EMFILE", "True"], proc.stderr.read1(4096) if not line else line)
@@ -323,6 +336,160 @@ sys.stdin.read()
             proc.wait(30)
             proc.stdout.close()
             proc.stderr.close()
+
+
+_PLANTED = r"""
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.bind(sys.argv[1])
+s.listen(8)
+print("ready", flush=True)
+sys.stdin.readline()
+s.settimeout(0)
+got = []
+try:
+    while True:
+        c, _ = s.accept()
+        c.settimeout(None)
+        n = 0
+        while True:
+            d = c.recv(4096)
+            if not d:
+                break
+            n += len(d)
+        got.append(str(n))
+except BlockingIOError:
+    pass
+print("got", " ".join(got), flush=True)
+"""
+
+
+class TrustTests(unittest.TestCase):
+    """Who listens on the lease socket, where paths go, and how long a
+    connect may take."""
+
+    def mount_at(self, mnt, sock, owner=0):
+        """Make mnt a gdsfs mount of owner to the client, .gdsfs/socket
+        naming sock."""
+        os.makedirs(os.path.join(mnt, ".gdsfs"), exist_ok=True)
+        with open(os.path.join(mnt, ".gdsfs", "socket"), "w") as f:
+            f.write(sock + "\n")
+        path = os.path.join(_support.tmpdir(), "mountinfo")
+        with open(path, "w") as f:
+            f.write("22 1 8:1 / / rw - ext4 /dev/sda1 rw\n"
+                    "40 22 0:99 / %s rw - fuse.gdsfs /src rw,user_id=%d,group_id=0\n" % (mnt, owner))
+        old, _mount.MOUNTINFO = _mount.MOUNTINFO, path
+        self.addCleanup(setattr, _mount, "MOUNTINFO", old)
+        self.addCleanup(gdsfs.disconnect)
+
+    def test_planted_socket_refused(self):
+        """A socket whose listener is uid 65534, not root (the mount's
+        owner), gets nothing: open, open_many, stat and wait refuse it,
+        counted, and the autoloader falls back for that reason."""
+        if os.geteuid() != 0:
+            self.skipTest(_support.loud("SKIPPED: planting a socket as uid 65534 needs root"))
+        d = _support.tmpdir()
+        os.chmod(d, 0o777)
+        sock = os.path.join(d, "planted.sock")
+        proc = _support.child(_PLANTED, [sock], uid=_support.NOBODY, stdin=subprocess.PIPE)
+        self.addCleanup(proc.wait, 30)
+        self.addCleanup(proc.stderr.close)
+        self.addCleanup(proc.stdout.close)
+        self.addCleanup(proc.stdin.close)
+        if proc.stdout.readline() != b"ready\n":
+            self.fail("the planted daemon did not start: %s" % proc.stderr.read1(4096))
+        mnt = os.path.realpath(os.path.join(d, "mnt"))
+        self.mount_at(mnt, sock)
+        f = os.path.join(mnt, "model.pt")
+        before = gdsfs.untrusted()
+        calls = [("open", lambda: gdsfs.open(f)), ("open_many", lambda: gdsfs.open_many([f, f + "2"])),
+                 ("stat", lambda: gdsfs.stat(f)), ("wait", lambda: gdsfs.wait(f, timeout=1))]
+        for name, call in calls:
+            with self.subTest(call=name):
+                with self.assertRaises(gdsfs.UntrustedDaemonError) as cm:
+                    call()
+                e = cm.exception
+                self.assertEqual((e.errno, e.peer_uid, e.owner), (errno.EPERM, _support.NOBODY, 0))
+                self.assertIn(sock, str(e))
+                self.assertIn("uid 65534", str(e))
+        from gdsfs.autoload import _serve
+
+        with self.assertRaises(_serve.Fallback) as cm:
+            _serve.acquire(f)
+        self.assertEqual(cm.exception.reason, "untrusted-daemon")
+        self.assertEqual(gdsfs.untrusted() - before, 5)
+        proc.stdin.write(b"report\n")
+        proc.stdin.flush()
+        self.assertEqual(proc.stdout.readline().split(), [b"got"] + [b"0"] * 5,
+                         "the planted daemon was sent something")
+
+    def test_outside_mount_never_sent(self):
+        """With a socket given (or GDSFS_SOCKET), a path under no gdsfs
+        mount is refused before any connection."""
+        d = os.path.realpath(_support.tmpdir())
+        sock = os.path.join(d, "s.sock")
+        ls = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.addCleanup(ls.close)
+        ls.bind(sock)
+        ls.listen(8)
+        self.mount_at(os.path.join(d, "mnt"), sock)
+        for p in (os.path.join(d, "etc", "passwd"), "/etc/passwd"):
+            with self.assertRaises(gdsfs.NotMountedError):
+                gdsfs.open(p, socket=sock)
+            os.environ["GDSFS_SOCKET"] = sock
+            try:
+                with self.assertRaises(gdsfs.NotMountedError):
+                    gdsfs.open(p)
+            finally:
+                del os.environ["GDSFS_SOCKET"]
+        ls.setblocking(False)
+        with self.assertRaises(BlockingIOError, msg="a connection was made"):
+            ls.accept()
+
+    def test_repointed_link_is_followed(self):
+        """After `latest` is repointed, a path through it is looked up at
+        its new target: another directory of the mount, or one on none."""
+        d = os.path.realpath(_support.tmpdir())
+        mnt = os.path.join(d, "mnt")
+        for sub in ("mnt/v1", "mnt/v2", "plain"):
+            os.makedirs(os.path.join(d, sub))
+        self.mount_at(mnt, "/run/x.sock")
+        latest = os.path.join(d, "latest")
+
+        def point(to):
+            os.symlink(to, latest + ".new")
+            os.rename(latest + ".new", latest)
+
+        p = os.path.join(latest, "ckpt.pt")
+        for to in ("mnt/v1", "mnt/v2", "mnt/v1"):
+            point(to)
+            for _ in range(2):  # the second is answered from the memory
+                self.assertEqual(_lease._locate(p, None)[1], to[len("mnt/"):] + "/ckpt.pt", to)
+        point("plain")
+        with self.assertRaises(gdsfs.NotMountedError):
+            _lease._locate(p, None)
+
+    def test_connect_timeout(self):
+        """Connecting to a listener that accepts nothing, its backlog full,
+        returns an error instead of waiting for ever."""
+        from gdsfs import _proto
+
+        d = os.path.realpath(_support.tmpdir())
+        sock = os.path.join(d, "full.sock")
+        ls = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.addCleanup(ls.close)
+        ls.bind(sock)
+        ls.listen(0)
+        held = []
+        self.addCleanup(lambda: [c.close() for c in held])
+        self.mount_at(os.path.join(d, "mnt"), sock)
+        old, _proto.CONNECT_TIMEOUT = _proto.CONNECT_TIMEOUT, 0.05
+        self.addCleanup(setattr, _proto, "CONNECT_TIMEOUT", old)
+        with self.assertRaises(OSError):
+            for _ in range(3):  # the kernel queues backlog+1 connections; the next one cannot be
+                held.append(gdsfs._proto.Conn(sock))
+        with self.assertRaises(OSError):
+            gdsfs.open(os.path.join(d, "mnt", "f"))
 
 
 class GoldenClientTests(unittest.TestCase):
@@ -407,13 +574,30 @@ class MountTests(unittest.TestCase):
             os.chdir(cwd)
 
     def test_socket_override(self):
-        p = os.path.join(self.t, "anything")
-        self.assertEqual(_mount.locate(p, socket="/s", mountinfo=self.info), ("/s", p, None))
+        """An explicit socket (or GDSFS_SOCKET) picks the socket for a path
+        under a gdsfs mount, sent relative to it; a path under no gdsfs
+        mount is refused, never sent."""
+        mnt = self.dirs["mnt"]
+        inside, outside = os.path.join(mnt, "a", "f"), os.path.join(self.t, "anything")
+        self.assertEqual(_mount.locate(inside, socket="/s", mountinfo=self.info), ("/s", "a/f", mnt))
+        orphan = os.path.join(self.dirs["orphan"], "f")
+        self.assertEqual(_mount.locate(orphan, socket="/s", mountinfo=self.info)[:2], ("/s", "sub/f"))
         os.environ["GDSFS_SOCKET"] = "/e"
         try:
-            self.assertEqual(_mount.locate(p, mountinfo=self.info), ("/e", p, None))
+            self.assertEqual(_mount.locate(inside, mountinfo=self.info), ("/e", "a/f", mnt))
+            for p in (outside, "/etc/shadow", os.path.join(mnt, "nfs", "f")):
+                with self.assertRaises(gdsfs.NotMountedError, msg=p):
+                    _mount.locate(p, mountinfo=self.info)
+                with self.assertRaises(gdsfs.NotMountedError, msg=p):
+                    _mount.locate(p, socket="/s", mountinfo=self.info)
         finally:
             del os.environ["GDSFS_SOCKET"]
+
+    def test_owner(self):
+        """The mount's owner is its user_id= super option."""
+        self.assertEqual([e.owner for e in self.info], [None, 0, None, None, None, None, None])
+        t = _mount.find(os.path.join(self.dirs["mnt"], "f"), mountinfo=self.info)
+        self.assertEqual((t.socket, t.rel, t.owner), ("/run/a.sock", "f", 0))
 
 
 class LayoutTests(unittest.TestCase):

@@ -62,7 +62,7 @@ def fallback(loader, reason, path=None, socket_path=None, detail=None):
                 loader, path if path is not None else "its input", reason,
                 ": %s" % detail if detail else "",
             )
-        if socket_path is None and path is not None and reason not in ("not-gdsfs", "not-a-path"):
+        if socket_path is None and path is not None and reason not in ("not-gdsfs", "not-a-path", "untrusted-daemon"):
             socket_path = mount_socket(path)
         if socket_path:
             _report(socket_path, reason)

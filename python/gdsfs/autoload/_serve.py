@@ -151,6 +151,8 @@ def acquire(path):
         lease = gdsfs.open(path)
     except gdsfs.NotMountedError:
         raise Fallback("not-gdsfs") from None
+    except gdsfs.UntrustedDaemonError as e:
+        raise Fallback("untrusted-daemon", None, str(e)) from None
     except OSError as e:
         if getattr(e, "gdsfs_answer", False):
             raise Fallback("refused:" + _report.errno_name(e), _socket_of(path), str(e)) from None

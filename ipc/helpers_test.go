@@ -252,3 +252,12 @@ func inode(t *testing.T, f *os.File) uint64 {
 	}
 	return st.Ino
 }
+
+// needRoot skips, saying so, where the test cannot act as other users,
+// give files to them or drop capabilities (make test runs as root).
+func needRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("SKIPPED: acting as other users, giving them files and dropping capabilities needs root (run make test as root)")
+	}
+}

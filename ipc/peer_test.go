@@ -136,13 +136,6 @@ func TestThreadWithoutCapabilitiesGetsNone(t *testing.T) {
 	}
 }
 
-func needRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("SKIPPED: acting as other users and dropping capabilities needs root (run make test as root)")
-	}
-}
-
 // dialWithGroups connects with effective uid, gid and supplementary
 // groups set on this thread only.
 func dialWithGroups(t *testing.T, path string, uid, gid uint32, groups []uint32) *raw {

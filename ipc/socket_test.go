@@ -22,13 +22,6 @@ func listenAt(t *testing.T, sock string) error {
 	return err
 }
 
-func needRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("SKIPPED: giving a directory to another uid needs root")
-	}
-}
-
 // TestSocketDirIsMadePrivate: a socket directory the daemon makes lets
 // others reach the socket but not list or write the directory.
 func TestSocketDirIsMadePrivate(t *testing.T) {

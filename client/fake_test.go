@@ -47,7 +47,8 @@ type seen struct {
 }
 
 // newScripted starts a fake daemon and points the registry's lookups at
-// it (GDSFS_SOCKET); kept mappings are dropped before and after.
+// it (GDSFS_SOCKET, its directory a gdsfs mount in the mount table the
+// client reads); kept mappings are dropped before and after.
 func newScripted(t *testing.T, handle func(n int, req proto.Request) reply) *scripted {
 	return newScriptedAccept(t, nil, handle)
 }
@@ -63,6 +64,7 @@ func newScriptedAccept(t *testing.T, accept func(n int) reply, handle func(n int
 	}
 	s.ln = ln
 	t.Setenv("GDSFS_SOCKET", s.sock)
+	t.Cleanup(MountinfoForTest(fakeMount(dir)))
 	t.Setenv("GDSFS_DEVICE", "none")
 	DropCache()
 	t.Cleanup(func() {

@@ -126,6 +126,67 @@ class FastPathTests(unittest.TestCase):
         with gdsfs.open(paths[-1]) as l:
             self.assertTrue(l.reused, "the newest kept mapping is still there")
 
+    def test_few_connections_kept_by_default(self):
+        """A process that leased file after file and closed each keeps only
+        a few connections (MAX_CONNS, 16), not a share of the uid's
+        ipc.max_connections_per_uid."""
+        from gdsfs import _registry
+
+        self.assertLessEqual(_registry.MAX_CONNS, 16)
+        paths = [self.m.write("few%d.bin" % i, blob(64 + i, 900 + i)) for i in range(_registry.MAX_CONNS + 8)]
+        for p in paths:
+            with gdsfs.open(p):
+                pass
+        self.assertEqual(self.m.wait_stat("ipc_open_connections", _registry.MAX_CONNS), _registry.MAX_CONNS)
+
+    def test_forked_child_does_not_pin_kept_leases(self):
+        """A forked child closes its copies of the parent's connections:
+        when the parent drops its kept mappings the daemon holds nothing,
+        while the child still runs."""
+        p = self.m.write("pin.bin", blob(4096, 950))
+        with gdsfs.open(p):
+            pass  # kept mapped, its connection open
+        self.assertEqual(self.m.wait_stat("lease_held_files", 1), 1)
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.close(w)
+                os.read(r, 1)  # until the parent is done
+            finally:
+                os._exit(0)
+        os.close(r)
+        try:
+            gdsfs.disconnect()
+            self.assertEqual(self.m.wait_stat("lease_held_files", 0), 0, "the child's copy of the connection holds the file")
+        finally:
+            os.close(w)
+            os.waitpid(pid, 0)
+
+    def test_repointed_link_serves_the_new_target(self):
+        """`latest` repointed from v1 to v2 serves v2's bytes; repointed to a
+        directory on no gdsfs mount, the file is not leased."""
+        from _support import tmpdir
+
+        v1, v2 = blob(4096, 960), blob(4096, 961)
+        self.m.write("v1/ckpt.pt", v1)
+        self.m.write("v2/ckpt.pt", v2)
+        d = tmpdir()
+        os.mkdir(os.path.join(d, "plain"))
+        latest = os.path.join(d, "latest")
+
+        def point(to):
+            os.symlink(to, latest + ".new")
+            os.rename(latest + ".new", latest)
+
+        for to, want in ((self.m.path("v1"), v1), (self.m.path("v2"), v2), (self.m.path("v1"), v1)):
+            point(to)
+            with gdsfs.open(os.path.join(latest, "ckpt.pt")) as l:
+                self.assertEqual(l.read(), want, to)
+        point(os.path.join(d, "plain"))
+        with self.assertRaises(gdsfs.NotMountedError):
+            gdsfs.open(os.path.join(latest, "ckpt.pt"))
+
     def test_batch_mapping_failure_releases_the_rest(self):
         """A batch whose second file fails to map releases that grant and
         the ones after it: nothing stays leased (they used to stay leased

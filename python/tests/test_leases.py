@@ -3,6 +3,7 @@ repeat leases, batches, the golden transcripts, and what a lease may never
 do: hand out old bytes, be written through in shared mode, stay held when
 its descriptors were dropped, leak descriptors or mappings."""
 
+import errno
 import os
 import signal
 import subprocess
@@ -186,6 +187,27 @@ class FastPathTests(unittest.TestCase):
         point(os.path.join(d, "plain"))
         with self.assertRaises(gdsfs.NotMountedError):
             gdsfs.open(os.path.join(latest, "ckpt.pt"))
+
+    def test_kept_mappings_dropped_at_the_connection_limit(self):
+        """A lease refused because the uid is at
+        ipc.max_connections_per_uid makes the client drop the mappings it
+        kept for repeat leases, closing their connections."""
+        from gdsfs import _registry
+        from _support import Mount
+
+        m = Mount(sets=["ipc.max_connections_per_uid=4"])
+        self.addCleanup(m.stop)
+        paths = [m.write("lim%d.bin" % i, blob(4096, 980 + i)) for i in range(5)]
+        kept = []
+        for p in paths[:4]:
+            with gdsfs.open(p) as l:
+                kept.append(l._m)
+        with self.assertRaises(OSError) as cm:
+            gdsfs.open(paths[4])
+        self.assertEqual(cm.exception.errno, errno.EMFILE, cm.exception)
+        self.assertEqual([(k.holder.conn.closed, k.mapping) for k in kept], [(True, None)] * 4,
+                         "kept mappings and their connections were left")
+        self.assertFalse([k for k in _registry.registry.idle if k.holder.conn.path == m.sock])
 
     def test_batch_mapping_failure_releases_the_rest(self):
         """A batch whose second file fails to map releases that grant and

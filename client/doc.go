@@ -4,7 +4,10 @@
 // staged file over the lease socket, and maps the chunks it receives into
 // one contiguous range: a CUDA device pointer (VMM import through
 // libcuda.so.1, loaded at run time without cgo) on a GPU, a host mapping
-// on the host backend. Shared-mode leases are mapped read-only.
+// on the host backend. Shared-mode leases are mapped read-only. A path
+// under no gdsfs mount is never sent, and before anything is sent the
+// socket's listener (SO_PEERCRED) must be root or the mount's owner
+// (UntrustedError otherwise; docs/security.md).
 //
 // Each file is held over its own connection (OpenMany: one per batch):
 // the daemon counts the bytes against its capacity until that connection

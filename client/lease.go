@@ -151,6 +151,17 @@ func repeat(f *mapped, loc location) (*Lease, error) {
 	return &Lease{f: nf, conn: f.conn.c, id: resp.Lease, epoch: resp.Epoch, grant: resp.Grant}, nil
 }
 
+// dropIfPressed undoes this process's kept mappings of socket's daemon
+// (closing their connections) when err says the daemon is at a limit
+// they count against: connections (EMFILE), the uid's leases or held
+// bytes (EDQUOT), its capacity (ENOSPC).
+func dropIfPressed(err error, socket string) {
+	var pe *proto.Error
+	if errors.As(err, &pe) && (pe.Code == proto.EMFILE || pe.Code == proto.EDQUOT || pe.Code == proto.ENOSPC) {
+		reg.flushIdle(socket)
+	}
+}
+
 // retry says whether a failed repeat lease is worth a fresh connection:
 // the file changed (ESTALE) or the connection broke.
 func retry(err error) bool {
@@ -179,6 +190,7 @@ func openFresh(path string, loc location) (*Lease, error) {
 	resp, files, err := c.roundTrip(proto.Request{Op: proto.OpAcquire, Path: loc.rel, Device: loc.device})
 	if err != nil {
 		c.Close()
+		dropIfPressed(err, loc.socket)
 		return nil, err
 	}
 	h := &holder{c: c, owned: true}

@@ -192,6 +192,7 @@ func openBatch(paths []string, items []item, out []*Lease) error {
 	}
 	if err != nil {
 		c.Close()
+		dropIfPressed(err, items[0].loc.socket)
 		return err
 	}
 	h := &holder{c: c, owned: true}

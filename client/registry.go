@@ -35,14 +35,15 @@ type holder struct {
 // maxIdle bounds the mappings kept with no lease using them, maxConns the
 // registry-opened connections holding mappings (each leased file or batch
 // keeps one open while any of its mappings is kept): past either the
-// oldest kept mappings are undone. An epoch over a few thousand files
-// stays mapped, and the connections stay under the daemon's
-// ipc.max_connections_per_uid (1024 by default) with room for the uid's
-// other processes. (A lease is never made on a connection that holds
-// other files: what a connection was granted stays held until it closes.)
+// oldest kept mappings are undone. Connections are few: every process of
+// a uid shares the daemon's ipc.max_connections_per_uid (1024 by
+// default), and an idle process must not hold a share of it. An epoch of
+// batches (OpenMany, one connection each) stays mapped. (A lease is never
+// made on a connection that holds other files: what a connection was
+// granted stays held until it closes.)
 const (
 	maxIdle  = 4096
-	maxConns = 512
+	maxConns = 16
 )
 
 // reg is this process's mapped files and where files were found.

@@ -13,7 +13,7 @@ for f in gpu-1073741824.bin gpu-4294967296.bin; do
 	[ -f "$src/$f" ] || { echo "missing $src/$f (run gpustaging.test first)"; exit 1; }
 done
 "$here/gdsfs" mount --set staging.device=cuda --set log.format=console \
-	--set ipc.socket="$GDSFS_TEST_DIR.sock" "$src" "$mnt" 2> "$GDSFS_TEST_DIR.log" &
+	--set ipc.socket="$GDSFS_TEST_DIR.run/s.sock" "$src" "$mnt" 2> "$GDSFS_TEST_DIR.log" &
 pid=$!
 trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; tail -3 "$GDSFS_TEST_DIR.log"' EXIT
 for _ in $(seq 100); do [ -e "$mnt/.gdsfs/version" ] && break; sleep 0.1; done

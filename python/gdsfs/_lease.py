@@ -389,6 +389,19 @@ def _locate(path, socket):
     return t.socket, t.rel, t.owner, False
 
 
+# Answers that say the daemon is at a limit kept mappings count against:
+# connections (EMFILE), the uid's leases or held bytes (EDQUOT), its
+# capacity (ENOSPC).
+_PRESSED = (_errno.EMFILE, _errno.EDQUOT, _errno.ENOSPC)
+
+
+def _drop_if_pressed(e, sock):
+    """Undo this process's kept mappings of sock's daemon (closing their
+    connections) when e is an answer saying it is at a limit."""
+    if getattr(e, "gdsfs_answer", False) and e.errno in _PRESSED:
+        registry.flush(sock)
+
+
 def _retry(e):
     """Whether a failed repeat lease is worth a new connection: the file
     changed (ESTALE), an answer broke the protocol, or the connection
@@ -440,8 +453,9 @@ def _fresh(path, socket, timeout, dev):
     try:
         resp, fds = conn.request(_acquire(rel, dev), path=path)
         m = registry.adopt(Holder(conn), (sock, rel, dev), resp, fds, path)
-    except BaseException:
+    except BaseException as e:
         conn.close()
+        _drop_if_pressed(e, sock)
         raise
     if not resp.get("cache"):
         registry.flush(sock)  # the daemon is short of room

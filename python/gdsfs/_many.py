@@ -4,7 +4,7 @@ import errno as _errno
 
 from ._proto import MAX_FDS, Conn, _close_fds, daemon_error, grant_fds  # noqa: F401 (MAX_FDS: see PROTOCOL)
 from ._registry import Holder, registry
-from ._lease import Lease, _locate, _resolve_device, _retry
+from ._lease import Lease, _drop_if_pressed, _locate, _resolve_device, _retry
 
 MAX_BATCH = 1024  # paths per acquire_many (proto.MaxBatch)
 
@@ -128,8 +128,9 @@ def _batch(paths, sock, owner, items, out, timeout, dev):
     conn = Conn(sock, timeout, owner)
     try:
         resp, fds = conn.request(_many([it[2] for it in items], dev))
-    except BaseException:
+    except BaseException as e:
         conn.close()
+        _drop_if_pressed(e, sock)
         raise
     holder = Holder(conn)
     files = resp.get("files") or []

@@ -21,13 +21,13 @@ log = logging.getLogger("gdsfs")
 # Mappings kept with no lease using them, and connections this process
 # holds (each leased file or batch keeps one open while any of its
 # mappings is kept): past either bound the oldest kept mappings are
-# undone. An epoch over a few thousand files stays mapped; the
-# connections stay under the daemon's ipc.max_connections_per_uid (1024
-# by default) with room for other processes of the uid. (A lease is never
-# made on a connection holding other files: what a connection was granted
-# stays held until it closes.)
+# undone. Connections are few: every process of a uid shares the daemon's
+# ipc.max_connections_per_uid (1024 by default), and an idle process must
+# not hold a share of it. An epoch of batches (open_many, one connection
+# each) stays mapped. (A lease is never made on a connection holding other
+# files: what a connection was granted stays held until it closes.)
 MAX_IDLE = 4096
-MAX_CONNS = 512
+MAX_CONNS = 16
 
 
 def _is_gpu(device):
@@ -100,6 +100,21 @@ class Registry:
         self.files = {}  # key -> current Mapped
         self.idle = collections.OrderedDict()  # Mapped -> None, most recent last
         self.conns = 0  # registry-opened connections holding mappings
+
+    def after_fork_in_child(self):
+        """In a forked child: close this process's copies of the parent's
+        connections (a copy keeps the daemon holding what they were
+        granted, the parent's kept mappings included) and forget them."""
+        self.lock = threading.Lock()  # another thread of the parent may have held it
+        held = {}
+        for m in list(self.files.values()) + list(self.idle):
+            held[id(m.holder)] = m.holder
+        for h in held.values():
+            h.conn.close()
+        self.pid = os.getpid()
+        self.files = {}
+        self.idle = collections.OrderedDict()
+        self.conns = 0
 
     def _forked_locked(self):
         """In a forked child the parent's mappings and connections are not
@@ -233,3 +248,4 @@ def _undo(drop, closing):
 
 
 registry = Registry()
+os.register_at_fork(after_in_child=registry.after_fork_in_child)

@@ -3,6 +3,7 @@ repeat leases, batches, the golden transcripts, and what a lease may never
 do: hand out old bytes, be written through in shared mode, stay held when
 its descriptors were dropped, leak descriptors or mappings."""
 
+import errno
 import os
 import signal
 import subprocess
@@ -125,6 +126,88 @@ class FastPathTests(unittest.TestCase):
         self.assertEqual(self.m.wait_stat("ipc_open_connections", 3), 3)
         with gdsfs.open(paths[-1]) as l:
             self.assertTrue(l.reused, "the newest kept mapping is still there")
+
+    def test_few_connections_kept_by_default(self):
+        """A process that leased file after file and closed each keeps only
+        a few connections (MAX_CONNS, 16), not a share of the uid's
+        ipc.max_connections_per_uid."""
+        from gdsfs import _registry
+
+        self.assertLessEqual(_registry.MAX_CONNS, 16)
+        paths = [self.m.write("few%d.bin" % i, blob(64 + i, 900 + i)) for i in range(_registry.MAX_CONNS + 8)]
+        for p in paths:
+            with gdsfs.open(p):
+                pass
+        self.assertEqual(self.m.wait_stat("ipc_open_connections", _registry.MAX_CONNS), _registry.MAX_CONNS)
+
+    def test_forked_child_does_not_pin_kept_leases(self):
+        """A forked child closes its copies of the parent's connections:
+        when the parent drops its kept mappings the daemon holds nothing,
+        while the child still runs."""
+        p = self.m.write("pin.bin", blob(4096, 950))
+        with gdsfs.open(p):
+            pass  # kept mapped, its connection open
+        self.assertEqual(self.m.wait_stat("lease_held_files", 1), 1)
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.close(w)
+                os.read(r, 1)  # until the parent is done
+            finally:
+                os._exit(0)
+        os.close(r)
+        try:
+            gdsfs.disconnect()
+            self.assertEqual(self.m.wait_stat("lease_held_files", 0), 0, "the child's copy of the connection holds the file")
+        finally:
+            os.close(w)
+            os.waitpid(pid, 0)
+
+    def test_repointed_link_serves_the_new_target(self):
+        """`latest` repointed from v1 to v2 serves v2's bytes; repointed to a
+        directory on no gdsfs mount, the file is not leased."""
+        from _support import tmpdir
+
+        v1, v2 = blob(4096, 960), blob(4096, 961)
+        self.m.write("v1/ckpt.pt", v1)
+        self.m.write("v2/ckpt.pt", v2)
+        d = tmpdir()
+        os.mkdir(os.path.join(d, "plain"))
+        latest = os.path.join(d, "latest")
+
+        def point(to):
+            os.symlink(to, latest + ".new")
+            os.rename(latest + ".new", latest)
+
+        for to, want in ((self.m.path("v1"), v1), (self.m.path("v2"), v2), (self.m.path("v1"), v1)):
+            point(to)
+            with gdsfs.open(os.path.join(latest, "ckpt.pt")) as l:
+                self.assertEqual(l.read(), want, to)
+        point(os.path.join(d, "plain"))
+        with self.assertRaises(gdsfs.NotMountedError):
+            gdsfs.open(os.path.join(latest, "ckpt.pt"))
+
+    def test_kept_mappings_dropped_at_the_connection_limit(self):
+        """A lease refused because the uid is at
+        ipc.max_connections_per_uid makes the client drop the mappings it
+        kept for repeat leases, closing their connections."""
+        from gdsfs import _registry
+        from _support import Mount
+
+        m = Mount(sets=["ipc.max_connections_per_uid=4"])
+        self.addCleanup(m.stop)
+        paths = [m.write("lim%d.bin" % i, blob(4096, 980 + i)) for i in range(5)]
+        kept = []
+        for p in paths[:4]:
+            with gdsfs.open(p) as l:
+                kept.append(l._m)
+        with self.assertRaises(OSError) as cm:
+            gdsfs.open(paths[4])
+        self.assertEqual(cm.exception.errno, errno.EMFILE, cm.exception)
+        self.assertEqual([(k.holder.conn.closed, k.mapping) for k in kept], [(True, None)] * 4,
+                         "kept mappings and their connections were left")
+        self.assertFalse([k for k in _registry.registry.idle if k.holder.conn.path == m.sock])
 
     def test_batch_mapping_failure_releases_the_rest(self):
         """A batch whose second file fails to map releases that grant and

@@ -373,6 +373,20 @@ class TestFallbacks(MovesCase):
         self.assertSame(t.to(torch.float16), _plain(lambda: t.to(torch.float16)))
         self.assertEqual(self.A.fallbacks(), {"mapping-shared-writable": 1})
 
+    def assert_original_move(self, t, move):
+        """move(t) ran the original call: without CUDA it raised as the
+        original does; with CUDA its result equals the plain move of a
+        copy of t that no mapping backs."""
+        torch = self.torch
+        if not torch.cuda.is_available():
+            with self.assertRaises(Exception):  # the original call ran, and raised
+                move(t)
+            return
+        got = move(t)
+        want = move(t.clone())
+        self.assertEqual((got.dtype, got.shape, got.stride()), (want.dtype, want.shape, want.stride()))
+        self.assertTrue(torch.equal(got.cpu(), want.cpu()))
+
     def test_integer_conversion_is_not_served(self):
         """Conversions on the GPU are served between floating types only:
         plain moves convert integers on the CPU (overflow differs)."""
@@ -383,8 +397,7 @@ class TestFallbacks(MovesCase):
         t = torch.from_numpy(np.load(p, mmap_mode="r"))
         self.moves.TARGETS = ("cuda",)
         try:
-            with self.assertRaises(Exception):  # no CUDA here: the original call ran, and raised
-                t.to("cuda:0", torch.float32)
+            self.assert_original_move(t, lambda x: x.to("cuda:0", torch.float32))
         finally:
             self.moves.TARGETS = ("cuda", "cpu")
         self.assertEqual(self.A.fallbacks(), {"dtype-conversion": 1})
@@ -402,8 +415,7 @@ class TestFallbacks(MovesCase):
         kept = self.moves.leases_kept()
         self.moves.TARGETS = ("cuda",)
         try:
-            with self.assertRaises(Exception):  # no CUDA here: the original call ran, and raised
-                t.to("cuda:0")
+            self.assert_original_move(t, lambda x: x.to("cuda:0"))
         finally:
             self.moves.TARGETS = ("cuda", "cpu")
         self.assertEqual(self.A.fallbacks(), {"host-staged": 1})

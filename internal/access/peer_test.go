@@ -1,11 +1,16 @@
 package access
 
 import (
+	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestMain lets a test run this binary as a socket client: with
@@ -14,6 +19,13 @@ func TestMain(m *testing.M) {
 	if p := os.Getenv("GDSFS_ACCESS_TEST_CONNECT"); p != "" {
 		c, err := net.Dial("unix", p)
 		if err != nil {
+			os.Stderr.WriteString(err.Error() + "\n")
+			os.Exit(2)
+		}
+		if exe := os.Getenv("GDSFS_ACCESS_TEST_EXEC"); exe != "" {
+			// fd 3 closes at the exec: the test knows it happened
+			unix.CloseOnExec(3)
+			err = syscall.Exec(exe, []string{exe, "60"}, nil)
 			os.Stderr.WriteString(err.Error() + "\n")
 			os.Exit(2)
 		}
@@ -74,5 +86,91 @@ func TestPeerCapabilities(t *testing.T) {
 	c, err = Peer(accepted(t, exec.Command(exe)))
 	if err != nil || c.UID != 0 || c.Caps != 0 {
 		t.Fatalf("a root peer that exited: %v %v, want uid 0 with no capability", c, err)
+	}
+}
+
+// TestPeerCapabilitiesGainedByExec: a peer of uid 65534 without
+// capabilities that connects and then executes a program with file
+// capabilities (cap_dac_read_search+ep) had none when it connected, and
+// gets none.
+func TestPeerCapabilitiesGainedByExec(t *testing.T) {
+	needRoot(t)
+	setcap, err := exec.LookPath("setcap")
+	if err != nil {
+		t.Skip("SKIPPED: setcap (libcap2-bin) is needed to give a program file capabilities")
+	}
+	dir, err := os.MkdirTemp("", "gdsfs-peer-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	copyExe := func(from, to string) {
+		b, err := os.ReadFile(from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(to, b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, capped := filepath.Join(dir, "client"), filepath.Join(dir, "sleep")
+	copyExe(self, client)
+	sleep, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	copyExe(sleep, capped)
+	if out, err := exec.Command(setcap, "cap_dac_read_search+ep", capped).CombinedOutput(); err != nil {
+		t.Fatalf("setcap: %v\n%s", err, out)
+	}
+	p := filepath.Join(dir, "s")
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: p, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	if err := os.Chmod(p, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	cmd := exec.Command(client)
+	cmd.Env = []string{"GDSFS_ACCESS_TEST_CONNECT=" + p, "GDSFS_ACCESS_TEST_EXEC=" + capped}
+	cmd.ExtraFiles = []*os.File{w}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{}}}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	if _, err := io.ReadAll(r); err != nil { // EOF: the peer has executed the program
+		t.Fatal(err)
+	}
+	if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", cmd.Process.Pid)); err != nil || exe != capped {
+		t.Fatalf("the peer runs %q (%v), not %s", exe, err, capped)
+	}
+	c, err := ln.AcceptUnix()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	f, err := c.File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	got, err := Peer(int(f.Fd()))
+	if err != nil || got.UID != 65534 || got.Caps != 0 {
+		t.Fatalf("a peer that gained capabilities by exec after connecting: %v %v, want uid 65534 with no capability", got, err)
 	}
 }

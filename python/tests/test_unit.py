@@ -423,6 +423,36 @@ class TrustTests(unittest.TestCase):
         self.assertEqual(proc.stdout.readline().split(), [b"got"] + [b"0"] * 5,
                          "the planted daemon was sent something")
 
+    def test_planted_socket_gets_no_report(self):
+        """A fallback the autoloader counts before any lease (requires
+        grad, a dtype conversion) is not reported to a socket whose
+        listener is uid 65534, not the mount's owner: nothing is sent."""
+        if os.geteuid() != 0:
+            self.skipTest(_support.loud("SKIPPED: planting a socket as uid 65534 needs root"))
+        d = _support.tmpdir()
+        os.chmod(d, 0o777)
+        sock = os.path.join(d, "planted.sock")
+        proc = _support.child(_PLANTED, [sock], uid=_support.NOBODY, stdin=subprocess.PIPE)
+        self.addCleanup(proc.wait, 30)
+        self.addCleanup(proc.stderr.close)
+        self.addCleanup(proc.stdout.close)
+        self.addCleanup(proc.stdin.close)
+        if proc.stdout.readline() != b"ready\n":
+            self.fail("the planted daemon did not start: %s" % proc.stderr.read1(4096))
+        mnt = os.path.realpath(os.path.join(d, "mnt"))
+        self.mount_at(mnt, sock)
+        from gdsfs.autoload import _report
+
+        _report.reset()
+        self.addCleanup(_report.reset)
+        _report.fallback("torch.load", "requires-grad", os.path.join(mnt, "model.pt"))
+        self.assertEqual(_report.fallbacks(), {"requires-grad": 1})
+        proc.stdin.write(b"report\n")
+        proc.stdin.flush()
+        got = proc.stdout.readline().split()
+        self.assertEqual(got[0], b"got")
+        self.assertEqual([n for n in got[1:] if n != b"0"], [], "the planted daemon was sent a report")
+
     def test_outside_mount_never_sent(self):
         """With a socket given (or GDSFS_SOCKET), a path under no gdsfs
         mount is refused before any connection."""

@@ -9,6 +9,8 @@ import logging
 import socket
 import threading
 
+from .. import _proto
+
 log = logging.getLogger("gdsfs.autoload")
 
 _lock = threading.Lock()
@@ -62,10 +64,15 @@ def fallback(loader, reason, path=None, socket_path=None, detail=None):
                 loader, path if path is not None else "its input", reason,
                 ": %s" % detail if detail else "",
             )
-        if socket_path is None and path is not None and reason not in ("not-gdsfs", "not-a-path", "untrusted-daemon"):
-            socket_path = mount_socket(path)
+        owner = None
+        if path is not None and reason not in ("not-gdsfs", "not-a-path", "untrusted-daemon"):
+            t = mount_target(path)
+            if t is not None:
+                owner = t.owner
+                if socket_path is None:
+                    socket_path = t.socket
         if socket_path:
-            _report(socket_path, reason)
+            _report(socket_path, reason, owner)
     except Exception:  # accounting must never break the caller's load
         log.debug("gdsfs autoload: counting a fallback failed", exc_info=True)
 
@@ -81,7 +88,20 @@ def mount_socket(path):
         return None
 
 
-def _report(socket_path, reason):
+def mount_target(path):
+    """The gdsfs._mount.Target of path (its lease socket and the mount's
+    owner), or None."""
+    try:
+        from .._mount import find
+
+        return find(path)
+    except Exception:
+        return None
+
+
+def _report(socket_path, reason, owner=None):
+    """Send the report to socket_path, whose listener must be root or owner
+    (None: this process's euid), as for a lease."""
     with _lock:
         if socket_path in _no_report:
             return
@@ -89,6 +109,7 @@ def _report(socket_path, reason):
     try:
         s.settimeout(_REPORT_TIMEOUT)
         s.connect(socket_path)
+        _proto._check_peer(s, socket_path, owner)
         line = json.dumps({"op": "report", "event": "fallback", "reason": reason}, separators=(",", ":"))
         s.sendall(line.encode() + b"\n")
         buf = b""

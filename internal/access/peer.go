@@ -25,7 +25,8 @@ const pidfdThread = unix.O_EXCL
 // taken only while that process's effective ids are SO_PEERCRED's, it
 // lives in the daemon's user namespace, and its pidfd shows it alive after
 // the read (so the pid was not reused meanwhile): otherwise the peer has
-// none. Only a failed SO_PEERCRED is an error.
+// none. A peer whose uid is not 0 has none either (see below). Only a
+// failed SO_PEERCRED is an error.
 func Peer(fd int) (Cred, error) {
 	uc, err := unix.GetsockoptUcred(fd, unix.SOL_SOCKET, unix.SO_PEERCRED)
 	if err != nil {
@@ -34,6 +35,14 @@ func Peer(fd int) (Cred, error) {
 	c := Cred{UID: uc.Uid, GID: uc.Gid}
 	if g, err := peerGroups(fd); err == nil {
 		c.Groups = g
+	}
+	if uc.Uid != 0 {
+		// Capabilities are read from the peer process as it is now, not
+		// as it was at connect: a process that connected and then ran a
+		// program with file capabilities (same ids) would pass for that
+		// program. Only a uid-0 peer's capabilities count; a uid-0
+		// process that can regain capabilities by exec has them anyway.
+		return c, nil
 	}
 	pidfd, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_PEERPIDFD)
 	if err == unix.ENOPROTOOPT && uc.Pid > 0 {

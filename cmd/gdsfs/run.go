@@ -28,7 +28,7 @@ into the binary. A directory that anyone but root and the caller could
 change (it, anything in it, or a directory above it) is refused with a
 line on stderr, and the built-in copy is used. That copy is unpacked once
 per version into a directory private to the caller: $XDG_CACHE_HOME/gdsfs,
-~/.cache/gdsfs, $XDG_RUNTIME_DIR/gdsfs or $TMPDIR/gdsfs-UID, the first that
+~/.cache/gdsfs, $XDG_RUNTIME_DIR/gdsfs or $TMPDIR/gdsfs-run-UID, the first that
 can be made and is the caller's alone (else a new one under $TMPDIR).
 See docs/run.md.`,
 		Args: func(cmd *cobra.Command, args []string) error {

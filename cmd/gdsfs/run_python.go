@@ -212,8 +212,9 @@ func fuseOwner(mountinfo []string, dev uint64, path string) error {
 // that works: $XDG_CACHE_HOME/gdsfs, ~/.cache/gdsfs,
 // $XDG_RUNTIME_DIR/gdsfs, $TMPDIR/gdsfs-EUID, else a new directory made
 // under $TMPDIR for this run. Each that fails privateDir is skipped;
-// $TMPDIR/gdsfs-EUID with a line on warn, since in a shared $TMPDIR
-// another user may have made it first.
+// $TMPDIR/gdsfs-run-EUID with a line on warn, since in a shared $TMPDIR
+// another user may have made it first. (Not $TMPDIR/gdsfs-EUID: that is
+// a daemon's socket directory, 0711 so that other users reach the socket.)
 func embeddedPython(warn io.Writer, files fs.FS, version string) (string, error) {
 	var roots []string
 	if d := os.Getenv("XDG_CACHE_HOME"); filepath.IsAbs(d) {
@@ -225,7 +226,7 @@ func embeddedPython(warn io.Writer, files fs.FS, version string) (string, error)
 	if d := os.Getenv("XDG_RUNTIME_DIR"); filepath.IsAbs(d) {
 		roots = append(roots, filepath.Join(d, "gdsfs"))
 	}
-	shared := filepath.Join(os.TempDir(), fmt.Sprintf("gdsfs-%d", os.Geteuid()))
+	shared := filepath.Join(os.TempDir(), fmt.Sprintf("gdsfs-run-%d", os.Geteuid()))
 	var errs []error
 	for _, root := range append(roots, shared) {
 		dir, err := unpackPython(files, root, version)
@@ -237,7 +238,7 @@ func embeddedPython(warn io.Writer, files fs.FS, version string) (string, error)
 		}
 		errs = append(errs, err)
 	}
-	root, err := os.MkdirTemp("", fmt.Sprintf("gdsfs-%d-", os.Geteuid()))
+	root, err := os.MkdirTemp("", fmt.Sprintf("gdsfs-run-%d-", os.Geteuid()))
 	if err == nil {
 		var dir string
 		if dir, err = unpackPython(files, root, version); err == nil {

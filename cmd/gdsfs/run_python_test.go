@@ -212,7 +212,7 @@ func TestRunWithoutWritableHome(t *testing.T) {
 	}
 	env := []string{"HOME=" + home, "TMPDIR=" + tmp}
 	stdout, stderr := gdsfsRun(t, bin, victim, env, printPackage)
-	if want := filepath.Join(tmp, fmt.Sprintf("gdsfs-%d", victim), "python-"); !strings.HasPrefix(stdout, want) || stderr != "" {
+	if want := filepath.Join(tmp, fmt.Sprintf("gdsfs-run-%d", victim), "python-"); !strings.HasPrefix(stdout, want) || stderr != "" {
 		t.Errorf("gdsfs from %q (stderr %q), want under %s", stdout, stderr, want)
 	}
 
@@ -221,7 +221,7 @@ func TestRunWithoutWritableHome(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	theirs := filepath.Join(tmp, fmt.Sprintf("gdsfs-%d", victim+100))
+	theirs := filepath.Join(tmp, fmt.Sprintf("gdsfs-run-%d", victim+100))
 	marker := filepath.Join(tmp, "planted-ran")
 	plantAs(t, bin, attacker, filepath.Join(theirs, fmt.Sprintf("python-%s-%s", sanitize(gdsfs.Version), sum)), marker)
 	uid := victim + 100
@@ -230,8 +230,38 @@ func TestRunWithoutWritableHome(t *testing.T) {
 	if !strings.Contains(stderr, theirs) || !strings.Contains(stderr, "owned by uid 65534") || strings.Count(stderr, "\n") != 1 {
 		t.Errorf("stderr does not say, in one line, that %s was refused and why:\n%s", theirs, stderr)
 	}
-	if want := filepath.Join(tmp, fmt.Sprintf("gdsfs-%d-", uid)); !strings.HasPrefix(stdout, want) {
+	if want := filepath.Join(tmp, fmt.Sprintf("gdsfs-run-%d-", uid)); !strings.HasPrefix(stdout, want) {
 		t.Errorf("gdsfs from %q, want a new directory %s*", stdout, want)
+	}
+}
+
+// A daemon of the same uid keeps its socket in $TMPDIR/gdsfs-UID, 0711 so
+// that other users reach the socket: gdsfs run unpacks elsewhere, once,
+// with nothing to say.
+func TestRunBesideADaemonsSocketDir(t *testing.T) {
+	needRoot(t)
+	base, tmp, bin := sharedTree(t, "bin")
+	home := filepath.Join(base, "home") // root's, 0755: not writable by the victim
+	if err := os.Mkdir(home, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sockDir := filepath.Join(tmp, fmt.Sprintf("gdsfs-%d", victim))
+	if err := os.Mkdir(sockDir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(sockDir, victim, victim); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(sockDir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"HOME=" + home, "TMPDIR=" + tmp}
+	want := filepath.Join(tmp, fmt.Sprintf("gdsfs-run-%d", victim), "python-")
+	for i := 0; i < 2; i++ {
+		stdout, stderr := gdsfsRun(t, bin, victim, env, printPackage)
+		if !strings.HasPrefix(stdout, want) || stderr != "" {
+			t.Errorf("run %d: gdsfs from %q (stderr %q), want under %s and nothing on stderr", i, stdout, stderr, want)
+		}
 	}
 }
 

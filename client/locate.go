@@ -102,12 +102,17 @@ func unescape(s string) string {
 	return b.String()
 }
 
-// resolve makes path absolute with its directory's symbolic links
-// resolved (not the file's own).
+// resolve makes path absolute with its symbolic links resolved, the
+// file's own too, so the path sent names the file a plain open reads (a
+// link that leads off the mount, or out of a bind mount of a directory of
+// it, is not sent). A path that does not exist keeps its last name.
 func resolve(path string) (string, error) {
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		return "", err
+	}
+	if real, err := filepath.EvalSymlinks(abs); err == nil {
+		return real, nil // the file's own link too: where a plain open lands
 	}
 	dir, base := filepath.Split(abs)
 	if real, err := filepath.EvalSymlinks(dir); err == nil {

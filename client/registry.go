@@ -75,8 +75,8 @@ func locateOn(path string, opts []LeaseOption) (location, error) {
 	return loc, err
 }
 
-// located is where a directory's files were found: the directory's
-// symbolic links are resolved at every lookup, and the memory is used
+// located is where a directory's files were found: the path's symbolic
+// links (the file's own too) are resolved at every lookup, and the memory is used
 // only while the resolved directory is still the same inode.
 type located struct {
 	socket, reldir string
@@ -91,14 +91,14 @@ func locateCached(path string) (location, error) {
 		t, err := find(path)
 		return location{socket: t.socket, rel: t.rel, owner: t.owner}, err
 	}
-	abs, err := filepath.Abs(path)
+	abs, err := resolve(path) // the file's own link too, where it exists
 	if err != nil {
 		return location{}, err
 	}
 	dir, base := filepath.Split(abs)
-	real, err := filepath.EvalSymlinks(dir)
+	real := filepath.Clean(dir) // resolved by resolve where it exists
 	var st syscall.Stat_t
-	if err != nil || syscall.Stat(real, &st) != nil {
+	if syscall.Stat(real, &st) != nil {
 		t, err := find(path) // says what is wrong with the path
 		return location{socket: t.socket, rel: t.rel, owner: t.owner}, err
 	}

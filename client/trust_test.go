@@ -229,3 +229,30 @@ func TestDialTimeout(t *testing.T) {
 	}
 	t.Fatalf("%d connections to a listener with a backlog of 0 that accepts nothing", len(held))
 }
+
+// TestFileLinkOffTheMountNeverSent: a file that is a symbolic link to a
+// file on no gdsfs mount is not sent by the link's name (the daemon would
+// follow it beneath SOURCE, where a plain open does not go).
+func TestFileLinkOffTheMountNeverSent(t *testing.T) {
+	root, _ := filepath.EvalSymlinks(t.TempDir())
+	mnt := filepath.Join(root, "mnt")
+	os.MkdirAll(filepath.Join(mnt, "sub"), 0o755)
+	os.MkdirAll(filepath.Join(root, "plain"), 0o755)
+	os.WriteFile(filepath.Join(root, "plain", "pub.pt"), []byte("x"), 0o644)
+	os.WriteFile(filepath.Join(mnt, "real.pt"), []byte("y"), 0o644)
+	os.Symlink("../../plain/pub.pt", filepath.Join(mnt, "sub", "off.pt"))
+	os.Symlink("../real.pt", filepath.Join(mnt, "sub", "on.pt"))
+	t.Cleanup(MountinfoForTest(fakeMount(mnt)))
+	t.Setenv("GDSFS_SOCKET", filepath.Join(root, "no.sock"))
+	DropCache()
+	var nm *NotMountedError
+	if _, _, err := Locate(filepath.Join(mnt, "sub", "off.pt")); !errors.As(err, &nm) {
+		t.Errorf("Locate of a link off the mount: %v; want NotMountedError", err)
+	}
+	if _, err := Open(filepath.Join(mnt, "sub", "off.pt")); !errors.As(err, &nm) {
+		t.Errorf("Open of a link off the mount: %v; want NotMountedError", err)
+	}
+	if _, rel, err := Locate(filepath.Join(mnt, "sub", "on.pt")); err != nil || rel != "real.pt" {
+		t.Errorf("Locate of a link to real.pt on the mount: (%q, %v); want real.pt", rel, err)
+	}
+}

@@ -367,11 +367,11 @@ def disconnect():
 
 def _locate(path, socket):
     """(socket, path to send, mount owner, whether it was remembered). The
-    directory's symbolic links are resolved at every call (a repointed
-    link is followed); the rest is remembered per resolved directory."""
+    path's symbolic links, the file's own too, are resolved at every call
+    (a repointed link is followed, and the path sent names the file a
+    plain open reads); the rest is remembered per resolved directory."""
     explicit = socket or os.environ.get("GDSFS_SOCKET") or ""
-    d, base = os.path.split(os.path.abspath(os.fspath(path)))
-    real = os.path.realpath(d)
+    real, base = os.path.split(os.path.realpath(os.path.abspath(os.fspath(path))))
     try:
         st = os.stat(real)
     except OSError:

@@ -73,10 +73,10 @@ def read_mountinfo(path=None):
 
 
 def _resolve(path):
-    """Absolute path with the directory's symlinks resolved (not the file's)."""
-    p = os.path.abspath(os.fspath(path))
-    d, base = os.path.split(p)
-    return os.path.join(os.path.realpath(d), base)
+    """Absolute path with its symlinks resolved, the file's own too, so the
+    path sent names the file a plain open reads (a link that leads off the
+    mount, or out of a bind mount of a directory of it, is not sent)."""
+    return os.path.realpath(os.path.abspath(os.fspath(path)))
 
 
 class Target:

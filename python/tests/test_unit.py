@@ -476,6 +476,27 @@ class TrustTests(unittest.TestCase):
         with self.assertRaises(BlockingIOError, msg="a connection was made"):
             ls.accept()
 
+    def test_file_link_off_the_mount_never_sent(self):
+        """A file that is a symbolic link to a file on no gdsfs mount is
+        not sent by the link's name (the daemon would follow it beneath
+        SOURCE, where a plain open does not go); a link to a file of the
+        mount is sent as that file."""
+        d = os.path.realpath(_support.tmpdir())
+        mnt = os.path.join(d, "mnt")
+        os.makedirs(os.path.join(mnt, "sub"))
+        os.makedirs(os.path.join(d, "plain"))
+        for p in (os.path.join(d, "plain", "pub.pt"), os.path.join(mnt, "real.pt")):
+            with open(p, "w") as f:
+                f.write("x")
+        os.symlink("../../plain/pub.pt", os.path.join(mnt, "sub", "off.pt"))
+        os.symlink("../real.pt", os.path.join(mnt, "sub", "on.pt"))
+        self.mount_at(mnt, os.path.join(d, "nobody-listens.sock"))
+        with self.assertRaises(gdsfs.NotMountedError):  # not a connection error: nothing was tried
+            gdsfs.open(os.path.join(mnt, "sub", "off.pt"))
+        with self.assertRaises(gdsfs.NotMountedError):
+            _mount.locate(os.path.join(mnt, "sub", "off.pt"))
+        self.assertEqual(_mount.locate(os.path.join(mnt, "sub", "on.pt"))[1], "real.pt")
+
     def test_repointed_link_is_followed(self):
         """After `latest` is repointed, a path through it is looked up at
         its new target: another directory of the mount, or one on none."""

@@ -240,7 +240,13 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (gofs.FileHandle
 		ch.release()
 		return nil, 0, errno
 	}
-	return &dirHandle{dirStream: ds.(dirStream), charge: ch}, 0, 0
+	stream, ok := ds.(dirStream)
+	if !ok { // go-fuse's loopback stream is one: cannot happen
+		ds.Close()
+		ch.release()
+		return nil, 0, syscall.EIO
+	}
+	return &dirHandle{dirStream: stream, charge: ch}, 0, 0
 }
 
 // dirStream is what go-fuse's loopback directory stream does.

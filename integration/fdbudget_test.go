@@ -56,7 +56,8 @@ func holdOpen(t *testing.T, cred *syscall.Credential, path string, most int) (li
 
 // TestOpenBoundPerUID: on an allow_other mount with
 // fuse.max_open_per_uid=50, uid 65534 opening one file again and again
-// gets 50 descriptors and then EMFILE (counted, logged once), while root
+// gets 50 descriptors and then EMFILE, for files and directories alike
+// (counted, logged once), while root
 // and another uid still open, read and list, and the control files and
 // the lease socket still answer. Once uid 65534 closed its descriptors its
 // opens succeed again.
@@ -74,6 +75,9 @@ func TestOpenBoundPerUID(t *testing.T) {
 	line, stop, wait := holdOpen(t, user(), pub, 4*bound)
 	if want := fmt.Sprintf("HELD %d EMFILE EMFILE EMFILE EMFILE", bound); line != want {
 		t.Fatalf("uid 65534 opening %s %d times: %q, want %q", pub, 4*bound, line, want)
+	}
+	if got := fsuser(t, user(), "readdir", m.mnt); got != "EMFILE" {
+		t.Errorf("uid 65534 listing the mount at its bound: %s, want EMFILE (a directory open holds a descriptor too)", got)
 	}
 	// Everyone else is served meanwhile.
 	if got := sh(t, "cat "+pub+" | wc -c"); strings.TrimSpace(got) != "5000" {
@@ -93,8 +97,8 @@ func TestOpenBoundPerUID(t *testing.T) {
 		t.Errorf("root's lease of %s while uid 65534 is at its bound: %v", pub, r)
 	}
 	stats := statsOf(t, m)
-	if stats["max_open_per_uid"] != float64(bound) || stats["opens_refused"] != float64(4) {
-		t.Errorf("stats: max_open_per_uid %v, opens_refused %v; want %d and 4", stats["max_open_per_uid"], stats["opens_refused"], bound)
+	if stats["max_open_per_uid"] != float64(bound) || stats["opens_refused"] != float64(5) {
+		t.Errorf("stats: max_open_per_uid %v, opens_refused %v; want %d and 5", stats["max_open_per_uid"], stats["opens_refused"], bound)
 	}
 	if n := strings.Count(m.log.String(), "open refused (EMFILE)"); n != 1 {
 		t.Errorf("the refusals of uid 65534 were logged %d times, want once:\n%s", n, m.log)

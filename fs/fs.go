@@ -86,6 +86,10 @@ type Stats struct {
 	BytesServed    uint64 // bytes asked for by those requests
 	Passthrough    bool   // reads bypass the daemon
 	PassthroughWhy string // why not, when Passthrough is false
+	OpenFiles      int    // files open through the mount now
+	OpenPerUID     int    // fuse.max_open_per_uid in force
+	OpensRefused   uint64 // opens refused at that bound (EMFILE)
+	NotKept        uint64 // files unlinked or renamed over not kept, at the bound (replaced.go)
 }
 
 // Server is a mounted gdsfs.
@@ -115,7 +119,8 @@ type Server struct {
 	mountDev atomic.Uint64
 
 	opens, reads, readBytes atomic.Uint64
-	drain                   drain // open files, and refusing new opens on shutdown (drain.go)
+	drain                   drain    // open files, and refusing new opens on shutdown (drain.go)
+	fds                     fdBudget // descriptors held per caller uid (fdbudget.go)
 }
 
 // Mount mounts SOURCE on MOUNTPOINT. Errors name the path or key at fault.
@@ -139,6 +144,16 @@ func Mount(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("SOURCE %s: %w", source, unwrapPath(err))
 	}
+	limit, err := noFile()
+	if err != nil {
+		root.Close()
+		return nil, err
+	}
+	perUID, err := cfg.Options.OpenPerUID(limit)
+	if err != nil {
+		root.Close()
+		return nil, err
+	}
 	var st unix.Stat_t
 	root.At(func(dirfd int) error { return unix.Fstat(dirfd, &st) })
 	s := &Server{
@@ -146,6 +161,8 @@ func Mount(cfg Config) (*Server, error) {
 		log: cfg.Log, errs: errnoLogger{log: cfg.Log},
 		uid: uint32(os.Geteuid()), gid: uint32(os.Getegid()), started: time.Now(),
 	}
+	s.fds = fdBudget{perUID: perUID, exempt: s.uid, log: cfg.Log,
+		open: map[uint32]int{}, logged: map[uint32]time.Time{}}
 	s.setPassthrough(cfg.Options.Passthrough != PassthroughOff, "")
 	if cfg.Controls != nil {
 		s.controls = cfg.Controls(s)
@@ -394,6 +411,7 @@ func (s *Server) Stats() Stats {
 	return Stats{
 		Opens: s.opens.Load(), ReadsServed: s.reads.Load(), BytesServed: s.readBytes.Load(),
 		Passthrough: s.passthrough.Load(), PassthroughWhy: *s.passthroughWhy.Load(),
+		OpenFiles: s.OpenFiles(), OpenPerUID: s.fds.perUID, OpensRefused: s.fds.refused.Load(), NotKept: s.fds.notKept.Load(),
 	}
 }
 

@@ -213,10 +213,14 @@ func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 var _ = (gofs.NodeOpendirHandler)((*node)(nil))
 
 // OpendirHandle opens the directory as the caller; entries are read from
-// that descriptor.
+// that descriptor, charged to the caller's uid until released.
 func (n *node) OpendirHandle(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	ch, errno := n.srv.fds.take(ctx)
+	if errno != 0 {
+		return nil, 0, errno
+	}
 	var fd int
-	errno := n.srv.as(ctx, func() error {
+	errno = n.srv.as(ctx, func() error {
 		f, _, err := n.resolve(unix.O_RDONLY | unix.O_DIRECTORY)
 		if err != nil {
 			return err
@@ -226,15 +230,45 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (gofs.FileHandle
 		return err
 	})
 	if errno != 0 {
+		ch.release()
 		return nil, 0, errno
 	}
 	unix.CloseOnExec(fd)
 	ds, errno := gofs.NewLoopbackDirStreamFd(fd)
 	if errno != 0 {
 		unix.Close(fd)
+		ch.release()
 		return nil, 0, errno
 	}
-	return ds, 0, 0
+	stream, ok := ds.(dirStream)
+	if !ok { // go-fuse's loopback stream is one: cannot happen
+		ds.Close()
+		ch.release()
+		return nil, 0, syscall.EIO
+	}
+	return &dirHandle{dirStream: stream, charge: ch}, 0, 0
+}
+
+// dirStream is what go-fuse's loopback directory stream does.
+type dirStream interface {
+	gofs.FileReaddirenter
+	gofs.FileSeekdirer
+	gofs.FileFsyncdirer
+	gofs.FileReleasedirer
+	gofs.FileIoctler
+}
+
+// dirHandle is an open directory; releasing it gives its charge back.
+type dirHandle struct {
+	dirStream
+	charge *charge
+}
+
+var _ = (gofs.FileReleasedirer)((*dirHandle)(nil))
+
+func (d *dirHandle) Releasedir(ctx context.Context, flags uint32) {
+	d.dirStream.Releasedir(ctx, flags)
+	d.charge.release()
 }
 
 var _ = (gofs.NodeStatfser)((*node)(nil))

@@ -36,13 +36,18 @@ func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 	if n.srv.opts.ReadOnly && writes(flags) {
 		return nil, 0, syscall.EROFS
 	}
+	ch, errno := n.srv.fds.take(ctx)
+	if errno != 0 {
+		return nil, 0, errno
+	}
 	var f *os.File
 	var st *syscall.Stat_t
-	errno := n.srv.as(ctx, func() (err error) {
+	errno = n.srv.as(ctx, func() (err error) {
 		f, st, err = n.resolve(openFlags(flags))
 		return err
 	})
 	if errno != 0 {
+		ch.release()
 		return nil, 0, errno
 	}
 	rel, _ := n.rel()
@@ -50,21 +55,23 @@ func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 	if c, ok := fuse.FromContext(ctx); ok {
 		pid = c.Pid
 	}
-	return n.opened(f, st, rel, pid, flags, writes(flags))
+	return n.opened(f, st, ch, rel, pid, flags, writes(flags))
 }
 
 // opened makes the file handle of a backing file opened for the kernel:
 // it invalidates the kernel's attributes and pages of a file that changed
 // since the kernel last saw it (before the open returns, so no read is
-// cut to an old size), and tells the Stager.
-func (n *node) opened(f *os.File, st *syscall.Stat_t, rel string, pid, flags uint32, write bool) (gofs.FileHandle, uint32, syscall.Errno) {
+// cut to an old size), and tells the Stager. The handle gives back the
+// open's charge ch when released.
+func (n *node) opened(f *os.File, st *syscall.Stat_t, ch *charge, rel string, pid, flags uint32, write bool) (gofs.FileHandle, uint32, syscall.Errno) {
 	if flags&syscall.O_NONBLOCK == 0 {
 		if err := setNonblock(f, false); err != nil {
 			f.Close()
+			ch.release()
 			return nil, 0, n.srv.errs.toErrno(err)
 		}
 	}
-	h := &file{LoopbackFile: gofs.NewLoopbackFileFromOS(f), srv: n.srv, node: n, rel: rel,
+	h := &file{LoopbackFile: gofs.NewLoopbackFileFromOS(f), srv: n.srv, node: n, rel: rel, charge: ch,
 		writable: flags&syscall.O_ACCMODE != syscall.O_RDONLY}
 	n.mu.Lock()
 	if n.open == nil {
@@ -134,6 +141,10 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 	if errno := n.mayChange(name); errno != 0 {
 		return nil, nil, 0, errno
 	}
+	chg, errno := n.srv.fds.take(ctx)
+	if errno != 0 {
+		return nil, nil, 0, errno
+	}
 	var f *os.File
 	var st *syscall.Stat_t
 	var id fileID
@@ -141,7 +152,7 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 		Flags:   uint64(openFlags(flags) | int(flags&syscall.O_EXCL) | unix.O_CREAT | unix.O_NOFOLLOW | unix.O_CLOEXEC),
 		Resolve: access.NoSymlinks,
 	}
-	errno := n.srv.as(ctx, func() error {
+	errno = n.srv.as(ctx, func() error {
 		return n.dirAs(func(dirfd int) error {
 			how.Mode = uint64(n.srv.createMode(ctx, dirfd, mode&0o7777))
 			fd, err := openat2(dirfd, name, how)
@@ -159,11 +170,12 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 		})
 	})
 	if errno != 0 {
+		chg.release()
 		return nil, nil, 0, errno
 	}
 	rel := n.relName(name)
 	ch := n.newChild(ctx, st, id, out)
-	h, fl, errno := ch.Operations().(*node).opened(f, st, rel, 0, flags, true)
+	h, fl, errno := ch.Operations().(*node).opened(f, st, chg, rel, 0, flags, true)
 	return ch, h, fl, errno
 }
 
@@ -190,10 +202,11 @@ type file struct {
 	*gofs.LoopbackFile
 	srv      *Server
 	node     *node
-	rel      string // at open
-	writable bool   // opened for writing
-	reading  bool   // a regular file opened for reading only: Closed on release
-	written  bool   // a regular file opened for writing: Changed on write and release
+	rel      string  // at open
+	charge   *charge // against the opener's uid (fdbudget.go); nil for the daemon's own
+	writable bool    // opened for writing
+	reading  bool    // a regular file opened for reading only: Closed on release
+	written  bool    // a regular file opened for writing: Changed on write and release
 }
 
 func (f *file) fd() int {
@@ -235,6 +248,7 @@ func (f *file) Release(ctx context.Context) syscall.Errno {
 	delete(f.node.open, f)
 	f.node.mu.Unlock()
 	errno := f.LoopbackFile.Release(ctx)
+	f.charge.release()
 	f.srv.drain.closed()
 	if s := f.srv.stager; s != nil && f.reading {
 		s.Closed(f.rel)
@@ -307,11 +321,15 @@ func (n *node) Tmpfile(ctx context.Context, flags, mode uint32, out *fuse.EntryO
 	if n.ro() {
 		return nil, nil, 0, syscall.EROFS
 	}
+	chg, errno := n.srv.fds.take(ctx)
+	if errno != 0 {
+		return nil, nil, 0, errno
+	}
 	var f *os.File
 	var st *syscall.Stat_t
 	var id fileID
 	how := &unix.OpenHow{Flags: uint64(openFlags(flags) | unix.O_TMPFILE | unix.O_CLOEXEC)}
-	errno := n.dir(ctx, func(dirfd int) error {
+	errno = n.dir(ctx, func(dirfd int) error {
 		how.Mode = uint64(n.srv.createMode(ctx, dirfd, mode&0o7777))
 		fd, err := openat2(dirfd, ".", how)
 		if err != nil {
@@ -324,9 +342,10 @@ func (n *node) Tmpfile(ctx context.Context, flags, mode uint32, out *fuse.EntryO
 		return err
 	})
 	if errno != 0 {
+		chg.release()
 		return nil, nil, 0, errno
 	}
 	ch := n.newChild(ctx, st, id, out)
-	h, fl, errno := ch.Operations().(*node).opened(f, st, "", 0, flags, true)
+	h, fl, errno := ch.Operations().(*node).opened(f, st, chg, "", 0, flags, true)
 	return ch, h, fl, errno
 }

@@ -29,6 +29,11 @@ type Options struct {
 	// MountFlags are kernel mount flags (mountFlagBits); nosuid and nodev
 	// are always set.
 	MountFlags []string `yaml:"mount_flags"`
+	// MaxOpenPerUID bounds the files and directories one uid holds open
+	// through the mount, each a descriptor in the daemon (fdbudget.go);
+	// auto: a quarter of the descriptors staging leaves out of its
+	// budget (OpenPerUID).
+	MaxOpenPerUID units.AutoCount `yaml:"max_open_per_uid"`
 }
 
 // mountFlagBits are the flags fuse.mount_flags may name.

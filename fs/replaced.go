@@ -16,7 +16,8 @@ import (
 // for the node it looked up, whose name is gone or names another file, so
 // the node keeps an O_PATH descriptor of its file, taken just before the
 // change, until the kernel forgets the node; resolve opens it anew as the
-// caller when the node's path no longer leads to its file.
+// caller when the node's path no longer leads to its file. Kept files are
+// bounded (fdbudget.go): past the bound the file is not kept.
 
 // replacing runs change (an unlink or a rename over name in directory
 // dirfd of n) and, when name is a regular file the kernel knows as a node,
@@ -26,20 +27,23 @@ func (n *node) replacing(dirfd int, name string, change func() error) error {
 	if in := n.GetChild(name); in != nil && isRegular(in.StableAttr().Mode) {
 		ch, _ = in.Operations().(*node)
 	}
-	if ch == nil {
+	if ch == nil || !n.srv.fds.keep() {
 		return change()
 	}
 	fd, err := unix.Openat(dirfd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
+		n.srv.fds.unkeep()
 		return change()
 	}
 	f := os.NewFile(uintptr(fd), name)
 	if _, id, err := fstatx(fd); err != nil || id != ch.id {
 		f.Close() // not the node's file: nothing to keep
+		n.srv.fds.unkeep()
 		return change()
 	}
 	if err := change(); err != nil {
 		f.Close()
+		n.srv.fds.unkeep()
 		return err
 	}
 	ch.mu.Lock()
@@ -48,6 +52,7 @@ func (n *node) replacing(dirfd int, name string, change func() error) error {
 	ch.mu.Unlock()
 	if old != nil {
 		old.Close()
+		n.srv.fds.unkeep()
 	}
 	return nil
 }
@@ -94,5 +99,6 @@ func (n *node) OnForget() {
 	n.mu.Unlock()
 	if f != nil {
 		f.Close()
+		n.srv.fds.unkeep()
 	}
 }

@@ -113,7 +113,8 @@ var sections = []struct {
 	name string
 	keys []string
 }{
-	{"fuse", []string{"opens", "reads_served", "bytes_served", "passthrough", "passthrough_reason"}},
+	{"fuse", []string{"opens", "reads_served", "bytes_served", "passthrough", "passthrough_reason",
+		"open_files", "max_open_per_uid", "opens_refused", "replaced_not_kept"}},
 	{"staging", []string{"device", "staged_files", "loading_files", "failed_files", "resident_bytes", "used_bytes",
 		"capacity_bytes", "prefetches", "prefetch_dropped", "hits", "misses", "shared_loads", "split_loads", "evictions",
 		"invalidations", "load_errors", "too_large", "no_space", "free_errors", "change_detection", "change_events",
@@ -145,6 +146,10 @@ func (d *daemon) stats(srv *fs.Server) map[string]any {
 	m["bytes_served"] = f.BytesServed
 	m["passthrough"] = f.Passthrough
 	m["passthrough_reason"] = f.PassthroughWhy
+	m["open_files"] = f.OpenFiles
+	m["max_open_per_uid"] = f.OpenPerUID
+	m["opens_refused"] = f.OpensRefused
+	m["replaced_not_kept"] = f.NotKept
 	m["cufile_mode"] = cufileMode(d.devs)
 	m["cufile"] = d.cufileStats(cs.Devices)
 	m["device"] = strings.Join(d.cache.Devices(), ",")

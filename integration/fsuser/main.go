@@ -5,6 +5,7 @@
 //	fsuser [-umask 022] OP ARGS...   one call; prints OK, an errno name
 //	                                 (EACCES), or OK and a value
 //	fsuser race SRC MNT N           the swap race (race.go)
+//	fsuser hold PATH MAX            open PATH until refused (hold.go)
 package main
 
 import (
@@ -34,6 +35,12 @@ func main() {
 	}
 	if args[0] == "race" {
 		if err := race(args[1:]); err != nil {
+			fail(err)
+		}
+		return
+	}
+	if args[0] == "hold" {
+		if err := hold(args[1:]); err != nil {
 			fail(err)
 		}
 		return

@@ -21,7 +21,7 @@ var (
 		"readers_open": true, "io_threads": true, "io_bounce_bytes": true,
 		"descriptors_used": true, "descriptor_budget": true, "descriptor_reserve": true,
 		"ipc_open_connections": true, "lease_held_bytes": true, "lease_held_files": true,
-		"lease_holding_connections": true,
+		"lease_holding_connections": true, "open_files": true, "max_open_per_uid": true,
 	}
 	counters = map[string]bool{
 		"opens": true, "reads_served": true, "bytes_served": true,
@@ -35,6 +35,7 @@ var (
 		"load_retries": true, "free_errors": true, "room_waits": true, "deferred_opens": true,
 		"yielded_to_readers": true, "mapped_read_waits": true,
 		"ipc_accept_errors": true, "ipc_timeouts": true, "ipc_refused": true,
+		"opens_refused": true, "replaced_not_kept": true,
 	}
 )
 

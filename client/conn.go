@@ -71,6 +71,19 @@ func (e *UntrustedError) Unwrap() error { return syscall.EPERM }
 // root or the owner of the mount the path is on.
 func Dial(socket string) (*Conn, error) { return dial(socket, -1) }
 
+// DialMount connects to the lease socket of the gdsfs mount path is on,
+// accepting as its listener root or that mount's owner (a root process
+// may so talk to the daemon of another user's mount), and returns the
+// path to send for path.
+func DialMount(path string) (c *Conn, rel string, err error) {
+	t, err := find(path)
+	if err != nil {
+		return nil, "", err
+	}
+	c, err = dial(t.socket, t.owner)
+	return c, t.rel, err
+}
+
 // dial connects to socket and checks its listener's uid (SO_PEERCRED)
 // before anything is sent: root, or owner (this process's euid when
 // owner < 0).

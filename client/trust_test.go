@@ -3,6 +3,7 @@ package client
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -254,5 +255,32 @@ func TestFileLinkOffTheMountNeverSent(t *testing.T) {
 	}
 	if _, rel, err := Locate(filepath.Join(mnt, "sub", "on.pt")); err != nil || rel != "real.pt" {
 		t.Errorf("Locate of a link to real.pt on the mount: (%q, %v); want real.pt", rel, err)
+	}
+}
+
+// TestDialMountOfAnotherUsersMount: the daemon of a mount owned by uid
+// 65534 is accepted by DialMount (root talking to another user's mount),
+// still refused by Dial (root or the caller only), and nothing else is.
+func TestDialMountOfAnotherUsersMount(t *testing.T) {
+	dir := openDir(t)
+	sock := filepath.Join(dir, "theirs.sock")
+	stop := plantDaemon(t, sock)
+	mnt := filepath.Join(dir, "mnt")
+	os.MkdirAll(filepath.Join(mnt, ".gdsfs"), 0o755)
+	os.WriteFile(filepath.Join(mnt, ".gdsfs", "socket"), []byte(sock+"\n"), 0o644)
+	table := strings.Replace(string(fakeMount(mnt)), fmt.Sprintf("user_id=%d,", os.Geteuid()), "user_id=65534,", 1)
+	t.Cleanup(MountinfoForTest([]byte(table)))
+	DropCache()
+	c, rel, err := DialMount(filepath.Join(mnt, "d", "model.pt"))
+	if err != nil || rel != "d/model.pt" {
+		t.Fatalf("DialMount of uid 65534's mount: (%q, %v), want its daemon and d/model.pt", rel, err)
+	}
+	c.Close()
+	var ue *UntrustedError
+	if _, err := Dial(sock); !errors.As(err, &ue) {
+		t.Errorf("Dial of uid 65534's socket as root: %v; want UntrustedError", err)
+	}
+	if got := stop(); got != "got 0 0" {
+		t.Errorf("the daemon reports %q; want 2 connections that sent nothing", got)
 	}
 }

@@ -219,7 +219,7 @@ func waitOne(conns map[string]*client.Conn, f warmFile, left time.Duration) (pro
 	}
 	c := conns[sock]
 	if c == nil {
-		if c, err = client.Dial(sock); err != nil {
+		if c, rel, err = client.DialMount(f.path); err != nil {
 			return proto.Response{}, err
 		}
 		conns[sock] = c

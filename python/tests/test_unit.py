@@ -364,6 +364,21 @@ print("got", " ".join(got), flush=True)
 """
 
 
+_HELLO = r"""
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.bind(sys.argv[1])
+s.listen(8)
+print("ready", flush=True)
+c, _ = s.accept()
+f = c.makefile("rb")
+f.readline()
+c.sendall(b'{"ok": true, "version": 1, "devices": ["GPU-00000000-0000-0000-0000-000000000001"]}\n')
+f.close()
+c.close()
+"""
+
+
 class TrustTests(unittest.TestCase):
     """Who listens on the lease socket, where paths go, and how long a
     connect may take."""
@@ -381,6 +396,27 @@ class TrustTests(unittest.TestCase):
         old, _mount.MOUNTINFO = _mount.MOUNTINFO, path
         self.addCleanup(setattr, _mount, "MOUNTINFO", old)
         self.addCleanup(gdsfs.disconnect)
+
+    def test_hello_to_the_daemon_of_another_users_mount(self):
+        """The autoloader asks the daemon of a mount owned by uid 65534
+        (its listener that uid) whether it stages onto a GPU: the mount's
+        owner is trusted for its own mount."""
+        if os.geteuid() != 0:
+            self.skipTest(_support.loud("SKIPPED: a listener of uid 65534 needs root"))
+        d = _support.tmpdir()
+        os.chmod(d, 0o777)
+        sock = os.path.join(d, "theirs.sock")
+        proc = _support.child(_HELLO, [sock], uid=_support.NOBODY)
+        self.addCleanup(proc.wait, 30)
+        self.addCleanup(proc.stderr.close)
+        self.addCleanup(proc.stdout.close)
+        if proc.stdout.readline() != b"ready\n":
+            self.fail("the daemon did not start: %s" % proc.stderr.read1(4096))
+        mnt = os.path.realpath(os.path.join(d, "mnt"))
+        self.mount_at(mnt, sock, owner=_support.NOBODY)
+        from gdsfs.autoload import _serve
+
+        self.assertIs(_serve.mount_is_gpu(os.path.join(mnt, "sub", "model.pt")), True)
 
     def test_planted_socket_refused(self):
         """A socket whose listener is uid 65534, not root (the mount's

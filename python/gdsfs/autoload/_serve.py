@@ -104,13 +104,14 @@ def mount_is_gpu(path):
     known = _gpu_dirs.get(d)
     if known is not None:
         return known
-    sock = _socket_of(path)
-    if sock is None:
+    t = _report.mount_target(path)
+    if t is None:
         return None
+    sock = t.socket
     with _hello_lock:
         gpu = _hello.get(sock)
     if gpu is None:
-        gpu = _ask_hello(sock)
+        gpu = _ask_hello(sock, t.owner)
         if gpu is not None:  # only a definite answer is kept: a daemon away now may answer later
             with _hello_lock:
                 _hello[sock] = gpu
@@ -119,11 +120,11 @@ def mount_is_gpu(path):
     return gpu
 
 
-def _ask_hello(sock):
-    """Whether the daemon on sock stages onto a GPU, by its hello; None
-    when it cannot tell."""
+def _ask_hello(sock, owner):
+    """Whether the daemon on sock (its listener root or owner, the mount's
+    owner) stages onto a GPU, by its hello; None when it cannot tell."""
     try:
-        conn = _proto.Conn(sock, _HELLO_TIMEOUT)
+        conn = _proto.Conn(sock, _HELLO_TIMEOUT, owner=owner)
         try:
             resp, _ = conn.request({"op": "hello", "version": 1})
         finally:

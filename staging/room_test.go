@@ -3,6 +3,7 @@ package staging
 import (
 	"context"
 	"errors"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -139,5 +140,66 @@ func TestWaitForRoomTimesOut(t *testing.T) {
 	}
 	if s := c.Stats(); s.RoomWaiting != 0 || s.NoSpace != 2 {
 		t.Fatalf("waiting %d, no_space %d: want 0 and 2 (the timeout, the prefetch)", s.RoomWaiting, s.NoSpace)
+	}
+}
+
+// TestRoomWaitBoundsOnlyTheWaitForRoom: Request.RoomWait ends a wait for
+// room with ENOSPC (ErrRoomWait) while the context has no deadline, and
+// does not cut short a load that needed no wait: f, loading (its copy
+// held back), is still being waited for after g's RoomWait, which began
+// after f's request, has run out.
+func TestRoomWaitBoundsOnlyTheWaitForRoom(t *testing.T) {
+	src := t.TempDir()
+	writeFile(t, src, "f", randomBytes(700<<10, 1))
+	writeFile(t, src, "g", randomBytes(700<<10, 2))
+	d := newFake(1 << 20)
+	started, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	d.copyHook = func() error {
+		once.Do(func() { close(started) })
+		<-release
+		return nil
+	}
+	var opened sync.Once
+	open := func() { opened.Do(func() { close(release) }) }
+	defer open()
+	opts, io := testOptions()
+	opts.RacyWindow = 0
+	opts.Capacity = units.Share{Bytes: 1 << 20} // room for one of them
+	c := newCache(t, src, opts, io, d)
+
+	const bound = 5 * time.Millisecond
+	f := make(chan acquired, 1)
+	go func() {
+		l, err := c.Acquire(context.Background(), Request{Rel: "f", RoomWait: bound})
+		f <- acquired{l, err}
+	}()
+	<-started // f loads: the capacity is taken
+	g := make(chan acquired, 1)
+	go func() {
+		l, err := c.Acquire(context.Background(), Request{Rel: "g", RoomWait: bound})
+		g <- acquired{l, err}
+	}()
+	select {
+	case r := <-g:
+		if !errors.Is(r.err, syscall.ENOSPC) || !errors.Is(r.err, ErrRoomWait) {
+			t.Fatalf("g with no room: %v, want ENOSPC wrapping ErrRoomWait", r.err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("g waited a minute for room: RoomWait ignored")
+	}
+	select {
+	case r := <-f:
+		t.Fatalf("f's load was cut short by RoomWait: %v", r.err)
+	default:
+	}
+	open()
+	r := <-f
+	if r.err != nil {
+		t.Fatalf("f: %v", r.err)
+	}
+	r.l.Release()
+	if s := c.Stats(); s.RoomWaiting != 0 || s.NoSpace != 1 {
+		t.Fatalf("waiting %d, no_space %d: want 0 and 1", s.RoomWaiting, s.NoSpace)
 	}
 }

@@ -16,6 +16,13 @@ from . import _report
 
 _HELLO_TIMEOUT = 5.0  # seconds
 
+# How long a served load lets the daemon wait for room (capacity or the
+# uid's ipc.max_held_per_uid held by other leases) before it falls back
+# (refused:ENOSPC, refused:EDQUOT): the original loader reading through
+# the mount starts at once, where a wait for room can last the daemon's
+# whole ipc.acquire_timeout. Staging the file is not cut short by it.
+ROOM_WAIT = 0.1  # seconds
+
 _tls = threading.local()
 
 # Directories whose files were leased from a GPU (True) or host (False)
@@ -146,9 +153,10 @@ _socket_of = _report.mount_socket
 
 
 def acquire(path):
-    """gdsfs.open(path), or Fallback with the reason it was not possible."""
+    """gdsfs.open(path), waiting at most ROOM_WAIT for room, or Fallback
+    with the reason it was not possible."""
     try:
-        lease = gdsfs.open(path)
+        lease = gdsfs.open(path, room_wait=ROOM_WAIT)
     except gdsfs.NotMountedError:
         raise Fallback("not-gdsfs") from None
     except gdsfs.UntrustedDaemonError as e:

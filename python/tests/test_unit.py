@@ -213,6 +213,31 @@ class ProtocolTests(unittest.TestCase):
                 gdsfs.open("/a/b", socket=f.path, room_wait=bad)
         self.assertEqual(len(f.requests), 2)
 
+    def test_autoload_room_wait_with_a_daemon_without_it(self):
+        """A daemon that refuses room_wait_ms (EINVAL naming it) is asked
+        again without it: the autoloader's loads are not all refused."""
+        from gdsfs.autoload import _serve
+
+        def handler(req):
+            if "room_wait_ms" in req:
+                return [("send", answer({"ok": False, "epoch": 7, "errno": "EINVAL",
+                                         "error": 'malformed request: json: unknown field "room_wait_ms"'}), None)]
+            return [("send", answer({"ok": False, "epoch": 7, "errno": "ENOSPC", "error": "no room"}), None)]
+
+        f = self.fake(handler, conns=2)
+        old = os.environ.get("GDSFS_SOCKET")
+        os.environ["GDSFS_SOCKET"] = f.path
+        try:
+            with self.assertRaises(_serve.Fallback) as cm:
+                _serve.acquire("/a/b")
+        finally:
+            if old is None:
+                del os.environ["GDSFS_SOCKET"]
+            else:
+                os.environ["GDSFS_SOCKET"] = old
+        self.assertEqual(cm.exception.reason, "refused:ENOSPC")
+        self.assertEqual([r.get("room_wait_ms") for r in f.requests], [100, None])
+
     def test_kept_mapping_and_release_never_waits(self):
         fd = memfd(b"hello", 4096)
         self.addCleanup(os.close, fd)

@@ -3,6 +3,7 @@ the caller's file as a path, the device asked for, the env policies, and
 bypassing the patches while an original function runs."""
 
 import contextlib
+import errno as _errno
 import io
 import os
 import stat as _stat
@@ -156,7 +157,7 @@ def acquire(path):
     """gdsfs.open(path), waiting at most ROOM_WAIT for room, or Fallback
     with the reason it was not possible."""
     try:
-        lease = gdsfs.open(path, room_wait=ROOM_WAIT)
+        lease = _open(path)
     except gdsfs.NotMountedError:
         raise Fallback("not-gdsfs") from None
     except gdsfs.UntrustedDaemonError as e:
@@ -169,6 +170,17 @@ def acquire(path):
         raise Fallback("client-error:" + type(e).__name__, _socket_of(path), str(e)) from None
     _remember(os.path.dirname(path), lease.is_gpu)
     return lease
+
+
+def _open(path):
+    """gdsfs.open(path) with ROOM_WAIT; again without it where the daemon
+    does not know room_wait_ms (it refuses the field, EINVAL)."""
+    try:
+        return gdsfs.open(path, room_wait=ROOM_WAIT)
+    except OSError as e:
+        if not (getattr(e, "gdsfs_answer", False) and e.errno == _errno.EINVAL and "room_wait_ms" in str(e)):
+            raise
+    return gdsfs.open(path)
 
 
 def socket_of(lease):

@@ -203,3 +203,29 @@ func TestRoomWaitBoundsOnlyTheWaitForRoom(t *testing.T) {
 		t.Fatalf("waiting %d, no_space %d: want 0 and 1", s.RoomWaiting, s.NoSpace)
 	}
 }
+
+// TestRoomWaitBoundsAPrivateCopy: a private lease of a resident file
+// whose copy finds no room fails with ENOSPC (ErrRoomWait) once RoomWait
+// has passed, while its context has no deadline.
+func TestRoomWaitBoundsAPrivateCopy(t *testing.T) {
+	c, la, lb, waiting := roomCache(t)
+	defer la.Release()
+	defer lb.Release()
+	res := make(chan acquired, 1)
+	go func() {
+		l, err := c.Acquire(context.Background(), Request{Rel: "a", Private: true, RoomWait: 5 * time.Millisecond})
+		res <- acquired{l, err}
+	}()
+	expectWaiting(t, waiting, "a (private copy)", res)
+	select {
+	case r := <-res:
+		if !errors.Is(r.err, syscall.ENOSPC) || !errors.Is(r.err, ErrRoomWait) {
+			t.Fatalf("private copy with no room: %v, want ENOSPC wrapping ErrRoomWait", r.err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the private copy waited a minute for room: RoomWait ignored")
+	}
+	if s := c.Stats(); s.RoomWaiting != 0 || s.LeasesActive != 2 {
+		t.Fatalf("waiting %d, leases %d: want 0 and 2 (a and b)", s.RoomWaiting, s.LeasesActive)
+	}
+}

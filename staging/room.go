@@ -36,13 +36,17 @@ func (c *Cache) mayReserveLocked(w *waiter) bool {
 	return c.waiters.Len() == 0 || (w != nil && w.elem == c.waiters.Front())
 }
 
-// queueLocked puts the request holding *w in line (once). Cache.mu must be
-// held.
+// queueLocked puts the request holding *w at the back of the line unless
+// it is in line: again after it left it (its load started, then failed or
+// was dropped), its wait counted anew. Cache.mu must be held.
 func (c *Cache) queueLocked(w **waiter) {
 	if *w == nil {
-		*w = &waiter{wake: make(chan struct{}, 1), since: time.Now()}
-		(*w).elem = c.waiters.PushBack(*w)
+		*w = &waiter{wake: make(chan struct{}, 1)}
 		c.stats.roomWaits.Add(1)
+	}
+	if (*w).elem == nil {
+		(*w).elem = c.waiters.PushBack(*w)
+		(*w).since = time.Now()
 	}
 }
 

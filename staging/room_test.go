@@ -3,6 +3,8 @@ package staging
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"sync"
 	"syscall"
 	"testing"
@@ -228,4 +230,59 @@ func TestRoomWaitBoundsAPrivateCopy(t *testing.T) {
 	if s := c.Stats(); s.RoomWaiting != 0 || s.LeasesActive != 2 {
 		t.Fatalf("waiting %d, leases %d: want 0 and 2 (a and b)", s.RoomWaiting, s.LeasesActive)
 	}
+}
+
+// TestRetryWaitsInLine: a request that waited for room, loaded, saw its
+// file change under the load and finds no room for the next one waits in
+// line again, and is woken when room comes back.
+func TestRetryWaitsInLine(t *testing.T) {
+	src := t.TempDir()
+	for i, n := range []string{"f", "g", "h"} {
+		writeFile(t, src, n, randomBytes(700<<10, uint64(i+1)))
+	}
+	fresh := randomBytes(700<<10, 4)
+	d := newFake(1 << 20)
+	opts, io := testOptions()
+	opts.RacyWindow = 0
+	opts.Capacity = units.Share{Bytes: 1 << 20} // room for one of them
+	c := newCache(t, src, opts, io, d)
+	waiting := make(chan string, 16)
+	c.hooks.waiting = func(rel string) { waiting <- rel }
+	lh, err := c.Acquire(context.Background(), Request{Rel: "h"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	started, proceed := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	d.copyHook = func() error {
+		once.Do(func() { // f's first load: g gets in line, then f changes
+			close(started)
+			<-proceed
+			os.WriteFile(filepath.Join(src, "f"), fresh, 0o644)
+		})
+		return nil
+	}
+
+	f := acquireAsync(c, context.Background(), "f")
+	expectWaiting(t, waiting, "f", f)
+	lh.Release() // f loads
+	<-started
+	g := acquireAsync(c, context.Background(), "g")
+	expectWaiting(t, waiting, "g", g)
+	close(proceed) // f's load fails; g takes the room; f must wait in line
+	rg := <-g
+	if rg.err != nil {
+		t.Fatalf("g: %v", rg.err)
+	}
+	rg.l.Release()
+	select {
+	case r := <-f:
+		if r.err != nil {
+			t.Fatalf("f: %v", r.err)
+		}
+		r.l.Release()
+	case <-time.After(time.Minute):
+		t.Fatal("f was not woken when g's room came back: its retry waited out of line")
+	}
+	checkStaged(t, c, "f", fresh)
 }

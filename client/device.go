@@ -4,7 +4,10 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"time"
 	"unsafe"
+
+	"github.com/gdsfs/gdsfs/proto"
 )
 
 // Placement: a lease names the device its consumer runs on, and a daemon
@@ -15,8 +18,9 @@ import (
 type LeaseOption func(*leaseOpts)
 
 type leaseOpts struct {
-	device string
-	set    bool
+	device   string
+	set      bool
+	roomWait time.Duration
 }
 
 // OnDevice asks for the lease on device: "GPU-<uuid>", "host", "hostN",
@@ -24,6 +28,27 @@ type leaseOpts struct {
 // places the file). Without it a lease names DefaultDevice().
 func OnDevice(device string) LeaseOption {
 	return func(o *leaseOpts) { o.device, o.set = device, true }
+}
+
+// RoomWait bounds how long the daemon may wait for room (its capacity,
+// or the uid's ipc.max_held_per_uid, held by other leases) before it
+// answers ENOSPC or EDQUOT: sent as room_wait_ms, whole milliseconds (at
+// least 1). Staging the file stays bounded by ipc.acquire_timeout alone.
+// Without it (or with d <= 0) ipc.acquire_timeout bounds the wait too.
+func RoomWait(d time.Duration) LeaseOption {
+	return func(o *leaseOpts) { o.roomWait = d }
+}
+
+// roomWaitMS is the room_wait_ms a request sends under opts (0: none).
+func roomWaitMS(opts []LeaseOption) int64 {
+	var o leaseOpts
+	for _, fn := range opts {
+		fn(&o)
+	}
+	if o.roomWait <= 0 {
+		return 0
+	}
+	return min(max(o.roomWait.Milliseconds(), 1), proto.MaxWaitMS)
 }
 
 // device is the device a request names under opts.

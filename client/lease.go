@@ -85,9 +85,9 @@ func (l *Lease) Close() error {
 // Acquire leases path (relative to the mount, or absolute under it) on c
 // and maps it. The daemon holds the file until c is closed; the lease's
 // Close unmaps it and ends the lease id. opts: OnDevice (default
-// DefaultDevice).
+// DefaultDevice), RoomWait.
 func (c *Conn) Acquire(path string, opts ...LeaseOption) (*Lease, error) {
-	resp, files, err := c.roundTrip(proto.Request{Op: proto.OpAcquire, Path: path, Device: deviceFor(opts)})
+	resp, files, err := c.roundTrip(proto.Request{Op: proto.OpAcquire, Path: path, Device: deviceFor(opts), RoomWaitMS: roomWaitMS(opts)})
 	if err != nil {
 		return nil, err
 	}
@@ -108,7 +108,7 @@ func (c *Conn) Acquire(path string, opts ...LeaseOption) (*Lease, error) {
 // with no descriptors, if it has not changed; a changed one is mapped
 // anew. opts: OnDevice (default DefaultDevice: the lease is of the
 // replica on the GPU this process runs on, where the daemon stages onto
-// several).
+// several), RoomWait.
 func Open(path string, opts ...LeaseOption) (*Lease, error) {
 	loc, err := locateOn(path, opts)
 	if err != nil {
@@ -130,7 +130,7 @@ func Open(path string, opts ...LeaseOption) (*Lease, error) {
 // repeat leases an unchanged file on the connection that holds its
 // mapping.
 func repeat(f *mapped, loc location) (*Lease, error) {
-	resp, files, err := f.conn.c.roundTrip(proto.Request{Op: proto.OpAcquire, Path: loc.rel, Generation: f.g.Generation, Device: loc.device})
+	resp, files, err := f.conn.c.roundTrip(proto.Request{Op: proto.OpAcquire, Path: loc.rel, Generation: f.g.Generation, Device: loc.device, RoomWaitMS: loc.roomWaitMS})
 	if err != nil {
 		return nil, err
 	}
@@ -187,7 +187,7 @@ func openFresh(path string, loc location) (*Lease, error) {
 	if err != nil {
 		return nil, err
 	}
-	resp, files, err := c.roundTrip(proto.Request{Op: proto.OpAcquire, Path: loc.rel, Device: loc.device})
+	resp, files, err := c.roundTrip(proto.Request{Op: proto.OpAcquire, Path: loc.rel, Device: loc.device, RoomWaitMS: loc.roomWaitMS})
 	if err != nil {
 		c.Close()
 		dropIfPressed(err, loc.socket)

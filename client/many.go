@@ -52,7 +52,7 @@ func (b *batch) fail(err error) ([]*Lease, error) {
 // any file fails, the leases already made are closed and the error names
 // the file.
 //
-// opts: OnDevice (default DefaultDevice), for every file.
+// opts: OnDevice (default DefaultDevice) and RoomWait, for every file.
 func OpenMany(paths []string, opts ...LeaseOption) ([]*Lease, error) {
 	b := &batch{paths: paths, out: make([]*Lease, len(paths))}
 	var fresh []item
@@ -101,7 +101,7 @@ func OpenMany(paths []string, opts ...LeaseOption) ([]*Lease, error) {
 // returns the items to lease afresh: changed files, or all of them when
 // the connection failed.
 func (b *batch) repeat(h *holder, items []item) ([]item, error) {
-	req := proto.Request{Op: proto.OpAcquireMany, Device: items[0].loc.device}
+	req := proto.Request{Op: proto.OpAcquireMany, Device: items[0].loc.device, RoomWaitMS: items[0].loc.roomWaitMS}
 	for _, it := range items {
 		req.Paths = append(req.Paths, it.loc.rel)
 		req.Generations = append(req.Generations, it.f.g.Generation)
@@ -181,7 +181,7 @@ func openBatch(paths []string, items []item, out []*Lease) error {
 	if err != nil {
 		return err
 	}
-	req := proto.Request{Op: proto.OpAcquireMany, Device: items[0].loc.device}
+	req := proto.Request{Op: proto.OpAcquireMany, Device: items[0].loc.device, RoomWaitMS: items[0].loc.roomWaitMS}
 	for _, it := range items {
 		req.Paths = append(req.Paths, it.loc.rel)
 	}

@@ -62,16 +62,17 @@ type location struct {
 	socket, rel string
 	owner       int    // the mount's owner: its daemon must run as it or root
 	device      string // the device requests name ("": none)
+	roomWaitMS  int64  // the room_wait_ms requests send (0: none; RoomWait)
 	remembered  bool   // from the per-directory memory, not looked up now
 }
 
 // key identifies a mapping: a lease on another device is another one.
 func (l location) key() string { return l.socket + "\x00" + l.rel + "\x00" + l.device }
 
-// locateOn is locateCached with the device opts name.
+// locateOn is locateCached with the device and room wait opts name.
 func locateOn(path string, opts []LeaseOption) (location, error) {
 	loc, err := locateCached(path)
-	loc.device = deviceFor(opts)
+	loc.device, loc.roomWaitMS = deviceFor(opts), roomWaitMS(opts)
 	return loc, err
 }
 

@@ -40,7 +40,7 @@ type export struct {
 }
 
 func (cn *conn) acquire(req proto.Request) (proto.Response, []int) {
-	g, fds, err := cn.grant(req.Path, req.Generation, req.Device)
+	g, fds, err := cn.grant(req.Path, req.Generation, req.Device, cn.s.roomWait(req))
 	if err != nil {
 		return cn.fail(err), nil
 	}
@@ -53,12 +53,13 @@ func (cn *conn) acquire(req proto.Request) (proto.Response, []int) {
 func (cn *conn) acquireMany(req proto.Request) (proto.Response, []int) {
 	r := cn.ok()
 	var fds []int
+	roomWait := cn.s.roomWait(req)
 	for i, p := range req.Paths {
 		var gen uint64
 		if req.Generations != nil {
 			gen = req.Generations[i]
 		}
-		g, f, err := cn.grant(p, gen, req.Device)
+		g, f, err := cn.grant(p, gen, req.Device, roomWait)
 		if err != nil {
 			code, msg := errnoOf(err)
 			r.Files = append(r.Files, proto.Item{Errno: proto.ErrnoName(code), Error: msg})
@@ -74,8 +75,9 @@ func (cn *conn) acquireMany(req proto.Request) (proto.Response, []int) {
 // client holds mapped from this connection (0: none): if it is still
 // current the answer reuses it (no descriptors); if not, ESTALE. device
 // is where the client runs ("": not said): staging places the lease
-// (staging.Request.Device).
-func (cn *conn) grant(p string, gen uint64, device string) (proto.Grant, []int, error) {
+// (staging.Request.Device). roomWait bounds its waits for room (0:
+// ipc.acquire_timeout alone).
+func (cn *conn) grant(p string, gen uint64, device string, roomWait time.Duration) (proto.Grant, []int, error) {
 	s := cn.s
 	rel, err := cn.rel(p)
 	if err != nil {
@@ -84,7 +86,7 @@ func (cn *conn) grant(p string, gen uint64, device string) (proto.Grant, []int, 
 	if err := cn.leaseRoom(); err != nil {
 		return proto.Grant{}, nil, err
 	}
-	h, reuse, err := cn.leaseHeld(rel, gen, device)
+	h, reuse, err := cn.leaseHeld(rel, gen, device, roomWait)
 	if err != nil {
 		return proto.Grant{}, nil, err
 	}
@@ -112,10 +114,12 @@ func (cn *conn) grant(p string, gen uint64, device string) (proto.Grant, []int, 
 // Everything is bounded by ipc.acquire_timeout: the wait for room on the
 // device (staging) and the wait for room under the uid's
 // ipc.max_held_per_uid, during which the lease is given back (waitHeld).
-func (cn *conn) leaseHeld(rel string, gen uint64, device string) (*held, bool, error) {
+// roomWait (0: none) bounds each of those two waits for room further.
+func (cn *conn) leaseHeld(rel string, gen uint64, device string, roomWait time.Duration) (*held, bool, error) {
 	s := cn.s
 	start := time.Now()
 	deadline := start.Add(s.cfg.Options.AcquireTimeout)
+	var bound heldBound    // the wait for the uid's room, from its start
 	var ticket *heldTicket // set while queued for the uid's room
 	defer cn.leaveHeld(&ticket)
 	for {
@@ -124,11 +128,13 @@ func (cn *conn) leaseHeld(rel string, gen uint64, device string) (*held, bool, e
 			return nil, false, err
 		}
 		ctx, cancel := context.WithDeadline(s.ctx, deadline)
-		l, err := s.cfg.Cache.Acquire(ctx, staging.Request{Rel: rel, File: f, Private: s.cfg.Options.Sharing == SharingPrivate, Device: device})
+		l, err := s.cfg.Cache.Acquire(ctx, staging.Request{
+			Rel: rel, File: f, Private: s.cfg.Options.Sharing == SharingPrivate, Device: device, RoomWait: roomWait,
+		})
 		cancel()
 		f.Close()
 		if err != nil {
-			return nil, false, s.acquireErr(rel, err, time.Since(start))
+			return nil, false, s.acquireErr(rel, err, time.Since(start), roomWait)
 		}
 		h := cn.held[l.Region()]
 		switch {
@@ -148,7 +154,10 @@ func (cn *conn) leaseHeld(rel string, gen uint64, device string) (*held, bool, e
 			return h, false, err
 		}
 		l.Release() // nothing pinned while it waits
-		if err := cn.waitHeld(rel, ticket, wake, deadline, start); err != nil {
+		if bound.by.IsZero() {
+			bound = s.heldBound(start, deadline, roomWait)
+		}
+		if err := cn.waitHeld(rel, ticket, wake, bound); err != nil {
 			return nil, false, err
 		}
 	}
@@ -342,9 +351,22 @@ func (cn *conn) readable(path string) (rel string, size int64, err error) {
 	return rel, fi.Size(), nil
 }
 
-// acquireErr words a failed acquire: ENOSPC says how long it waited and
-// what holds the capacity; a deadline while staging is ETIMEDOUT.
-func (s *Server) acquireErr(rel string, err error, waited time.Duration) error {
+// roomWait is the bound req's room_wait_ms puts on its waits for room: 0
+// (ipc.acquire_timeout alone) where it names none, or one not shorter
+// than ipc.acquire_timeout.
+func (s *Server) roomWait(req proto.Request) time.Duration {
+	d := time.Duration(req.RoomWaitMS) * time.Millisecond
+	if d >= s.cfg.Options.AcquireTimeout {
+		return 0
+	}
+	return d
+}
+
+// acquireErr words a failed acquire: ENOSPC says how long it waited, of
+// which bound (ipc.acquire_timeout, or the request's room_wait_ms when
+// roomWait ran out), and what holds the capacity; a deadline while
+// staging is ETIMEDOUT.
+func (s *Server) acquireErr(rel string, err error, waited, roomWait time.Duration) error {
 	var pe *proto.Error
 	if errors.As(err, &pe) {
 		return err
@@ -353,8 +375,12 @@ func (s *Server) acquireErr(rel string, err error, waited time.Duration) error {
 	switch {
 	case code == proto.ENOSPC:
 		st := s.Stats()
-		return proto.Errorf(proto.ENOSPC, "%v (waited %s of ipc.acquire_timeout %s; %s of the capacity is held by %d lease connections, which hold it until they close)",
-			err, waited.Round(time.Millisecond), s.cfg.Options.AcquireTimeout, units.HumanBytes(st.HeldBytes), st.HoldingConnections)
+		of := fmt.Sprintf("ipc.acquire_timeout %s", s.cfg.Options.AcquireTimeout)
+		if errors.Is(err, staging.ErrRoomWait) {
+			of = fmt.Sprintf("the request's room_wait_ms %d", roomWait.Milliseconds())
+		}
+		return proto.Errorf(proto.ENOSPC, "%v (waited %s of %s; %s of the capacity is held by %d lease connections, which hold it until they close)",
+			err, waited.Round(time.Millisecond), of, units.HumanBytes(st.HeldBytes), st.HoldingConnections)
 	case errors.Is(err, context.DeadlineExceeded):
 		return proto.Errorf(proto.ETIMEDOUT, "%s: not staged within ipc.acquire_timeout (%s): %v", rel, s.cfg.Options.AcquireTimeout, err)
 	case errors.Is(err, context.Canceled):

@@ -5,13 +5,14 @@ package ipc
 // (16 DataLoader workers of one training job), so an acquire that would
 // pass the limit waits, first come first served among that uid's
 // requests, until the uid's connections close enough bytes; it fails with
-// EDQUOT when ipc.acquire_timeout passes first, or at once when the file
-// alone is larger than the limit. Other uids are not held up: each uid
-// has its own queue.
+// EDQUOT when ipc.acquire_timeout (or the request's shorter room_wait_ms)
+// passes first, or at once when the file alone is larger than the limit.
+// Other uids are not held up: each uid has its own queue.
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"time"
 
@@ -94,22 +95,42 @@ func (cn *conn) leaveHeld(t **heldTicket) {
 	cn.s.mu.Unlock()
 }
 
+// heldBound is how long a request may wait for its uid's room: until by,
+// which is when the bound named passes (ipc.acquire_timeout, or the
+// request's room_wait_ms where that ends first); the wait began at start.
+type heldBound struct {
+	by    time.Time
+	name  string
+	start time.Time
+}
+
+// heldBound is the bound of a wait for the uid's room starting now, for
+// an acquire that began at start, whose ipc.acquire_timeout passes at
+// deadline and that bounds its waits for room by roomWait (0: none).
+func (s *Server) heldBound(start, deadline time.Time, roomWait time.Duration) heldBound {
+	now := time.Now()
+	if roomWait > 0 && now.Add(roomWait).Before(deadline) {
+		return heldBound{by: now.Add(roomWait), name: fmt.Sprintf("the request's room_wait_ms %d", roomWait.Milliseconds()), start: now}
+	}
+	return heldBound{by: deadline, name: fmt.Sprintf("ipc.acquire_timeout %s", s.cfg.Options.AcquireTimeout), start: start}
+}
+
 // waitHeld blocks, from wake on, until t is first in its uid's queue and
-// its bytes fit, or deadline passes (EDQUOT), or the peer or the server
-// goes. The caller then acquires again: the lease it had was released
-// while it waited, so the wait pins no capacity.
-func (cn *conn) waitHeld(rel string, t *heldTicket, wake <-chan struct{}, deadline time.Time, start time.Time) error {
+// its bytes fit, or b passes (EDQUOT), or the peer or the server goes.
+// The caller then acquires again: the lease it had was released while it
+// waited, so the wait pins no capacity.
+func (cn *conn) waitHeld(rel string, t *heldTicket, wake <-chan struct{}, b heldBound) error {
 	s := cn.s
-	ms := time.Until(deadline).Milliseconds()
+	ms := time.Until(b.by).Milliseconds()
 	if ms < 1 {
-		return cn.heldTimeout(rel, t, start)
+		return cn.heldTimeout(rel, t, b)
 	}
 	ctx, done := cn.waitContext(ms)
 	defer done()
 	for {
 		if err := cn.block(ctx, wake); err != nil {
 			if errors.Is(err, context.DeadlineExceeded) && s.ctx.Err() == nil {
-				return cn.heldTimeout(rel, t, start)
+				return cn.heldTimeout(rel, t, b)
 			}
 			return cn.waitErr(err, "%s: waiting for room under ipc.max_held_per_uid", rel)
 		}
@@ -123,9 +144,9 @@ func (cn *conn) waitHeld(rel string, t *heldTicket, wake <-chan struct{}, deadli
 	}
 }
 
-// heldTimeout is the EDQUOT of a request that waited ipc.acquire_timeout
-// for its uid's connections to close.
-func (cn *conn) heldTimeout(rel string, t *heldTicket, start time.Time) error {
+// heldTimeout is the EDQUOT of a request that waited out its bound for
+// its uid's connections to close.
+func (cn *conn) heldTimeout(rel string, t *heldTicket, b heldBound) error {
 	s := cn.s
 	s.refused.Add(1)
 	s.mu.Lock()
@@ -134,7 +155,7 @@ func (cn *conn) heldTimeout(rel string, t *heldTicket, start time.Time) error {
 		used = u.bytes
 	}
 	s.mu.Unlock()
-	return proto.Errorf(proto.EDQUOT, "%s: uid %d holds %s over open connections; %s more passes ipc.max_held_per_uid (%s); waited %s (ipc.acquire_timeout %s) for its connections to close",
+	return proto.Errorf(proto.EDQUOT, "%s: uid %d holds %s over open connections; %s more passes ipc.max_held_per_uid (%s); waited %s (%s) for its connections to close",
 		rel, cn.cred.UID, units.HumanBytes(used), units.HumanBytes(t.bytes), units.HumanBytes(s.heldLimit),
-		time.Since(start).Round(time.Millisecond), s.cfg.Options.AcquireTimeout)
+		time.Since(b.start).Round(time.Millisecond), b.name)
 }

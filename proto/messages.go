@@ -120,6 +120,12 @@ type Request struct {
 	Generation uint64 `json:"generation,omitempty"`
 	// acquire_many: Generation per path (0 where none), or absent.
 	Generations []uint64 `json:"generations,omitempty"`
+	// acquire, acquire_many: the longest the daemon may wait for room
+	// (capacity held by leases or loads, or the uid's
+	// ipc.max_held_per_uid) before answering ENOSPC or EDQUOT, 1 to
+	// MaxWaitMS; the daemon clamps it to ipc.acquire_timeout, which still
+	// bounds the whole acquire. 0 or absent: ipc.acquire_timeout alone.
+	RoomWaitMS int64 `json:"room_wait_ms,omitempty"`
 	// release: the lease id and the epoch it was granted in.
 	Lease uint64 `json:"lease,omitempty"`
 	Epoch uint64 `json:"epoch,omitempty"`
@@ -256,11 +262,12 @@ func (r *Request) Check() error {
 		"generations": r.Generations != nil, "lease": r.Lease != 0, "epoch": r.Epoch != 0,
 		"event": r.Event != "", "reason": r.Reason != "", "version": r.Version != 0,
 		"until": r.Until != nil, "key": r.Key != "", "value": r.Value != nil, "timeout_ms": r.TimeoutMS != 0,
+		"room_wait_ms": r.RoomWaitMS != 0,
 	}
 	allowed := map[string][]string{
 		OpHello:       {"version"},
-		OpAcquire:     {"path", "generation", "device"},
-		OpAcquireMany: {"paths", "generations", "device"},
+		OpAcquire:     {"path", "generation", "device", "room_wait_ms"},
+		OpAcquireMany: {"paths", "generations", "device", "room_wait_ms"},
 		OpRelease:     {"lease", "epoch"},
 		OpStat:        {"path"},
 		OpReport:      {"event", "reason"},
@@ -278,6 +285,9 @@ func (r *Request) Check() error {
 	}
 	if err := checkDevice(r.Device); err != nil {
 		return bad("%v", err)
+	}
+	if r.RoomWaitMS < 0 || r.RoomWaitMS > MaxWaitMS {
+		return bad("room_wait_ms %d; want 1 to %d (or absent)", r.RoomWaitMS, MaxWaitMS)
 	}
 	switch r.Op {
 	case OpAcquire, OpStat:

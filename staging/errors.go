@@ -1,8 +1,10 @@
 package staging
 
 import (
+	"errors"
 	"fmt"
 	"syscall"
+	"time"
 )
 
 // Errors wrap an errno so callers (the FUSE layer, the lease socket) can
@@ -22,6 +24,15 @@ func errTooManyFDs(rel string, need, budget int) error {
 
 func errNoSpace(rel string, need int64) error {
 	return fmt.Errorf("%s: no room for %d bytes: the rest of the cache is leased or loading: %w", rel, need, syscall.ENOSPC)
+}
+
+// ErrRoomWait is wrapped, with ENOSPC, by an acquire whose
+// Request.RoomWait passed before room appeared.
+var ErrRoomWait = errors.New("the request's bound on the wait for room passed")
+
+func errRoomWaitOver(rel string, need int64, bound time.Duration) error {
+	return fmt.Errorf("%s: no room for %d bytes within %s: the rest of the cache is leased or loading: %w: %w",
+		rel, need, bound, ErrRoomWait, syscall.ENOSPC)
 }
 
 func errYielded(rel string) error {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -43,6 +44,12 @@ type Request struct {
 	// cache does not stage onto is not an error: the lease is served as
 	// if none was named, and Lease.Device says where it is. "": none.
 	Device string
+	// RoomWait bounds the waits for room (capacity or descriptors held by
+	// leases and loads; room.go), counted from when the request got in
+	// line: past it the acquire fails with ENOSPC wrapping ErrRoomWait.
+	// Staging itself is bounded by the context only. 0: the context
+	// bounds the wait too.
+	RoomWait time.Duration
 }
 
 // Acquire stages req.Rel if needed (waiting, bounded by ctx) and leases it.
@@ -58,7 +65,7 @@ func (c *Cache) Acquire(ctx context.Context, req Request) (*Lease, error) {
 			return nil, fmt.Errorf("acquire %s: fstat: %w", req.Rel, err)
 		}
 	}
-	var p place
+	p := place{roomWait: req.RoomWait}
 	if req.Device != "" {
 		p.slot, _ = c.slotFor(req.Device)
 	}
@@ -88,7 +95,7 @@ func (c *Cache) Acquire(ctx context.Context, req Request) (*Lease, error) {
 		c.stats.leasesTotal.Add(1)
 		c.mu.Unlock()
 		if req.Private {
-			if err := l.copyPrivate(ctx); err != nil {
+			if err := l.copyPrivate(ctx, req.RoomWait); err != nil {
 				l.Release()
 				return nil, err
 			}
@@ -99,8 +106,9 @@ func (c *Cache) Acquire(ctx context.Context, req Request) (*Lease, error) {
 
 // copyPrivate gives l its own copy of the entry's region, counted
 // against the capacity and the descriptor budget until Release. It waits
-// for room as a load does (room.go).
-func (l *Lease) copyPrivate(ctx context.Context) error {
+// for room as a load does (room.go), at most roomWait (0: bounded by ctx
+// only).
+func (l *Lease) copyPrivate(ctx context.Context, roomWait time.Duration) error {
 	c, e := l.c, l.e
 	need := e.slot.need(e.id.size, int64(c.opts.ChunkSize))
 	fds := e.slot.dev.HeldDescriptors(e.id.size)
@@ -129,7 +137,7 @@ func (l *Lease) copyPrivate(ctx context.Context) error {
 		if ok {
 			break
 		}
-		if err := c.awaitRoom(ctx, w, e.rel+" (private copy)", need); err != nil {
+		if err := c.awaitRoom(ctx, w, e.rel+" (private copy)", need, roomWait); err != nil {
 			return err
 		}
 	}

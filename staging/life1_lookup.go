@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"syscall"
+	"time"
 
 	"github.com/gdsfs/gdsfs/fs"
 	"github.com/gdsfs/gdsfs/gpu"
@@ -126,11 +127,13 @@ func (c *Cache) Eligible(rel string) error {
 }
 
 // place is where a request wants its file: slot (nil: anywhere); exact:
-// there and nowhere else, whatever staging.placement says.
+// there and nowhere else, whatever staging.placement says. With it go how
+// the request waits: yield, and roomWait.
 type place struct {
-	slot  *slot
-	exact bool
-	yield bool // a staging after a plain read: a new reader cancels it (readers.go)
+	slot     *slot
+	exact    bool
+	yield    bool          // a staging after a plain read: a new reader cancels it (readers.go)
+	roomWait time.Duration // the longest wait for room (Request.RoomWait); 0: ctx bounds it
 }
 
 // ensure returns rel's resident entry where p says (replicas.go), pinned
@@ -162,7 +165,7 @@ func (c *Cache) ensure(ctx context.Context, rel string, p place, wait bool, at u
 		size := o.id.size
 		e, err := c.lookupOrStart(rel, o, p, wait, &w, at)
 		if errors.Is(err, errWaitRoom) {
-			if err := c.awaitRoom(ctx, w, rel, size); err != nil {
+			if err := c.awaitRoom(ctx, w, rel, size, p.roomWait); err != nil {
 				return nil, err
 			}
 			continue

@@ -6,20 +6,24 @@ import (
 	"errors"
 	"fmt"
 	"syscall"
+	"time"
 )
 
 // Waiting for room. When the capacity (or the descriptor budget) is held
 // by leases and loads, an acquire waits for room, first come first served,
-// bounded by its context: ENOSPC only once the context's deadline passed
-// (or at once for a prefetch, which never waits), EFBIG at once for a file
-// that could never fit. While anyone waits, nobody else takes room: a
+// bounded by its context and by its Request.RoomWait: ENOSPC only once
+// either ran out (or at once for a prefetch, which never waits), EFBIG at
+// once for a file that could never fit. RoomWait bounds the wait for room
+// only, counted from when the request got in line: a load it joins or
+// starts is bounded by the context alone. While anyone waits, nobody else takes room: a
 // stream of small files cannot starve a large one. Requests that need no
 // room (a resident file, a load in flight) are served at once.
 
 // waiter is one request waiting for room.
 type waiter struct {
-	elem *list.Element // in Cache.waiters; guarded by Cache.mu
-	wake chan struct{} // capacity 1: room may have appeared
+	elem  *list.Element // in Cache.waiters; guarded by Cache.mu
+	wake  chan struct{} // capacity 1: room may have appeared
+	since time.Time     // when the request got in line (RoomWait counts from it)
 }
 
 // errWaitRoom is what a reservation answers when its request must wait.
@@ -32,13 +36,17 @@ func (c *Cache) mayReserveLocked(w *waiter) bool {
 	return c.waiters.Len() == 0 || (w != nil && w.elem == c.waiters.Front())
 }
 
-// queueLocked puts the request holding *w in line (once). Cache.mu must be
-// held.
+// queueLocked puts the request holding *w at the back of the line unless
+// it is in line: again after it left it (its load started, then failed or
+// was dropped), its wait counted anew. Cache.mu must be held.
 func (c *Cache) queueLocked(w **waiter) {
 	if *w == nil {
 		*w = &waiter{wake: make(chan struct{}, 1)}
-		(*w).elem = c.waiters.PushBack(*w)
 		c.stats.roomWaits.Add(1)
+	}
+	if (*w).elem == nil {
+		(*w).elem = c.waiters.PushBack(*w)
+		(*w).since = time.Now()
 	}
 }
 
@@ -65,18 +73,26 @@ func (c *Cache) wakeLocked() {
 	}
 }
 
-// awaitRoom sleeps until w is woken, ctx is done or the cache closes. It
-// takes w out of line when it gives up: past ctx's deadline the answer is
-// ENOSPC (need bytes never found room), a cancelled ctx its error.
-func (c *Cache) awaitRoom(ctx context.Context, w *waiter, rel string, need int64) error {
+// awaitRoom sleeps until w is woken, ctx is done, bound (0: none) has
+// passed since w got in line, or the cache closes. It takes w out of line
+// when it gives up: past ctx's deadline or bound the answer is ENOSPC
+// (need bytes never found room), a cancelled ctx its error.
+func (c *Cache) awaitRoom(ctx context.Context, w *waiter, rel string, need int64, bound time.Duration) error {
 	if c.hooks.waiting != nil {
 		c.hooks.waiting(rel)
+	}
+	var over <-chan time.Time
+	if bound > 0 {
+		t := time.NewTimer(time.Until(w.since.Add(bound)))
+		defer t.Stop()
+		over = t.C
 	}
 	select {
 	case <-w.wake:
 		return nil
 	case <-ctx.Done():
 	case <-c.ctx.Done():
+	case <-over:
 	}
 	c.mu.Lock()
 	c.leaveLocked(w)
@@ -84,6 +100,9 @@ func (c *Cache) awaitRoom(ctx context.Context, w *waiter, rel string, need int64
 	switch {
 	case c.ctx.Err() != nil:
 		return fmt.Errorf("stage %s: cache closed", rel)
+	case ctx.Err() == nil: // bound passed
+		c.stats.noSpace.Add(1)
+		return errRoomWaitOver(rel, need, bound)
 	case errors.Is(ctx.Err(), context.DeadlineExceeded):
 		c.stats.noSpace.Add(1)
 		return fmt.Errorf("%s: no room for %d bytes before the deadline: the rest of the cache is leased or loading: %w",

@@ -3,6 +3,9 @@ package staging
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -140,4 +143,146 @@ func TestWaitForRoomTimesOut(t *testing.T) {
 	if s := c.Stats(); s.RoomWaiting != 0 || s.NoSpace != 2 {
 		t.Fatalf("waiting %d, no_space %d: want 0 and 2 (the timeout, the prefetch)", s.RoomWaiting, s.NoSpace)
 	}
+}
+
+// TestRoomWaitBoundsOnlyTheWaitForRoom: Request.RoomWait ends a wait for
+// room with ENOSPC (ErrRoomWait) while the context has no deadline, and
+// does not cut short a load that needed no wait: f, loading (its copy
+// held back), is still being waited for after g's RoomWait, which began
+// after f's request, has run out.
+func TestRoomWaitBoundsOnlyTheWaitForRoom(t *testing.T) {
+	src := t.TempDir()
+	writeFile(t, src, "f", randomBytes(700<<10, 1))
+	writeFile(t, src, "g", randomBytes(700<<10, 2))
+	d := newFake(1 << 20)
+	started, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	d.copyHook = func() error {
+		once.Do(func() { close(started) })
+		<-release
+		return nil
+	}
+	var opened sync.Once
+	open := func() { opened.Do(func() { close(release) }) }
+	defer open()
+	opts, io := testOptions()
+	opts.RacyWindow = 0
+	opts.Capacity = units.Share{Bytes: 1 << 20} // room for one of them
+	c := newCache(t, src, opts, io, d)
+
+	const bound = 5 * time.Millisecond
+	f := make(chan acquired, 1)
+	go func() {
+		l, err := c.Acquire(context.Background(), Request{Rel: "f", RoomWait: bound})
+		f <- acquired{l, err}
+	}()
+	<-started // f loads: the capacity is taken
+	g := make(chan acquired, 1)
+	go func() {
+		l, err := c.Acquire(context.Background(), Request{Rel: "g", RoomWait: bound})
+		g <- acquired{l, err}
+	}()
+	select {
+	case r := <-g:
+		if !errors.Is(r.err, syscall.ENOSPC) || !errors.Is(r.err, ErrRoomWait) {
+			t.Fatalf("g with no room: %v, want ENOSPC wrapping ErrRoomWait", r.err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("g waited a minute for room: RoomWait ignored")
+	}
+	select {
+	case r := <-f:
+		t.Fatalf("f's load was cut short by RoomWait: %v", r.err)
+	default:
+	}
+	open()
+	r := <-f
+	if r.err != nil {
+		t.Fatalf("f: %v", r.err)
+	}
+	r.l.Release()
+	if s := c.Stats(); s.RoomWaiting != 0 || s.NoSpace != 1 {
+		t.Fatalf("waiting %d, no_space %d: want 0 and 1", s.RoomWaiting, s.NoSpace)
+	}
+}
+
+// TestRoomWaitBoundsAPrivateCopy: a private lease of a resident file
+// whose copy finds no room fails with ENOSPC (ErrRoomWait) once RoomWait
+// has passed, while its context has no deadline.
+func TestRoomWaitBoundsAPrivateCopy(t *testing.T) {
+	c, la, lb, waiting := roomCache(t)
+	defer la.Release()
+	defer lb.Release()
+	res := make(chan acquired, 1)
+	go func() {
+		l, err := c.Acquire(context.Background(), Request{Rel: "a", Private: true, RoomWait: 5 * time.Millisecond})
+		res <- acquired{l, err}
+	}()
+	expectWaiting(t, waiting, "a (private copy)", res)
+	select {
+	case r := <-res:
+		if !errors.Is(r.err, syscall.ENOSPC) || !errors.Is(r.err, ErrRoomWait) {
+			t.Fatalf("private copy with no room: %v, want ENOSPC wrapping ErrRoomWait", r.err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the private copy waited a minute for room: RoomWait ignored")
+	}
+	if s := c.Stats(); s.RoomWaiting != 0 || s.LeasesActive != 2 {
+		t.Fatalf("waiting %d, leases %d: want 0 and 2 (a and b)", s.RoomWaiting, s.LeasesActive)
+	}
+}
+
+// TestRetryWaitsInLine: a request that waited for room, loaded, saw its
+// file change under the load and finds no room for the next one waits in
+// line again, and is woken when room comes back.
+func TestRetryWaitsInLine(t *testing.T) {
+	src := t.TempDir()
+	for i, n := range []string{"f", "g", "h"} {
+		writeFile(t, src, n, randomBytes(700<<10, uint64(i+1)))
+	}
+	fresh := randomBytes(700<<10, 4)
+	d := newFake(1 << 20)
+	opts, io := testOptions()
+	opts.RacyWindow = 0
+	opts.Capacity = units.Share{Bytes: 1 << 20} // room for one of them
+	c := newCache(t, src, opts, io, d)
+	waiting := make(chan string, 16)
+	c.hooks.waiting = func(rel string) { waiting <- rel }
+	lh, err := c.Acquire(context.Background(), Request{Rel: "h"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	started, proceed := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	d.copyHook = func() error {
+		once.Do(func() { // f's first load: g gets in line, then f changes
+			close(started)
+			<-proceed
+			os.WriteFile(filepath.Join(src, "f"), fresh, 0o644)
+		})
+		return nil
+	}
+
+	f := acquireAsync(c, context.Background(), "f")
+	expectWaiting(t, waiting, "f", f)
+	lh.Release() // f loads
+	<-started
+	g := acquireAsync(c, context.Background(), "g")
+	expectWaiting(t, waiting, "g", g)
+	close(proceed) // f's load fails; g takes the room; f must wait in line
+	rg := <-g
+	if rg.err != nil {
+		t.Fatalf("g: %v", rg.err)
+	}
+	rg.l.Release()
+	select {
+	case r := <-f:
+		if r.err != nil {
+			t.Fatalf("f: %v", r.err)
+		}
+		r.l.Release()
+	case <-time.After(time.Minute):
+		t.Fatal("f was not woken when g's room came back: its retry waited out of line")
+	}
+	checkStaged(t, c, "f", fresh)
 }

@@ -10,7 +10,7 @@ import threading
 import warnings
 import weakref
 
-from ._proto import Conn, daemon_error
+from ._proto import Conn, daemon_error, room_wait_fields
 from ._device import resolve as _resolve_device
 from ._mount import find
 from ._registry import Holder, registry, _is_gpu
@@ -420,10 +420,10 @@ def _acquire(rel, dev, **extra):
     return req
 
 
-def _repeat(m, sock, rel, path, dev):
+def _repeat(m, sock, rel, path, dev, room):
     """Lease an unchanged file again on the connection holding its mapping."""
     conn = m.holder.conn
-    resp, fds = conn.request(_acquire(rel, dev, generation=m.generation), path=path)
+    resp, fds = conn.request(_acquire(rel, dev, generation=m.generation, **room), path=path)
     if resp.get("reuse"):
         if resp.get("generation") != m.generation:
             conn.release(resp.get("lease", 0), resp.get("epoch"))
@@ -439,7 +439,7 @@ def _repeat(m, sock, rel, path, dev):
     return Lease(nm, conn, resp, path)
 
 
-def _fresh(path, socket, timeout, dev):
+def _fresh(path, socket, timeout, dev, room):
     """Lease path on a new connection."""
     sock, rel, owner, remembered = _locate(path, socket)
     try:
@@ -451,7 +451,7 @@ def _fresh(path, socket, timeout, dev):
         sock, rel, owner, _ = _locate(path, socket)
         conn = Conn(sock, timeout, owner)
     try:
-        resp, fds = conn.request(_acquire(rel, dev), path=path)
+        resp, fds = conn.request(_acquire(rel, dev, **room), path=path)
         m = registry.adopt(Holder(conn), (sock, rel, dev), resp, fds, path)
     except BaseException as e:
         conn.close()
@@ -462,7 +462,7 @@ def _fresh(path, socket, timeout, dev):
     return Lease(m, conn, resp, path)
 
 
-def open(path, *, socket=None, timeout=None, device=None):  # noqa: A001 (gdsfs.open)
+def open(path, *, socket=None, timeout=None, device=None, room_wait=None):  # noqa: A001 (gdsfs.open)
     """Lease the staged bytes of path, a file under a gdsfs mount (staging
     it first if needed), and map them. A file this process keeps mapped
     from an earlier lease is leased again in one round trip, with no
@@ -474,18 +474,24 @@ def open(path, *, socket=None, timeout=None, device=None):  # noqa: A001 (gdsfs.
     most gdsfs._proto.CONNECT_TIMEOUT). device: where the lease should be ("GPU-...",
     "host1", an ordinal of the daemon's staging.gpus; "" for none); default:
     the CUDA device this process runs on (gdsfs._device), so a daemon
-    staging onto several GPUs leases the replica on this one."""
+    staging onto several GPUs leases the replica on this one. room_wait:
+    seconds the daemon may wait for room (its capacity, or the uid's
+    ipc.max_held_per_uid, held by other leases) before refusing with
+    ENOSPC or EDQUOT; staging the file is still bounded by
+    ipc.acquire_timeout alone. None (the default): ipc.acquire_timeout
+    bounds the wait too."""
     dev = _resolve_device(device)
+    room = room_wait_fields(room_wait)
     sock, rel, _, _ = _locate(path, socket)
     m = registry.take((sock, rel, dev))
     if m is not None:
         try:
-            return _repeat(m, sock, rel, path, dev)
+            return _repeat(m, sock, rel, path, dev, room)
         except OSError as e:
             registry.discard(m)
             if not _retry(e):
                 raise
-    return _fresh(path, socket, timeout, dev)
+    return _fresh(path, socket, timeout, dev, room)
 
 
 def stat(path, *, socket=None, timeout=None):
@@ -504,12 +510,12 @@ def stat(path, *, socket=None, timeout=None):
     return out
 
 
-def load(path, dtype=None, shape=None, offset=0, *, socket=None, timeout=None, device=None):
+def load(path, dtype=None, shape=None, offset=0, *, socket=None, timeout=None, device=None, room_wait=None):
     """A zero-copy torch tensor of path's staged bytes (see Lease.tensor).
     The lease is released when the tensor, and every view of it, is
     garbage-collected."""
     _import_torch()
-    lease = open(path, socket=socket, timeout=timeout, device=device)
+    lease = open(path, socket=socket, timeout=timeout, device=device, room_wait=room_wait)
     try:
         t = lease.tensor(dtype, shape, offset)
     except BaseException:

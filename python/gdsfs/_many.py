@@ -2,22 +2,23 @@
 
 import errno as _errno
 
-from ._proto import MAX_FDS, Conn, _close_fds, daemon_error, grant_fds  # noqa: F401 (MAX_FDS: see PROTOCOL)
+from ._proto import MAX_FDS, Conn, _close_fds, daemon_error, grant_fds, room_wait_fields  # noqa: F401 (MAX_FDS: see PROTOCOL)
 from ._registry import Holder, registry
 from ._lease import Lease, _drop_if_pressed, _locate, _resolve_device, _retry
 
 MAX_BATCH = 1024  # paths per acquire_many (proto.MaxBatch)
 
 
-def open_many(paths, *, socket=None, timeout=None, device=None):
+def open_many(paths, *, socket=None, timeout=None, device=None, room_wait=None):
     """Lease many files at once; returns their leases in order. Files this
     process keeps mapped are leased again together on the connections that
     hold them (one acquire_many each, no descriptors when unchanged); the
     rest in one acquire_many per daemon on a new connection, which holds
     that batch until its last lease is closed. All or nothing: if any file
     fails, the leases already made are closed and its error is raised.
-    device: as gdsfs.open's, for every file."""
+    device, room_wait: as gdsfs.open's, for every file."""
     dev = _resolve_device(device)
+    room = room_wait_fields(room_wait)
     paths = list(paths)
     out = [None] * len(paths)
     taken = []  # mappings taken for a repeat lease, not yet settled
@@ -34,13 +35,13 @@ def open_many(paths, *, socket=None, timeout=None, device=None):
                 taken.append(m)
                 groups.setdefault(id(m.holder), (m.holder, []))[1].append((i, sock, rel, m))
         for holder, items in groups.values():
-            fresh += _repeat_group(paths, holder, items, out, taken, dev)
+            fresh += _repeat_group(paths, holder, items, out, taken, dev, room)
         by_socket = {}
         for it in fresh:
             by_socket.setdefault(it[1], []).append(it)
         for sock, items in by_socket.items():
             for k in range(0, len(items), MAX_BATCH):
-                _batch(paths, sock, owners.get(sock), items[k:k + MAX_BATCH], out, timeout, dev)
+                _batch(paths, sock, owners.get(sock), items[k:k + MAX_BATCH], out, timeout, dev, room)
     except BaseException:
         for m in taken:
             registry.discard(m)
@@ -70,11 +71,11 @@ def _many(rels, dev, **extra):
     return req
 
 
-def _repeat_group(paths, holder, items, out, taken, dev):
+def _repeat_group(paths, holder, items, out, taken, dev, room):
     """Lease items again on the connection holding their mappings; return
     the items to lease afresh (changed files, or a broken connection)."""
     conn = holder.conn
-    req = _many([it[2] for it in items], dev, generations=[it[3].generation for it in items])
+    req = _many([it[2] for it in items], dev, generations=[it[3].generation for it in items], **room)
     try:
         resp, fds = conn.request(req)
         files = resp.get("files") or []
@@ -123,11 +124,11 @@ def _repeat_group(paths, holder, items, out, taken, dev):
     return again
 
 
-def _batch(paths, sock, owner, items, out, timeout, dev):
+def _batch(paths, sock, owner, items, out, timeout, dev, room):
     """Lease items on one new connection."""
     conn = Conn(sock, timeout, owner)
     try:
-        resp, fds = conn.request(_many([it[2] for it in items], dev))
+        resp, fds = conn.request(_many([it[2] for it in items], dev, **room))
     except BaseException as e:
         conn.close()
         _drop_if_pressed(e, sock)

@@ -119,6 +119,17 @@ def wait_ms(seconds):
     return min(max(int(round(seconds * 1000)), 1), MAX_WAIT_MS)
 
 
+def room_wait_fields(seconds):
+    """The acquire fields for a room_wait in seconds: {} for None (the
+    daemon's ipc.acquire_timeout alone), else room_wait_ms, whole
+    milliseconds from 1 to MAX_WAIT_MS."""
+    if seconds is None:
+        return {}
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds >= 0:
+        raise ValueError("gdsfs: room_wait %r: want seconds, 0 or more, or None" % (seconds,))
+    return {"room_wait_ms": wait_ms(seconds)}
+
+
 def wait_request(path, until, ms):
     """A wait request: answered when path's state is one of until."""
     until = [until] if isinstance(until, str) else list(until)

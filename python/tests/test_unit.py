@@ -190,6 +190,54 @@ class ProtocolTests(unittest.TestCase):
         self.assertEqual(len(f.requests), 1, f.requests)
         self.assertEqual(new_fds(before), [], "received descriptors and the socket must be closed")
 
+    def test_room_wait_is_sent(self):
+        """room_wait (seconds) goes as room_wait_ms on acquire and
+        acquire_many; a bad one is refused before anything is sent."""
+        refused = {"ok": False, "epoch": 7, "errno": "ENOSPC", "error": "no room"}
+
+        def handler(req):
+            if req["op"] == "acquire_many":
+                return [("send", answer({"ok": True, "epoch": 7, "files": [refused]}), None)]
+            return [("send", answer(refused), None)]
+
+        f = self.fake(handler, conns=2)
+        with self.assertRaises(OSError) as cm:
+            gdsfs.open("/a/b", socket=f.path, room_wait=0.25)
+        self.assertEqual(cm.exception.errno, errno.ENOSPC)
+        with self.assertRaises(OSError) as cm:
+            gdsfs.open_many(["/a/c"], socket=f.path, room_wait=0.0001)
+        self.assertEqual(cm.exception.errno, errno.ENOSPC)
+        self.assertEqual([(r["op"], r.get("room_wait_ms")) for r in f.requests], [("acquire", 250), ("acquire_many", 1)])
+        for bad in (-1, "1", float("nan")):
+            with self.assertRaises(ValueError):
+                gdsfs.open("/a/b", socket=f.path, room_wait=bad)
+        self.assertEqual(len(f.requests), 2)
+
+    def test_autoload_room_wait_with_a_daemon_without_it(self):
+        """A daemon that refuses room_wait_ms (EINVAL naming it) is asked
+        again without it: the autoloader's loads are not all refused."""
+        from gdsfs.autoload import _serve
+
+        def handler(req):
+            if "room_wait_ms" in req:
+                return [("send", answer({"ok": False, "epoch": 7, "errno": "EINVAL",
+                                         "error": 'malformed request: json: unknown field "room_wait_ms"'}), None)]
+            return [("send", answer({"ok": False, "epoch": 7, "errno": "ENOSPC", "error": "no room"}), None)]
+
+        f = self.fake(handler, conns=2)
+        old = os.environ.get("GDSFS_SOCKET")
+        os.environ["GDSFS_SOCKET"] = f.path
+        try:
+            with self.assertRaises(_serve.Fallback) as cm:
+                _serve.acquire("/a/b")
+        finally:
+            if old is None:
+                del os.environ["GDSFS_SOCKET"]
+            else:
+                os.environ["GDSFS_SOCKET"] = old
+        self.assertEqual(cm.exception.reason, "refused:ENOSPC")
+        self.assertEqual([r.get("room_wait_ms") for r in f.requests], [100, None])
+
     def test_kept_mapping_and_release_never_waits(self):
         fd = memfd(b"hello", 4096)
         self.addCleanup(os.close, fd)

@@ -3,6 +3,7 @@ the caller's file as a path, the device asked for, the env policies, and
 bypassing the patches while an original function runs."""
 
 import contextlib
+import errno as _errno
 import io
 import os
 import stat as _stat
@@ -15,6 +16,13 @@ from gdsfs._registry import _is_gpu
 from . import _report
 
 _HELLO_TIMEOUT = 5.0  # seconds
+
+# How long a served load lets the daemon wait for room (capacity or the
+# uid's ipc.max_held_per_uid held by other leases) before it falls back
+# (refused:ENOSPC, refused:EDQUOT): the original loader reading through
+# the mount starts at once, where a wait for room can last the daemon's
+# whole ipc.acquire_timeout. Staging the file is not cut short by it.
+ROOM_WAIT = 0.1  # seconds
 
 _tls = threading.local()
 
@@ -147,9 +155,10 @@ _socket_of = _report.mount_socket
 
 
 def acquire(path):
-    """gdsfs.open(path), or Fallback with the reason it was not possible."""
+    """gdsfs.open(path), waiting at most ROOM_WAIT for room, or Fallback
+    with the reason it was not possible."""
     try:
-        lease = gdsfs.open(path)
+        lease = _open(path)
     except gdsfs.NotMountedError:
         raise Fallback("not-gdsfs") from None
     except gdsfs.UntrustedDaemonError as e:
@@ -162,6 +171,17 @@ def acquire(path):
         raise Fallback("client-error:" + type(e).__name__, _socket_of(path), str(e)) from None
     _remember(os.path.dirname(path), lease.is_gpu)
     return lease
+
+
+def _open(path):
+    """gdsfs.open(path) with ROOM_WAIT; again without it where the daemon
+    does not know room_wait_ms (it refuses the field, EINVAL)."""
+    try:
+        return gdsfs.open(path, room_wait=ROOM_WAIT)
+    except OSError as e:
+        if not (getattr(e, "gdsfs_answer", False) and e.errno == _errno.EINVAL and "room_wait_ms" in str(e)):
+            raise
+    return gdsfs.open(path)
 
 
 def socket_of(lease):

@@ -1,12 +1,12 @@
 #!/bin/sh
 # The GPU test tier (make test-gpu), run from the bundle `make gpu-bundle`
-# puts in .bin/ (the GPU machine has no Go). Every test fails, never skips,
+# puts in .bin/ (so the GPU machine needs no Go). Every test fails, never skips,
 # where no GPU answers (GDSFS_REQUIRE_GPU=1).
 #
 # Each step's output goes to step-verdict.py, which passes the step only
 # when its command exited 0, at least one test ran, none failed, and every
 # skip is one the step names, by test, with the reason it is expected on
-# this machine (one GPU: the two-GPU tests; no nvidia-fs: GDS mode; cuFile
+# the machine it runs on (one GPU: the two-GPU tests; no nvidia-fs: GDS mode; cuFile
 # not set up in the machine's default state). A pattern that matches no
 # test fails. The counts of every step are printed, then a summary.
 #

@@ -11,9 +11,10 @@
 # test fails. The counts of every step are printed, then a summary.
 #
 # Order matters: the cuFile tests of the default machine state run first;
-# then, only with GDSFS_CUFILE_SETUP=1, this script does the test-machine
-# setup of shared/device/README.md (a udev entry for the test disk and
-# CUFILE_FORCE_COMPAT_MODE=true) and runs the cuFile path for real.
+# then, only with GDSFS_CUFILE_SETUP=1, this script does the cuFile
+# compat-mode set-up (cufile-compat.sh in the bundle: a udev entry for the
+# test disk; and CUFILE_FORCE_COMPAT_MODE=true) and runs the cuFile path for
+# real.
 #
 # The autoload suite runs against the installed safetensors and torch
 # (GDSFS_REAL_SAFETENSORS=1, not the stand-in CI uses), over fixtures of

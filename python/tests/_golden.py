@@ -263,10 +263,10 @@ class golden:
         setup, steps = cls.load(path)
         name = os.path.basename(path)
         # A fixed capacity, as ipc's replay of the same transcripts has: a
-        # share of the memory free at start, read once per device, gave
+        # share of the memory free at start, read once per device, can give
         # two host devices different capacities on a busy machine, and
-        # placement by room ("where there is most room") then depended on
-        # that (devices.jsonl got host1 for host0 in one CI run of three).
+        # placement by room ("where there is most room") would then depend
+        # on that (devices.jsonl could get host1 for host0).
         sets = ["ipc.sharing=" + setup["sharing"], "ipc.max_request=%d" % setup["max_request"],
                 "staging.prefetch=manual", "staging.capacity=64MiB"]
         if "cache_headroom" in setup:

@@ -200,7 +200,8 @@ def overhead(a):
 
     empty = run()
     before = _maps.refreshes
-    _maps.index = ([4096], [_maps.Mapping(4096, 8192, 0, 0, 0, "/nonexistent", True, False)])
+    with _maps._lock:
+        _maps._set_index([_maps.Mapping(4096, 8192, 0, 0, 0, "/nonexistent", True, False)])
     indexed = run()
     out = {"ns_per_call": {"plain": plain, "wrapped, index empty": empty, "wrapped, index not empty": indexed},
            "added_ns": {k: round(max(empty[k], indexed[k]) - plain[k]) for k in plain},

@@ -63,23 +63,34 @@ def checksum(tensors):
 
 def _profile_moves(torch):
     """Time spent in Tensor.to/.cuda/.copy_ calls that move a CPU tensor to
-    a GPU (each synchronized), wrapped around whatever is installed."""
+    a GPU (each synchronized), wrapped around whatever is installed. A call
+    made inside another one (a wrapper calling the method it wraps) is
+    part of the outer call's time, not counted again."""
+    import threading
+
     spent = [0.0, 0]
+    depth = threading.local()
     T = torch.Tensor
 
     def wrap(name, src_of):
         orig = getattr(T, name)
 
         def f(self, *a, **k):
+            if getattr(depth, "n", 0):
+                return orig(self, *a, **k)
             src = src_of(self, a, k)
             if src is None or not src.is_cpu:
                 return orig(self, *a, **k)
-            t0 = time.perf_counter()
-            out = orig(self, *a, **k)
-            if out is not None and getattr(out, "is_cuda", False):
-                torch.cuda.synchronize()
-                spent[0] += time.perf_counter() - t0
-                spent[1] += 1
+            depth.n = 1
+            try:
+                t0 = time.perf_counter()
+                out = orig(self, *a, **k)
+                if out is not None and getattr(out, "is_cuda", False):
+                    torch.cuda.synchronize()
+                    spent[0] += time.perf_counter() - t0
+                    spent[1] += 1
+            finally:
+                depth.n = 0
             return out
         setattr(T, name, f)
 
@@ -104,6 +115,12 @@ def measure(a):
         import numpy as np
         from torch.utils.data import DataLoader, Dataset
     spent = _profile_moves(torch) if a.profile else None
+    prof = None
+    if a.cprofile:
+        import cProfile
+
+        prof = cProfile.Profile()
+        prof.enable()
     t0 = time.perf_counter()
     if a.what == "hf":
         model = AutoModelForCausalLM.from_pretrained(a.path, device_map="cuda", dtype=torch.bfloat16)
@@ -159,6 +176,17 @@ def measure(a):
         torch.cuda.synchronize()
         out["seconds"] = time.perf_counter() - t0
         out["checksum"] = "%.6e" % total.item()
+    if prof is not None:
+        import io
+        import pstats
+
+        prof.disable()
+        buf = io.StringIO()
+        st = pstats.Stats(prof, stream=buf)
+        st.sort_stats("tottime").print_stats(30)
+        st.sort_stats("cumulative").print_stats(40)
+        with open(a.cprofile, "w") as f:
+            f.write(buf.getvalue())
     if spent is not None:
         out["moves_seconds"], out["moves"] = spent
     mod = sys.modules.get("gdsfs.autoload")
@@ -297,9 +325,11 @@ class Bench:
             except OSError:
                 pass
 
-    def one(self, what, path, wrap, profile=False):
+    def one(self, what, path, wrap, profile=False, cprofile=None):
         cmd = ([self.a.bin, "run", "--"] if wrap else []) + [sys.executable, HERE, "measure", "--what", what,
                                                              "--path", path] + (["--profile"] if profile else [])
+        if cprofile:
+            cmd += ["--cprofile", cprofile]
         r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=False)
         if r.returncode:
             raise SystemExit("%s failed:\n%s" % (cmd, r.stderr.decode(errors="replace")[-3000:]))
@@ -332,6 +362,9 @@ class Bench:
         for name, wrap, prep in cases:
             secs = [r["seconds"] for r in runs[name]]
             r = dict(runs[name][-1], seconds=statistics.median(secs), runs=secs)
+            if self.a.cprofile_dir:
+                prep()
+                self.one(what, mnt, wrap, cprofile=os.path.join(self.a.cprofile_dir, name.replace(" ", "-") + ".txt"))
             if what == "hf":  # the profile: time in the moves, one run each
                 prep()
                 p = self.one(what, mnt, wrap, profile=True)
@@ -393,6 +426,7 @@ def main():
     m.add_argument("--what", required=True)
     m.add_argument("--path", required=True)
     m.add_argument("--profile", action="store_true")
+    m.add_argument("--cprofile", metavar="FILE", help="write a cProfile of the call (tottime, cumulative) to FILE")
     o = sub.add_parser("overhead")
     o.add_argument("--calls", type=int, default=20000)
     ap.add_argument("--bin", default=os.path.join(os.path.dirname(HERE), "..", ".bin", "gdsfs"))
@@ -400,6 +434,7 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--cases", default="", help="only the cases whose name this regular expression finds")
+    ap.add_argument("--cprofile-dir", help="also one cProfile'd run of each case, its top functions written here")
     a = ap.parse_args()
     if a.mode == "measure":
         return measure(a)

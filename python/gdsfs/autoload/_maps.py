@@ -265,6 +265,25 @@ def still_mapped(e):
         return False
 
 
+_pagemap = (None, None)  # (pid, descriptor of /proc/self/pagemap), kept open
+
+
+def _pagemap_fd():
+    """This process's /proc/self/pagemap, opened once (again after a fork:
+    the parent's descriptor reads the parent's page tables)."""
+    global _pagemap
+    pid, fd = _pagemap
+    if pid != os.getpid():
+        fd = os.open("/proc/self/pagemap", os.O_RDONLY | os.O_CLOEXEC)
+        with _lock:
+            if _pagemap[0] == os.getpid():
+                os.close(fd)
+                fd = _pagemap[1]
+            else:
+                _pagemap = (os.getpid(), fd)
+    return fd
+
+
 def written_pages(lo, hi):
     """How many pages of [lo, hi) of a private file mapping are no longer
     the file's (written in memory: anonymous now, or swapped), by
@@ -272,10 +291,7 @@ def written_pages(lo, hi):
     first, last = lo // PAGE, (hi - 1) // PAGE
     n = last - first + 1
     try:
-        fd = os.open("/proc/self/pagemap", os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
+        fd = _pagemap_fd()
         buf = bytearray(n * 8)
         mv, got = memoryview(buf), 0
         while got < len(buf):
@@ -285,8 +301,6 @@ def written_pages(lo, hi):
             got += k
     except OSError:
         return None
-    finally:
-        os.close(fd)
     # bit 63 present, 62 swapped, 61 a file page (or shared anonymous):
     # written means present and not a file page, or swapped
     if n <= 512:

@@ -329,9 +329,12 @@ def _source(torch, src, e, lease_ok):
     if src.layout != torch.strided or src.is_quantized or src.is_conj() or src.is_neg():
         raise Fallback(None)
     item = src.element_size()
-    if any(s < 0 for s in src.stride()):
+    if src.is_contiguous():
+        span = src.numel() * item
+    elif any(s < 0 for s in src.stride()):
         raise Fallback(None)
-    span = (sum((n - 1) * s for n, s in zip(src.shape, src.stride())) + 1) * item
+    else:
+        span = (sum((n - 1) * s for n, s in zip(src.shape, src.stride())) + 1) * item
     lo = src.data_ptr()
     hi = lo + span
     if not _maps.still_mapped(e):
@@ -353,10 +356,12 @@ def _source(torch, src, e, lease_ok):
             raise Fallback("pagemap-unreadable")
         if w:
             raise Fallback("private-pages-written", None, "%d of the pages under the tensor" % w)
-    gpu = _serve.mount_is_gpu(e.path)  # known without a lease, which would stage the file
-    if gpu is not None and not lease_ok(gpu):
-        raise Fallback("host-staged" if not gpu else "device")
-    kept = _lease(e, ident)
+    kept = _kept(e, ident)
+    if kept is None:
+        gpu = _serve.mount_is_gpu(e.path)  # known without a lease, which would stage the file
+        if gpu is not None and not lease_ok(gpu):
+            raise Fallback("host-staged" if not gpu else "device")
+        kept = _lease(e, ident)
     lease = kept.lease
     if not lease_ok(lease.is_gpu):
         raise Fallback("host-staged" if not lease.is_gpu else "device", _serve.socket_of(lease))
@@ -422,15 +427,23 @@ def _forked_locked():
         _gens.clear()
 
 
-def _lease(e, ident):
-    """The _Kept of e's file, leased on first use."""
+def _kept(e, ident):
+    """The _Kept of e's file if it is leased already, else None."""
     key = e.key + (ident,)
     with _lock:
         _forked_locked()
         kept = _leases.pop(key, None)
         if kept is not None:
             _leases[key] = kept  # most recently used last
-            return kept
+        return kept
+
+
+def _lease(e, ident):
+    """The _Kept of e's file, leased on first use."""
+    kept = _kept(e, ident)
+    if kept is not None:
+        return kept
+    key = e.key + (ident,)
     lease = _serve.acquire(e.path)
     gen = _gens.setdefault(key, lease.generation)
     if lease.size != ident[0] or lease.generation != gen:

@@ -320,6 +320,36 @@ class TestLeases(MovesCase):
         self.assertEqual(m.wait_leases(0), 0)
 
 
+class TestPagemap(unittest.TestCase):
+    def test_a_forked_child_reads_its_own_pagemap(self):
+        """The kept /proc/self/pagemap descriptor is the opener's page
+        tables: a forked child opens its own, and sees the pages it wrote."""
+        import ctypes
+        import mmap
+
+        from gdsfs.autoload import _maps
+
+        p = os.path.join(_support.tmpdir(), "pm.bin")
+        _write(p, b"\0" * (4 * _maps.PAGE))
+        with open(p, "rb") as f:
+            m = mmap.mmap(f.fileno(), 0, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        lo = ctypes.addressof(ctypes.c_char.from_buffer(m))
+        hi = lo + len(m)
+        self.assertEqual(_maps.written_pages(lo, hi), 0)  # the parent's descriptor is open now
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                m[0] = 1
+                m[2 * _maps.PAGE] = 1
+                code = 0 if _maps.written_pages(lo, hi) == 2 else 2
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        self.assertEqual(os.waitstatus_to_exitcode(status), 0, "the child counted other than its 2 written pages")
+        self.assertEqual(_maps.written_pages(lo, hi), 0)
+
+
 class TestFallbacks(MovesCase):
     sets = ("fuse.attr_timeout=0s", "fuse.entry_timeout=0s", "fuse.read_only=false")
 

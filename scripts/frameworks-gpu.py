@@ -32,6 +32,9 @@ and the median is kept. Workloads:
 - dataloader: an unmodified torch DataLoader epoch (num_workers=0) over 64
   x 32 MiB .npy shards read with np.load(mmap_mode="r") and moved with
   .cuda(). Target >= 10x.
+- `BIN bench autoload-overhead`: what the autoloader adds per call on
+  tensors not from a mount, against the plain call in the same run.
+  Target <= 2 us per call.
 Cases: "plain mount warm" (through the mount, page cache warm, not staged),
 "run resident" (under gdsfs run, staged by `gdsfs warmup --wait`), "run
 not staged warm" (under gdsfs run, page cache warm, not staged: the first
@@ -477,6 +480,23 @@ class Bench:
         self.results["targets"] = targets
         self.results["failures"] = failures
 
+    def overhead(self):
+        """gdsfs bench autoload-overhead: the per-call cost on tensors not
+        from a mount, one target per call timed."""
+        r = subprocess.run([self.a.bin, "bench", "autoload-overhead", "--json", "--dir",
+                            os.path.join(self.work, "bench")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=False)
+        try:
+            res = json.loads(r.stdout.decode().strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            self.results["targets"]["per-call overhead <= 2 us"] = "not checked: bench autoload-overhead failed: %s" % (
+                r.stderr.decode(errors="replace")[-500:])
+            return
+        self.results["overhead"] = res
+        for ch in res.get("checks", []):
+            st = ch.get("status")
+            goal = ch["goal"] + (" (%.3f us)" % ch["got"] if ch.get("unit") == "us" else "")
+            self.results["targets"][goal] = True if st == "PASS" else False if st == "MISS" else "not checked: " + st
+
     def passed(self):
         return not self.results["failures"] and all(t is True for t in self.results["targets"].values())
 
@@ -530,6 +550,7 @@ def main():
     finally:
         b.umount()
     b.verdicts()
+    b.overhead()
     import torch
 
     b.results["versions"] = {"torch": torch.__version__}

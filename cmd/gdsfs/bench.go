@@ -22,7 +22,8 @@ func benchCmd() *cobra.Command {
 		Short: "Measure gdsfs against baselines taken in the same run",
 	}
 	c.AddCommand(benchMountCmd(), benchStageCmd(), benchLeaseCmd(), benchLeaseChildCmd(), benchLoaderCmd(),
-		benchContentionCmd(), benchMultiGPUCmd(), benchScriptCmd("autoload"), benchScriptCmd("readahead"))
+		benchContentionCmd(), benchMultiGPUCmd(), benchScriptCmd("autoload"), benchScriptCmd("readahead"),
+		benchAutoloadOverheadCmd())
 	return c
 }
 
@@ -322,5 +323,23 @@ func benchMultiGPUCmd() *cobra.Command {
 	f.StringArrayVar(&o.Sets, "set", nil, "config.yaml key, for the measurements and the mount (staging.device=host, staging.host_devices=2)")
 	f.BoolVar(&o.JSON, "json", false, "print the results as JSON")
 	f.StringVar(&o.Report, "report", "", "also append the results as one JSON line to `FILE`")
+	return c
+}
+
+func benchAutoloadOverheadCmd() *cobra.Command {
+	o := bench.AutoloadOverheadOptions{Calls: 20000, Rounds: 15}
+	c := &cobra.Command{Use: "autoload-overhead [--calls 20000] [--rounds 15]", Args: exactArgs(),
+		Short: "What the autoloader adds to a tensor move not from a mount (target 2 us)", Long: bench.AutoloadOverheadDoc,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := o.Validate(); err != nil {
+				return usageError{err}
+			}
+			ctx, stop := benchContext()
+			defer stop()
+			return bench.AutoloadOverhead(ctx, o)
+		}}
+	c.Flags().IntVar(&o.Calls, "calls", o.Calls, "calls per timed round")
+	c.Flags().IntVar(&o.Rounds, "rounds", o.Rounds, "rounds of each call, plain and wrapped alternating")
+	addCommonFlags(c, &o.Dir, &o.Py, &o.Sets, &o.JSON, &o.Report)
 	return c
 }

@@ -11,11 +11,11 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gdsfs/gdsfs/internal/bench"
 	"github.com/gdsfs/gdsfs/internal/units"
+	"github.com/gdsfs/gdsfs/tools/bench"
 )
 
-// benchCmd is `gdsfs bench`: the flags; internal/bench measures.
+// benchCmd is `gdsfs bench`: the flags; tools/bench measures.
 func benchCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "bench",

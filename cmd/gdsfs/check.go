@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gdsfs/gdsfs/internal/check"
+	"github.com/gdsfs/gdsfs/tools/check"
 )
 
 func checkCmd() *cobra.Command {

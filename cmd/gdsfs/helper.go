@@ -8,7 +8,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/gdsfs/gdsfs/internal/config"
+	"github.com/gdsfs/gdsfs/daemon/config"
 )
 
 // The mount helper: mount(8) runs /sbin/mount.fuse.gdsfs (a link to gdsfs,

@@ -10,7 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 	"golang.org/x/term"
 
-	"github.com/gdsfs/gdsfs/internal/config"
+	"github.com/gdsfs/gdsfs/daemon/config"
 )
 
 // newLogger logs to log.file, or stderr: console text on a terminal (or

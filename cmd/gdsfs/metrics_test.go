@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gdsfs/gdsfs/internal/config"
+	"github.com/gdsfs/gdsfs/daemon/config"
 	"github.com/gdsfs/gdsfs/internal/metrics"
 )
 

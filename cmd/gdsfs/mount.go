@@ -12,9 +12,9 @@ import (
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 
+	"github.com/gdsfs/gdsfs/daemon/config"
 	"github.com/gdsfs/gdsfs/fs"
 	"github.com/gdsfs/gdsfs/gpu"
-	"github.com/gdsfs/gdsfs/internal/config"
 	"github.com/gdsfs/gdsfs/internal/metrics"
 	"github.com/gdsfs/gdsfs/ipc"
 	"github.com/gdsfs/gdsfs/staging"

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gdsfs/gdsfs/internal/config"
+	"github.com/gdsfs/gdsfs/daemon/config"
 	"github.com/gdsfs/gdsfs/scripts"
 )
 

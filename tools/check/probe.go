@@ -11,9 +11,9 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/gdsfs/gdsfs/daemon/config"
 	"github.com/gdsfs/gdsfs/gpu"
 	"github.com/gdsfs/gdsfs/gpu/cuda"
-	"github.com/gdsfs/gdsfs/internal/config"
 	"github.com/gdsfs/gdsfs/internal/devices"
 )
 

@@ -9,8 +9,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gdsfs/gdsfs/daemon/config"
 	"github.com/gdsfs/gdsfs/gpu"
-	"github.com/gdsfs/gdsfs/internal/config"
 	"github.com/gdsfs/gdsfs/staging"
 )
 

@@ -14,8 +14,8 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"github.com/gdsfs/gdsfs/daemon/config"
 	"github.com/gdsfs/gdsfs/gpu"
-	"github.com/gdsfs/gdsfs/internal/config"
 	"github.com/gdsfs/gdsfs/internal/devices"
 )
 

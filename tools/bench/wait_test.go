@@ -14,7 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gdsfs/gdsfs/internal/control/controltest"
+	"github.com/gdsfs/gdsfs/internal/testkit/controltest"
 )
 
 // fakeNotifyEnv makes the test binary a fake daemon: it says READY=1 on

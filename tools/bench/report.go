@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gdsfs/gdsfs/internal/config"
+	"github.com/gdsfs/gdsfs/daemon/config"
 )
 
 // Status words of a Check. PASS and "not measured here: WHY" leave the

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/gdsfs/gdsfs/client"
-	"github.com/gdsfs/gdsfs/internal/config"
+	"github.com/gdsfs/gdsfs/daemon/config"
 	"github.com/gdsfs/gdsfs/internal/units"
 )
 

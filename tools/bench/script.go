@@ -9,8 +9,8 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/gdsfs/gdsfs/daemon/config"
 	"github.com/gdsfs/gdsfs/gpu"
-	"github.com/gdsfs/gdsfs/internal/config"
 	"github.com/gdsfs/gdsfs/internal/devices"
 	"github.com/gdsfs/gdsfs/scripts"
 )

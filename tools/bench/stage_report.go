@@ -11,8 +11,8 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/gdsfs/gdsfs/daemon/config"
 	"github.com/gdsfs/gdsfs/gpu"
-	"github.com/gdsfs/gdsfs/internal/config"
 )
 
 // ioSettings is the io section as "key=value ..." (whatever its types are).

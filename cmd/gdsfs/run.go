@@ -33,7 +33,7 @@ can be made and is the caller's alone (else a new one under $TMPDIR).
 See docs/run.md.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
-				return usageError{fmt.Errorf("%s: want COMMAND [ARGS...]", cmd.CommandPath())}
+				return usageError{Err: fmt.Errorf("%s: want COMMAND [ARGS...]", cmd.CommandPath())}
 			}
 			return nil
 		},

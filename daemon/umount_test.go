@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"fmt"
@@ -37,7 +37,7 @@ func TestUmountIfDeadLeavesLiveMount(t *testing.T) {
 	}
 	t.Cleanup(func() { srv.Unmount(); srv.Wait() })
 	var out strings.Builder
-	done, err := unmountIfDead(mnt, &out)
+	done, err := UnmountIfDead(mnt, &out)
 	if err != nil || done {
 		t.Fatalf("unmountIfDead on a live mount: unmounted %v, %v", done, err)
 	}
@@ -70,7 +70,7 @@ func TestUmountIfDeadClearsDeadMount(t *testing.T) {
 		}
 	})
 	var out strings.Builder
-	done, err := unmountIfDead(mnt, &out)
+	done, err := UnmountIfDead(mnt, &out)
 	if err != nil || !done {
 		t.Fatalf("unmountIfDead on a dead mount: unmounted %v, %v (%s)", done, err, out.String())
 	}
@@ -82,7 +82,7 @@ func TestUmountIfDeadClearsDeadMount(t *testing.T) {
 // TestUmountIfDeadNothingMounted: no mount, nothing done, no error.
 func TestUmountIfDeadNothingMounted(t *testing.T) {
 	var out strings.Builder
-	if done, err := unmountIfDead(t.TempDir(), &out); done || err != nil {
+	if done, err := UnmountIfDead(t.TempDir(), &out); done || err != nil {
 		t.Fatalf("unmountIfDead on a plain directory: %v, %v", done, err)
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"bytes"
@@ -260,7 +260,7 @@ func orDash(s string) string {
 // binary's versions.
 func (d *daemon) versionText() string {
 	var b strings.Builder
-	b.WriteString(versionText())
+	b.WriteString(VersionText())
 	for _, dev := range d.devs {
 		fmt.Fprintf(&b, "device %s (%s)\n", dev.Name(), dev.Kind())
 	}

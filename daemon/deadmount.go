@@ -1,8 +1,9 @@
-package main
+package daemon
 
 import (
 	"errors"
 	"fmt"
+	"io"
 	"path/filepath"
 	"strings"
 
@@ -52,7 +53,7 @@ func clearDeadMount(mnt string, log *zap.Logger) error {
 		return nil // nothing there, or alive: CheckPaths says it is busy
 	}
 	if fstype != "fuse.gdsfs" {
-		return usageError{fmt.Errorf("MOUNTPOINT %s: a dead %s mount (transport endpoint is not connected); clear it with: umount -l %s", mnt, fstype, abs)}
+		return UsageError{fmt.Errorf("MOUNTPOINT %s: a dead %s mount (transport endpoint is not connected); clear it with: umount -l %s", mnt, fstype, abs)}
 	}
 	busy, err := unmountDead(abs)
 	switch {
@@ -66,4 +67,31 @@ func clearDeadMount(mnt string, log *zap.Logger) error {
 			zap.String("mountpoint", abs))
 	}
 	return nil
+}
+
+// UnmountIfDead unmounts the gdsfs mount on mnt (absolute) if its daemon
+// is gone (mountAt), and says on w what it did.
+func UnmountIfDead(mnt string, w io.Writer) (unmounted bool, err error) {
+	fstype, mounted, dead := mountAt(mnt)
+	switch {
+	case !mounted:
+		fmt.Fprintf(w, "gdsfs: %s: not a mount point; nothing to do\n", mnt)
+		return false, nil
+	case fstype != "fuse.gdsfs":
+		fmt.Fprintf(w, "gdsfs: %s: a %s mount, not gdsfs; left alone\n", mnt, fstype)
+		return false, nil
+	case !dead:
+		fmt.Fprintf(w, "gdsfs: %s: served by a live daemon; left alone\n", mnt)
+		return false, nil
+	}
+	busy, err := unmountDead(mnt)
+	switch {
+	case err != nil:
+		return false, fmt.Errorf("%s: a dead gdsfs mount that cannot be unmounted: %w", mnt, err)
+	case busy != nil:
+		fmt.Fprintf(w, "gdsfs: %s: a dead gdsfs mount (its daemon is gone), busy: detached it lazily\n", mnt)
+	default:
+		fmt.Fprintf(w, "gdsfs: %s: a dead gdsfs mount (its daemon is gone): unmounted it\n", mnt)
+	}
+	return true, nil
 }

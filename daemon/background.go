@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"errors"
@@ -26,19 +26,19 @@ func inBackground() bool { return os.Getenv(readyFDEnv) != "" }
 // a new session, working directory /, stdin and stdout /dev/null, stderr
 // shared until log.file takes over. It returns once the daemon reports: nil
 // when the mount is served, else the daemon's error with its exit status.
-func (r mountRequest) background() error {
+func (r Request) background() error {
 	exe, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("--daemon: find this binary: %w", err)
 	}
 	args := []string{"mount"}
-	if r.config != "" {
-		args = append(args, "--config", absPath(r.config))
+	if r.Config != "" {
+		args = append(args, "--config", absPath(r.Config))
 	}
-	for _, s := range r.sets {
+	for _, s := range r.Sets {
 		args = append(args, "--set", s)
 	}
-	args = append(args, "--", absPath(r.source), absPath(r.mountpoint))
+	args = append(args, "--", absPath(r.Source), absPath(r.Mountpoint))
 	pr, pw, err := os.Pipe()
 	if err != nil {
 		return fmt.Errorf("--daemon: %w", err)
@@ -62,9 +62,9 @@ func (r mountRequest) background() error {
 	werr := cmd.Wait()
 	code, text, ok := strings.Cut(string(msg), " ")
 	if n, err := strconv.Atoi(code); ok && err == nil {
-		return reportedError{error: errors.New(text), code: n, printed: false}
+		return ReportedError{Err: errors.New(text), Code: n, Printed: false}
 	}
-	return fmt.Errorf("the daemon exited before mounting %s (%v)", r.mountpoint, werr)
+	return fmt.Errorf("the daemon exited before mounting %s (%v)", r.Mountpoint, werr)
 }
 
 // readyPipe is the detached daemon's end of the report; nil in the
@@ -117,16 +117,8 @@ func (p *readyPipe) fail(err error) error {
 	if p == nil {
 		return err
 	}
-	code := exitCode(err)
+	code := ExitCode(err)
 	fmt.Fprintf(p.f, "%d %v", code, err)
 	p.f.Close()
-	return reportedError{error: err, code: code, printed: true}
-}
-
-// reportedError carries an exit status; printed errors are not printed
-// again.
-type reportedError struct {
-	error
-	code    int
-	printed bool
+	return ReportedError{Err: err, Code: code, Printed: true}
 }

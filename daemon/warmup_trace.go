@@ -1,7 +1,6 @@
-package main
+package daemon
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,25 +12,16 @@ import (
 	"github.com/gdsfs/gdsfs/internal/readahead"
 )
 
-// `gdsfs warmup --trace FILE [MOUNTPOINT]`: a recorded trace staged in its
-// order through the mount's .gdsfs/replay.
-
-func traceArgs(args []string) error {
-	if len(args) > 1 {
-		return usageError{errors.New("warmup --trace FILE: at most one MOUNTPOINT")}
-	}
-	return nil
-}
-
-// warmupTrace writes the paths of the trace in file to the mount's
+// WarmupTrace writes the paths of the trace in file to the mount's
 // .gdsfs/replay, one write each (a path the caller may not read fails
-// alone), then with wait waits for them as warmup --wait does.
-func warmupTrace(file string, args []string, wait bool, timeout time.Duration) error {
+// alone), then with wait waits for them as Warmup does. The mount is
+// mountpoint, else ("") the trace's "# mount:".
+func WarmupTrace(file, mountpoint string, wait bool, timeout time.Duration) error {
 	t, err := readahead.ReadTraceFile(file)
 	if err != nil {
-		return usageError{fmt.Errorf("warmup --trace: %w", err)}
+		return UsageError{fmt.Errorf("warmup --trace: %w", err)}
 	}
-	mnt, err := traceMount(file, t, args)
+	mnt, err := traceMount(file, t, mountpoint)
 	if err != nil {
 		return err
 	}
@@ -55,17 +45,17 @@ func warmupTrace(file string, args []string, wait bool, timeout time.Duration) e
 
 // traceMount is MOUNTPOINT, else the trace's "# mount:"; it must be a
 // gdsfs mount point.
-func traceMount(file string, t *readahead.Trace, args []string) (string, error) {
+func traceMount(file string, t *readahead.Trace, mountpoint string) (string, error) {
 	mnt := t.Mount
-	if len(args) == 1 {
-		mnt = args[0]
+	if mountpoint != "" {
+		mnt = mountpoint
 	}
 	if mnt == "" {
-		return "", usageError{fmt.Errorf("warmup --trace: %s names no mount (no \"# mount:\" line); give MOUNTPOINT", file)}
+		return "", UsageError{fmt.Errorf("warmup --trace: %s names no mount (no \"# mount:\" line); give MOUNTPOINT", file)}
 	}
 	root, rel, err := mountinfo.Root(mnt)
 	if err != nil || rel != "." {
-		return "", usageError{fmt.Errorf("warmup --trace: %s is not a gdsfs mount point (the trace %s was recorded on %q)", mnt, file, t.Mount)}
+		return "", UsageError{fmt.Errorf("warmup --trace: %s is not a gdsfs mount point (the trace %s was recorded on %q)", mnt, file, t.Mount)}
 	}
 	return root, nil
 }

@@ -1,17 +1,19 @@
 package daemon
 
 import (
-	"bufio"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/gdsfs/gdsfs/proto"
 )
 
 // checkReplicas checks, after waitStaged, that every file has a
 // resident replica on every device devs names (none: nothing to check),
-// from each mount's .gdsfs/cache.
+// from each mount's .gdsfs/cache.json.
 func checkReplicas(files []warmFile, devs []string) error {
 	if len(devs) == 0 {
 		return nil
@@ -74,24 +76,23 @@ func deviceNames(mnt string, devs []string) ([]string, error) {
 	return out, nil
 }
 
-// residentReplicas reads the mount's .gdsfs/cache: path and device of
-// every resident replica, as "path\x00device".
+// residentReplicas reads the mount's .gdsfs/cache.json: path and device
+// of every resident replica, as "path\x00device".
 func residentReplicas(mnt string) (map[string]bool, error) {
-	f, err := os.Open(filepath.Join(mnt, ".gdsfs", "cache"))
+	name := filepath.Join(mnt, ".gdsfs", "cache.json")
+	b, err := os.ReadFile(name)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	out := map[string]bool{}
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		// path size state load_path load_gbps leases device note
-		fields := strings.Split(sc.Text(), "\t")
-		if len(fields) < 7 || strings.HasPrefix(fields[0], "#") || fields[2] != "resident" {
-			continue
-		}
-		out[fields[0]+"\x00"+strings.ToLower(fields[6])] = true
+	var l cacheListing
+	if err := json.Unmarshal(b, &l); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	return out, sc.Err()
+	out := map[string]bool{}
+	for _, e := range l.Entries {
+		if e.State == proto.StateResident {
+			out[e.Path+"\x00"+strings.ToLower(e.Device)] = true
+		}
+	}
+	return out, nil
 }

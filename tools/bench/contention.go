@@ -37,20 +37,11 @@ type ContentionOptions struct {
 	Report    string
 }
 
-// ContentionDoc is the long help of `gdsfs bench contention`.
-const ContentionDoc = `Mounts DIR/files with staging.capacity=--capacity and runs --consumers
-processes at once, each leasing --files files of --file-size one at a time in
-its own random order, reading every lease back and checking its SHA-256
-against the file's. Reports acquires that succeeded and failed (by errno),
-wrong bytes, leases_active once the consumers are gone, and the daemon's
-resident memory and open descriptors before (after a warm-up round, every
-consumer leasing one file at once, so what the daemon makes on first use at
-that concurrency is there; cache emptied) and after (cache emptied again),
-with the kinds of descriptors that grew. Targets: every acquire succeeds,
-no wrong bytes, leases_active back to 0, descriptors back to where they
-were, resident memory within 10% + 16 MiB of it. Needs root (it mounts).
+//go:embed contention.md
+var contentionHelp string
 
-` + VerdictRule
+// ContentionDoc is the long help of `gdsfs bench contention`: contention.md and the exit-status rule.
+var ContentionDoc = contentionHelp + "\n" + VerdictRule
 
 // Validate checks the options.
 func (o ContentionOptions) Validate() error {

@@ -32,23 +32,11 @@ type LeaseOptions struct {
 	Report string
 }
 
-// LeaseDoc is the long help of `gdsfs bench lease`.
-const LeaseDoc = `Mounts DIR/files (self-exec), stages one file of each --sizes, then times,
-as medians of --runs (repeat) and --first (first) samples, for the Go client
-and the Python client (gdsfs package, python/ beside the binary's directory):
-- first lease: the first lease of the file in a process whose CUDA context
-  is already up (a lease of another small file came first), one fresh
-  process per sample;
-- repeat lease: acquire to a usable pointer again in the same process, and
-  the release (close) after it; the client's fast path when it has one;
-- Python gdsfs.load to a tensor a kernel has read (where torch answers);
-- the floor: the raw primitive a lease is built on, measured alongside:
-  export the region's descriptors in this process, send them to another
-  process that imports and maps them (CUDA driver API through ctypes; on the
-  host backend, mmap of the memfds) and says so.
-Targets (GPU): repeat <= 0.3 ms, first <= 1 ms. Needs root (it mounts).
+//go:embed lease.md
+var leaseHelp string
 
-` + VerdictRule
+// LeaseDoc is the long help of `gdsfs bench lease`: lease.md and the exit-status rule.
+var LeaseDoc = leaseHelp + "\n" + VerdictRule
 
 // Validate checks the options.
 func (o LeaseOptions) Validate() error {

@@ -34,24 +34,11 @@ type LoaderOptions struct {
 	Report    string
 }
 
-// LoaderDoc is the long help of `gdsfs bench loader`.
-const LoaderDoc = `A torch DataLoader epoch over resident files, in one run (python3 with torch):
-- --shards files of --shard-size and --files files of --file-size, staged
-  before the clock starts; each item is leased (gdsfs.torch.LeasedFiles,
-  which leases ahead, where the client has it; else gdsfs.load per item) and
-  read by a kernel (a sum); against the same epoch reading each file with
-  read() through the mount (DataLoader with --workers workers) then copying
-  it to the device and summing it. The sums of both must agree.
-  --epochs epochs each; the first (first leases in the process) and the best
-  are reported. Targets (GPU): 30 GB/s over 32 MiB shards, 10 GB/s over
-  1 MiB files.
-- gdsfs.load of a --big file that is page-cache warm but not resident (it
-  is evicted before each run), against the pinned host-to-device copy of
-  as many bytes, in the same process. Target (GPU): at least 0.85 of it.
-Files live in DIR/files (kept; the big file is the one 'bench stage --dir
-DIR/files' makes). Needs root (it mounts).
+//go:embed loader.md
+var loaderHelp string
 
-` + VerdictRule
+// LoaderDoc is the long help of `gdsfs bench loader`: loader.md and the exit-status rule.
+var LoaderDoc = loaderHelp + "\n" + VerdictRule
 
 // Validate checks the options.
 func (o LoaderOptions) Validate() error {

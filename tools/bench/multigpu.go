@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	_ "embed"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -33,31 +34,11 @@ type MultiGPUOptions struct {
 	Report    string
 }
 
-// MultiGPUDoc is the long help of `gdsfs bench multigpu`.
-const MultiGPUDoc = `Measures staging onto two devices (staging.gpus, default [0,1]; on the
-host backend staging.host_devices=2) in one run. Baselines: each GPU's
-pinned host-to-device copy rate, both at once, the peer copy rate each way
-(cuMemcpyPeerAsync), and the host memory bandwidth (memcpy, one thread per
-CPU). Then, with two files of --size in --dir (the page cache holds them):
-the first file staged onto one GPU, onto both one after the other
-(peer_copy off: read from SOURCE twice), onto both with split ingest (read
-once, a share per GPU, the rest exchanged device to device), and onto one
-then copied to the other; the two files staged onto the two GPUs at once.
-Targets: split ingest <= 0.6 x the time of staging twice; two files at once
->= 1.6 x one GPU's staging rate, or the host memory bandwidth if lower
-(GPU only: the host backend reports n/a).
+//go:embed multigpu.md
+var multiGPUHelp string
 
-With consumers (root: it mounts DIR with this binary), the first file is
-warmed up on every device (gdsfs warmup --gpus all) and consumers lease it:
-one process per device (CUDA_VISIBLE_DEVICES one each; GDSFS_DEVICE=hostN
-on the host backend) and one process naming both devices; each lease must
-be on the device asked, mapped there (local), with the file's SHA-256. A
-consumer holding a lease on each device is killed: only its device's lease
-ends. The first device's replica is evicted (.gdsfs/evict PATH<TAB>gpus=N)
-while the other is held: a new consumer on the other device is served from
-its replica without a new load. A failed consumer check is an error.
-
-` + VerdictRule
+// MultiGPUDoc is the long help of `gdsfs bench multigpu`: multigpu.md and the exit-status rule.
+var MultiGPUDoc = multiGPUHelp + "\n" + VerdictRule
 
 // Validate checks the options.
 func (o MultiGPUOptions) Validate() error {

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"os"
@@ -33,28 +34,11 @@ type StageOptions struct {
 	Kvik   KvikOptions
 }
 
-// StageDoc is the long help of `gdsfs bench stage`.
-const StageDoc = `Stages one file through the configured device with gdsfs's defaults, and
-through each load path (POSIX and cuFile), with the page cache warm and, with
---cold, dropped before every run (root). In the same run it measures the
-baselines: the pinned host-to-device copy rate, the disk's O_DIRECT read rate
-(16 MiB reads), with --peers the Python peers (a plain read then .cuda(),
-torch.from_file, pinned readinto, torch.cuda.gds), and with --kvikio the
-KvikIO reader (../shared/peers/kvikio/build.sh makes it on the GPU machine)
-over a small sweep (compat mode on; --kvikio-threads x --kvikio-tasks, each
-the best of --kvikio-runs). --rounds N repeats the copy, gdsfs's defaults
-and the sweep N times in turn, so drift hits all of them; the best of each is
-compared. Targets: gdsfs's defaults >= 1.1 x KvikIO's best and >= 0.9 x the
-pinned host-to-device copy (GPU only), >= 1.3 x the best Python peer
-(--peers), and cold >= 0.9 x the disk's O_DIRECT rate (--cold, no --quick).
---set takes config.yaml keys (io.num_threads=16, staging.device=host, ...).
+//go:embed stage.md
+var stageHelp string
 
-Every row is a case: one that could not run (gdsfs's own staging above
-all) fails the run. With staging.device=host the cuFile row, the KvikIO
-sweep, the peers and the GPU targets are not measured here; on the host
-backend without staging.device=host (no GPU found) they fail.
-
-` + VerdictRule
+// StageDoc is the long help of `gdsfs bench stage`: stage.md and the exit-status rule.
+var StageDoc = stageHelp + "\n" + VerdictRule
 
 // Validate checks the options.
 func (o StageOptions) Validate() error {

@@ -23,8 +23,9 @@
 //   - MultiGPU (bench multigpu): two devices: H2D, peer copy and memcpy
 //     baselines, split ingest vs staging twice, two files at once vs one,
 //     and consumers per device through a mount (multigpu.py).
-//   - Script (bench autoload, bench readahead): the H200 scripts of issues
-//     14 and 10, embedded by package scripts.
+//   - Script (bench autoload, bench readahead): the GPU scripts
+//     scripts/autoload-gpu.py and scripts/readahead-gpu.py, embedded by
+//     package scripts.
 //
 // The Python helpers are files beside this one, embedded and written out
 // when run; they use only the public client API (gdsfs.open, load, stat,

@@ -6,7 +6,7 @@ import (
 	"strings"
 )
 
-// Lease targets (issue 13), milliseconds, and the samples they need.
+// Lease targets, milliseconds, and the samples they need.
 const (
 	repeatTargetMS = 0.3
 	firstTargetMS  = 1.0

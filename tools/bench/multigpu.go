@@ -238,7 +238,7 @@ func rowNamed(rows []mgRow, name string) mgRow {
 	return mgRow{Name: name, Why: "not measured"}
 }
 
-// multiGPUChecks are the targets from the figures of this run.
+// multiGPUChecks are the benchmark's targets, from the figures of this run.
 func multiGPUChecks(res *multiGPUResult) []Check {
 	const goalSplit = "split ingest onto both <= 0.6 x staging twice (time)"
 	const goalPair = "two files at once >= min(1.6 x one GPU, host memcpy)"

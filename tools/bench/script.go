@@ -16,7 +16,8 @@ import (
 )
 
 // ScriptOptions are the flags of `gdsfs bench autoload` and `gdsfs bench
-// readahead`, which run the H200 scripts of issues 14 and 10.
+// readahead`, which run scripts/autoload-gpu.py and
+// scripts/readahead-gpu.py.
 type ScriptOptions struct {
 	Name   string // autoload or readahead
 	Script string // "" runs the embedded copy
@@ -35,7 +36,7 @@ type benchScript struct {
 
 var benchScripts = map[string]benchScript{
 	"autoload": {file: "autoload-gpu.py", body: scripts.Autoload,
-		short: "Unmodified loaders plain vs under `gdsfs run` (issue 14): scripts/autoload-gpu.py",
+		short: "Unmodified loaders plain vs under `gdsfs run`: scripts/autoload-gpu.py",
 		doc: `Runs scripts/autoload-gpu.py (embedded in this binary, or --script) with
 --bin set to this binary: safetensors load_file, torch.load and transformers
 from_pretrained plain from SOURCE, plain through the mount and under
@@ -54,13 +55,9 @@ is reported "not measured"; a measured target that fails, one not checked
 served calls in which a call fell back make the exit status 1.
 Flags after -- go to the script (--size-gib, --repeat, --cases REGEX: only
 the cases it names, --work). Needs root, a GPU, torch, safetensors and
-transformers. Measured on an H200 (2026-12-01, README "Unmodified
-loaders", one run, every target passed): load_file resident 85x plain,
-not staged 10.7x (page cache warm) and 1.19x (dropped); plain through the
-mount 1.046 of SOURCE warm and 1.02 cold for load_file, 0.989 for
-from_pretrained (0.89-1.14 on other starts: single rounds vary by 10%).`},
+transformers.`},
 	"readahead": {file: "readahead-gpu.py", body: scripts.Readahead,
-		short: "Read-ahead across files off / on / trace replay (issue 10): scripts/readahead-gpu.py",
+		short: "Read-ahead across files off / on / trace replay: scripts/readahead-gpu.py",
 		doc: `Runs scripts/readahead-gpu.py (embedded in this binary, or --script) with --bin
 set to this binary: a DataLoader over leased shards with nothing resident
 and the page cache dropped, read-ahead off, on and replaying a recorded

@@ -126,10 +126,9 @@ func TestMbWaitMountedEnds(t *testing.T) {
 
 // stageAll writes .gdsfs/prefetch one line at a time and asks again for a
 // line refused with EAGAIN (the queue is full). The refused write must
-// come back: opened with os.OpenFile it waited forever in Go's poller, and
-// `gdsfs bench loader` hung on the GPU machine once its 1,088 files filled
-// the queue. On the old code this test does not return (the test binary's
-// -timeout fails it) after the flags check below fails.
+// come back: a control file opened with os.OpenFile waits forever in
+// Go's poller, and a benchmark staging more files than the queue holds
+// would hang.
 func TestMbControlFileSeesEAGAIN(t *testing.T) {
 	mnt := t.TempDir()
 	ctl := filepath.Join(mnt, ".gdsfs")

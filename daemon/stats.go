@@ -2,148 +2,141 @@ package daemon
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"os"
-	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
-	"time"
 
+	"github.com/gdsfs/gdsfs/fs"
 	"github.com/gdsfs/gdsfs/internal/devices"
-	"github.com/gdsfs/gdsfs/internal/mountinfo"
 	"github.com/gdsfs/gdsfs/staging"
 )
 
-// Stats is MOUNT/.gdsfs/stats (asJSON: stats.json) of the gdsfs mount
-// holding path, which may be the mount point or any path under it.
-func Stats(path string, asJSON bool) ([]byte, error) {
-	mnt, err := statsMount(path)
-	if err != nil {
-		return nil, err
-	}
-	name := "stats"
-	if asJSON {
-		name = "stats.json"
-	}
-	data, err := os.ReadFile(filepath.Join(mnt, ".gdsfs", name))
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", mnt, err)
-	}
-	return data, nil
-}
-
-// statsMount is the root of the gdsfs mount holding path.
-func statsMount(path string) (string, error) {
-	mnt, _, err := mountinfo.Root(path)
-	if err != nil {
-		return "", fmt.Errorf("%s: not a gdsfs mount, nor a path under one", path)
-	}
-	return mnt, nil
-}
-
-// readStatsJSON reads MOUNT/.gdsfs/stats.json.
-func readStatsJSON(mnt string) (map[string]any, error) {
-	b, err := os.ReadFile(filepath.Join(mnt, ".gdsfs", "stats.json"))
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", mnt, err)
-	}
-	var m map[string]any
-	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, fmt.Errorf("%s/.gdsfs/stats.json: %w", mnt, err)
-	}
-	return m, nil
-}
-
-// WatchStats prints to w a line of rates every interval, from the
-// stats.json of the gdsfs mount holding path: count lines (0: until ctx
-// ends), a header every 20.
-func WatchStats(ctx context.Context, w io.Writer, path string, interval time.Duration, count int) error {
-	if interval <= 0 {
-		return UsageError{fmt.Errorf("--interval %s: want a positive duration", interval)}
-	}
-	mnt, err := statsMount(path)
-	if err != nil {
-		return err
-	}
-	prev, err := readStatsJSON(mnt)
-	if err != nil {
-		return err
-	}
-	last := time.Now()
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
-	for n := 0; count == 0 || n < count; n++ {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-tick.C:
-		}
-		cur, err := readStatsJSON(mnt)
-		if err != nil {
-			return err
-		}
-		now := time.Now()
-		if n%20 == 0 {
-			fmt.Fprintln(w, watchHeader)
-		}
-		fmt.Fprintln(w, rateLine(prev, cur, now.Sub(last), now))
-		prev, last = cur, now
-	}
-	return nil
-}
-
-// watchColumns are the --watch columns: a rate of a counter, or a gauge.
-var watchColumns = []struct {
-	head string
-	keys []string // summed
-	rate bool
-	unit float64 // divisor
+// sections orders the human stats; keys not listed go under [other].
+var sections = []struct {
+	name string
+	keys []string
 }{
-	{"opens/s", []string{"opens"}, true, 1},
-	{"hits/s", []string{"hits"}, true, 1},
-	{"misses/s", []string{"misses"}, true, 1},
-	{"posix_MB/s", []string{"bytes_posix"}, true, 1e6},
-	{"cufile_MB/s", []string{"bytes_cufile"}, true, 1e6},
-	{"host_MB/s", []string{"bytes_host"}, true, 1e6},
-	{"leases/s", []string{"leases_total"}, true, 1},
-	{"evict/s", []string{"evictions"}, true, 1},
-	{"errors/s", []string{"load_errors"}, true, 1},
-	{"resident_MB", []string{"resident_bytes"}, false, 1e6},
-	{"leases", []string{"leases_active"}, false, 1},
+	{"fuse", []string{"opens", "reads_served", "bytes_served", "passthrough", "passthrough_reason",
+		"open_files", "max_open_per_uid", "opens_refused", "replaced_not_kept"}},
+	{"staging", []string{"device", "staged_files", "loading_files", "failed_files", "resident_bytes", "used_bytes",
+		"capacity_bytes", "prefetches", "prefetch_dropped", "hits", "misses", "shared_loads", "split_loads", "evictions",
+		"invalidations", "load_errors", "too_large", "no_space", "free_errors", "change_detection", "change_events",
+		"racy_waits", "load_retries", "room_waits", "room_waiting", "deferred_opens", "readers_open", "yielded_to_readers", "mapped_read_waits",
+		"descriptors_used", "descriptor_budget", "descriptor_reserve"}},
+	{"io", []string{"bytes_cufile", "bytes_posix", "bytes_host", "bytes_peer", "cufile_mode", "cufile_fallbacks", "cufile_last_error",
+		"io_threads", "io_bounce_bytes"}},
+	{"readahead", []string{"readahead_issued", "readahead_hits", "readahead_wasted_bytes", "readahead_cancelled",
+		"readahead_declined", "readahead_dropped", "replay_pending", "replay_skipped"}},
+	{"leases", []string{"leases_active", "leases_total", "leases_pinned", "lease_denied", "lease_held_bytes",
+		"lease_held_files", "lease_holding_connections", "ipc_connections", "ipc_open_connections", "ipc_requests",
+		"ipc_bad_requests", "ipc_accept_errors", "ipc_timeouts", "ipc_refused", "autoload_fallbacks",
+		"autoload_fallback_reasons"}},
 }
 
-var watchHeader = func() string {
-	heads := []string{fmt.Sprintf("%-8s", "time")}
-	for _, c := range watchColumns {
-		heads = append(heads, fmt.Sprintf("%11s", c.head))
+// stats merges the counters of every part into one flat object.
+func (d *daemon) stats(srv *fs.Server) map[string]any {
+	m := map[string]any{}
+	merge := func(v any) {
+		b, _ := json.Marshal(v)
+		json.Unmarshal(b, &m)
 	}
-	return strings.Join(heads, " ")
-}()
+	cs := d.cache.Stats()
+	merge(cs)
+	merge(d.ipc.Stats())
+	f := srv.Stats()
+	m["opens"] = f.Opens
+	m["reads_served"] = f.ReadsServed
+	m["bytes_served"] = f.BytesServed
+	m["passthrough"] = f.Passthrough
+	m["passthrough_reason"] = f.PassthroughWhy
+	m["open_files"] = f.OpenFiles
+	m["max_open_per_uid"] = f.OpenPerUID
+	m["opens_refused"] = f.OpensRefused
+	m["replaced_not_kept"] = f.NotKept
+	m["cufile_mode"] = cufileMode(d.devs)
+	m["cufile"] = d.cufileStats(cs.Devices)
+	m["device"] = strings.Join(d.cache.Devices(), ",")
+	return m
+}
 
-// rateLine is one --watch line: counters as rates over elapsed, gauges as
-// they are in cur.
-func rateLine(prev, cur map[string]any, elapsed time.Duration, now time.Time) string {
-	cols := []string{now.Format("15:04:05")}
-	sum := func(m map[string]any, keys []string) float64 {
-		t := 0.0
-		for _, k := range keys {
-			if f, ok := m[k].(float64); ok {
-				t += f
+func statsJSON(m map[string]any) []byte {
+	b, _ := json.MarshalIndent(m, "", "  ")
+	return append(b, '\n')
+}
+
+func formatStats(m map[string]any) []byte {
+	var b bytes.Buffer
+	seen := map[string]bool{}
+	line := func(k string) {
+		v := m[k]
+		if f, ok := v.(float64); ok && f == float64(int64(f)) {
+			v = int64(f)
+		}
+		if s, ok := v.(string); ok && s == "" {
+			v = "-"
+		}
+		if mv, ok := v.(map[string]any); ok {
+			v = formatMap(mv)
+		}
+		fmt.Fprintf(&b, "%s %v\n", k, v)
+		seen[k] = true
+	}
+	for i, s := range sections {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		fmt.Fprintf(&b, "[%s]\n", s.name)
+		for _, k := range s.keys {
+			if _, ok := m[k]; ok {
+				line(k)
 			}
 		}
-		return t
 	}
-	for _, c := range watchColumns {
-		v := sum(cur, c.keys)
-		if c.rate {
-			v = (v - sum(prev, c.keys)) / elapsed.Seconds()
+	if writeDevices(&b, m["devices"]) {
+		seen["devices"] = true
+	}
+	if writeCuFile(&b, m["cufile"]) {
+		seen["cufile"] = true
+	}
+	var rest []string
+	for k := range m {
+		if !seen[k] {
+			rest = append(rest, k)
 		}
-		cols = append(cols, fmt.Sprintf("%11.1f", v/c.unit))
 	}
-	return strings.Join(cols, " ")
+	if len(rest) > 0 {
+		sort.Strings(rest)
+		b.WriteString("\n[other]\n")
+		for _, k := range rest {
+			line(k)
+		}
+	}
+	return b.Bytes()
+}
+
+// writeDevices prints stats.json's devices as a [devices] section: one
+// line per device, its name then its counters. false: none.
+func writeDevices(b *bytes.Buffer, v any) bool {
+	devs, ok := v.([]any)
+	if !ok {
+		return false
+	}
+	b.WriteString("\n[devices]\n")
+	for _, d := range devs {
+		if dm, ok := d.(map[string]any); ok {
+			name := dm["name"]
+			delete(dm, "name")
+			for k, x := range dm {
+				if f, ok := x.(float64); ok && f == float64(int64(f)) {
+					dm[k] = int64(f)
+				}
+			}
+			fmt.Fprintf(b, "%v %s\n", name, formatMap(dm))
+		}
+	}
+	return true
 }
 
 // cufileAttribution is the daemon's check of its cuFile attribution
@@ -192,4 +185,22 @@ func writeCuFile(b *bytes.Buffer, v any) bool {
 		}
 	}
 	return true
+}
+
+// formatMap prints a map of counts as "a=1,b=2" in key order ("-" when
+// empty).
+func formatMap(m map[string]any) string {
+	if len(m) == 0 {
+		return "-"
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s=%v", k, m[k])
+	}
+	return strings.Join(parts, ",")
 }

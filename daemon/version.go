@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/gdsfs/gdsfs"
+	"github.com/gdsfs/gdsfs/gpu/cuda"
 )
 
 // VersionText is what `gdsfs version` prints; the daemon's .gdsfs/version
@@ -33,4 +34,21 @@ func moduleVersion(path string) string {
 		}
 	}
 	return "unknown"
+}
+
+// versionText adds the devices, the CUDA driver and cuFile to the
+// binary's versions.
+func (d *daemon) versionText() string {
+	var b strings.Builder
+	b.WriteString(VersionText())
+	for _, dev := range d.devs {
+		fmt.Fprintf(&b, "device %s (%s)\n", dev.Name(), dev.Kind())
+	}
+	if d.devs[0].Kind() == "cuda" {
+		r := cuda.Check()
+		fmt.Fprintf(&b, "cuda-driver %s\n", r.DriverVersion)
+		fmt.Fprintf(&b, "cufile %s\n", r.CuFile.Version)
+	}
+	fmt.Fprintf(&b, "cufile-mode %s\n", cufileMode(d.devs))
+	return b.String()
 }

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"os"
@@ -29,6 +30,12 @@ type ScriptOptions struct {
 	Args   []string // passed to the script after the flags made here
 }
 
+//go:embed script_autoload.md
+var scriptAutoloadHelp string
+
+//go:embed script_readahead.md
+var scriptReadaheadHelp string
+
 type benchScript struct {
 	file, short, doc string
 	body             []byte
@@ -37,37 +44,10 @@ type benchScript struct {
 var benchScripts = map[string]benchScript{
 	"autoload": {file: "autoload-gpu.py", body: scripts.Autoload,
 		short: "Unmodified loaders plain vs under `gdsfs run`: scripts/autoload-gpu.py",
-		doc: `Runs scripts/autoload-gpu.py (embedded in this binary, or --script) with
---bin set to this binary: safetensors load_file, torch.load and transformers
-from_pretrained plain from SOURCE, plain through the mount and under
-'gdsfs run', resident and not yet staged, with checksums and logits compared
-and its targets (resident >= 20x plain, not slower not staged, mount >= 0.95
-SOURCE). It prints a JSON object and a markdown table. It measures loads into
-GPU memory: with --set staging.device=host it runs as its dry run (--dry-run:
-the same work directory, files, mount, warmup and unmount with a small
-torch.save file, its bytes through the mount checked; nothing timed; the CI
-tests under python/tests cover the autoloader there), unless --force runs it
-all; where no GPU is found and staging.device is not host it fails.
---quick: --size-gib 1 --repeat 1. --set KEY=VALUE goes to the script's
-mount too (io.direct_io=auto, say). A target whose cases --cases left out
-is reported "not measured"; a measured target that fails, one not checked
-(a cold case whose page cache could not be dropped) and a check of the
-served calls in which a call fell back make the exit status 1.
-Flags after -- go to the script (--size-gib, --repeat, --cases REGEX: only
-the cases it names, --work). Needs root, a GPU, torch, safetensors and
-transformers.`},
+		doc:   scriptAutoloadHelp},
 	"readahead": {file: "readahead-gpu.py", body: scripts.Readahead,
 		short: "Read-ahead across files off / on / trace replay: scripts/readahead-gpu.py",
-		doc: `Runs scripts/readahead-gpu.py (embedded in this binary, or --script) with --bin
-set to this binary: a DataLoader over leased shards with nothing resident
-and the page cache dropped, read-ahead off, on and replaying a recorded
-trace; epoch time, time to first batch, hit ratio, against the disk's cold
-read rate measured in the same run. With --set staging.device=host it runs
-as its dry run (--device host --no-drop --dry-run: targets reported, not
-enforced); where no GPU is found and staging.device is not host it fails.
---quick: --shards 64 --shard-mib 1. --set KEY=VALUE goes to the script's
-mounts too (under each mode's own keys). Flags after -- go to the script
-(--shards, --shard-mib, --workers, --io-threads, --work). Needs root and torch.`},
+		doc:   scriptReadaheadHelp},
 }
 
 // ScriptShort is the one-line help of `gdsfs bench NAME`.

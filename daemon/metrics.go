@@ -29,7 +29,7 @@ func (d *daemon) liveStats() map[string]any {
 	return d.stats(srv)
 }
 
-// loadEvent is the part of a staging.Event (PLAN.md: Rel, State,
+// loadEvent is the part of a staging.Event (Rel, State,
 // LoadPath, Bytes, Duration, Err) the histograms read.
 type loadEvent struct {
 	State    string // absent, loading, resident, failed

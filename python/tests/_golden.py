@@ -2,7 +2,7 @@
 proto/PROTOCOL.md), replayed by the Python client's tests: against a fake
 daemon (test_unit: the client's requests must be the transcript's) and
 against a real daemon (test_leases: its answers must match). The Go tests
-replay the same files with the same rules (internal/golden)."""
+replay the same files with the same rules (internal/testkit/golden)."""
 
 import errno as errno_mod
 import json
@@ -16,7 +16,7 @@ class golden:
     """The lease protocol's transcripts, replayed by the Python client's
     tests: against a fake daemon (the client's requests must be the
     transcript's) and against a real daemon (its answers must match). The
-    Go tests replay the same files (internal/golden has the same rules)."""
+    Go tests replay the same files (internal/testkit/golden has the same rules)."""
 
     DIR = os.path.join(REPO, "proto", "testdata")
 

@@ -5,8 +5,8 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unsafe"
 
+	"github.com/gdsfs/gdsfs/client/chunkmap"
 	"github.com/gdsfs/gdsfs/proto"
 )
 
@@ -108,30 +108,9 @@ func findDefaultDevice() string {
 			return "" // no device visible
 		}
 	}
-	name, err := firstCUDADevice()
+	name, err := chunkmap.FirstCUDADevice()
 	if err != nil {
 		return ""
 	}
 	return name
-}
-
-// firstCUDADevice is the UUID of this process's CUDA device 0.
-func firstCUDADevice() (string, error) {
-	cu.once.Do(func() { cu.lib, cu.err = openCU() })
-	if cu.err != nil {
-		return "", cu.err
-	}
-	l := cu.lib
-	var n, dev int32
-	if err := l.check("cuDeviceGetCount", l.deviceGetCount, uintptr(unsafe.Pointer(&n))); err != nil || n == 0 {
-		return "", err
-	}
-	var uuid [16]byte
-	if err := l.check("cuDeviceGet", l.deviceGet, uintptr(unsafe.Pointer(&dev)), 0); err != nil {
-		return "", err
-	}
-	if err := l.check("cuDeviceGetUuid", l.deviceGetUUID, uintptr(unsafe.Pointer(&uuid)), uintptr(dev)); err != nil {
-		return "", err
-	}
-	return formatUUID(uuid), nil
 }

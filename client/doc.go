@@ -20,5 +20,7 @@
 // polled).
 //
 // The package builds with CGO_ENABLED=0 and links neither the daemon
-// (staging, gpu) nor a logging library: only package proto and x/sys.
+// (staging, gpu) nor a logging library: only proto, client/chunkmap (the
+// mapping of chunks, which the gpu backends' tests use too), x/sys and
+// purego.
 package client

@@ -6,6 +6,7 @@ import (
 	"os"
 	"sync"
 
+	"github.com/gdsfs/gdsfs/client/chunkmap"
 	"github.com/gdsfs/gdsfs/proto"
 )
 
@@ -221,7 +222,7 @@ func Stat(path string) (proto.Response, error) {
 }
 
 // mapFiles maps a grant's descriptors and closes them.
-func mapFiles(g *proto.Grant, files []*os.File) (mapping, error) {
+func mapFiles(g *proto.Grant, files []*os.File) (chunkmap.Mapping, error) {
 	defer closeAll(files)
 	return mapGrant(g, files)
 }

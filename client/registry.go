@@ -7,6 +7,7 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/gdsfs/gdsfs/client/chunkmap"
 	"github.com/gdsfs/gdsfs/proto"
 )
 
@@ -16,7 +17,7 @@ type mapped struct {
 	key   string // location.key(); "" for a lease taken with Conn.Acquire
 	conn  *holder
 	g     proto.Grant
-	m     mapping
+	m     chunkmap.Mapping
 	users int           // Leases using m; guarded by reg
 	cache bool          // the daemon allowed keeping it after release
 	stale bool          // never handed out again

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/gdsfs/gdsfs/client/chunkmap"
 	"github.com/gdsfs/gdsfs/gpu"
 )
 
@@ -129,16 +130,16 @@ func exported(t *testing.T) (*Device, *Region, []byte, []*os.File) {
 
 func TestExportMapSameProcess(t *testing.T) {
 	d, r, data, files := exported(t)
-	m, err := Map(d.Name(), files, r.Chunks())
+	var total int64
+	for _, c := range r.Chunks() {
+		total += c
+	}
+	m, err := chunkmap.CUDA(d.Name(), files, r.Chunks(), total, false)
 	if err != nil {
 		t.Fatalf("Map: %v", err)
 	}
 	if m.Ptr() == 0 || m.Ptr() == r.DevicePtr() {
 		t.Errorf("mapping pointer %#x, region %#x", m.Ptr(), r.DevicePtr())
-	}
-	var total int64
-	for _, c := range r.Chunks() {
-		total += c
 	}
 	if m.Size() != total {
 		t.Errorf("mapping size %d, chunks hold %d", m.Size(), total)
@@ -152,7 +153,7 @@ func TestExportMapSameProcess(t *testing.T) {
 	if err := m.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
-	if _, err := Map("GPU-00000000-0000-0000-0000-000000000000", files, r.Chunks()); err == nil {
+	if _, err := chunkmap.CUDA("GPU-00000000-0000-0000-0000-000000000000", files, r.Chunks(), total, false); err == nil {
 		t.Error("Map on an unknown device succeeded")
 	}
 }
@@ -207,7 +208,7 @@ func TestHelperChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := Map(os.Getenv(envDevice), files, lens)
+	m, err := chunkmap.CUDA(os.Getenv(envDevice), files, lens, size, false)
 	if err != nil {
 		t.Fatalf("Map in child: %v", err)
 	}

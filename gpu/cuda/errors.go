@@ -134,6 +134,5 @@ func readError(ret int64, errno syscall.Errno, cuCode int) error {
 	return fmt.Errorf("cuFileRead: %w", syscall.Errno(code))
 }
 
-// errClosed is returned by methods of a closed Device, Region, handle or
-// Mapping.
+// errClosed is returned by methods of a closed Device, Region or handle.
 var errClosed = errors.New("cuda: use after close or free")

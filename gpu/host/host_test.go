@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gdsfs/gdsfs/client/chunkmap"
 	"github.com/gdsfs/gdsfs/gpu"
 )
 
@@ -73,7 +74,7 @@ func TestRegionRoundTrip(t *testing.T) {
 			f.Close()
 		}
 	}()
-	m, err := Map(files, r.Chunks(), r.Size())
+	m, err := chunkmap.Host(files, r.Chunks(), r.Size(), false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +94,7 @@ func TestRegionRoundTrip(t *testing.T) {
 	if _, err := unix.Pwrite(int(files[0].Fd()), []byte{1}, 0); !errors.Is(err, unix.EPERM) {
 		t.Fatalf("pwrite into a sealed chunk: %v, want EPERM", err)
 	}
-	if err := unix.Mprotect(m.mem[:4096], unix.PROT_READ|unix.PROT_WRITE); err == nil {
+	if err := unix.Mprotect(m.Bytes()[:4096], unix.PROT_READ|unix.PROT_WRITE); err == nil {
 		t.Fatal("consumer made its mapping of a sealed chunk writable")
 	}
 }
@@ -127,20 +128,6 @@ func TestCopyAndBounds(t *testing.T) {
 	}
 	if _, err := src.ReadAt(make([]byte, 10), 9995); err == nil {
 		t.Fatal("read past the end reported no error")
-	}
-}
-
-func TestMapRejectsBadInput(t *testing.T) {
-	d := Open(gpu.Options{})
-	r, _ := d.Alloc(100)
-	defer r.Free()
-	files, _ := r.Export()
-	defer files[0].Close()
-	if _, err := Map(files, []int64{1 << 30}, 100); err == nil {
-		t.Fatal("map accepted a chunk longer than its descriptor")
-	}
-	if _, err := Map(files, nil, 100); err == nil {
-		t.Fatal("map accepted a length count mismatch")
 	}
 }
 

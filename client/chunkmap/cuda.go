@@ -1,4 +1,4 @@
-package client
+package chunkmap
 
 import (
 	"errors"
@@ -13,12 +13,12 @@ import (
 	"github.com/ebitengine/purego"
 )
 
-// The consumer side of a GPU lease, over the CUDA driver API loaded at run
-// time (dlopen of libcuda.so.1 through purego: no cgo, no toolkit). It does
-// what gpu/cuda/mapping.go does in the daemon's tests: import each chunk
+// CUDA chunks, over the CUDA driver API loaded at run time (dlopen of
+// libcuda.so.1 through purego: no cgo, no toolkit): import each chunk
 // descriptor, reserve one address range, map the chunks back to back,
 // grant the device access, release the handles. Every call runs on a
-// locked OS thread with the device's primary context made current.
+// locked OS thread with the device's primary context made current (the
+// one torch and cupy use), retained for the life of the process.
 
 // CUDA driver constants (cuda.h).
 const (
@@ -171,6 +171,28 @@ func device(name string) (*cuLib, *cuDevice, error) {
 		name, n, seen, os.Getenv("CUDA_VISIBLE_DEVICES"))
 }
 
+// FirstCUDADevice is the name ("GPU-<uuid>") of this process's CUDA
+// device 0 (CUDA_VISIBLE_DEVICES applies); "" when there is none.
+func FirstCUDADevice() (string, error) {
+	cu.once.Do(func() { cu.lib, cu.err = openCU() })
+	if cu.err != nil {
+		return "", cu.err
+	}
+	l := cu.lib
+	var n, dev int32
+	if err := l.check("cuDeviceGetCount", l.deviceGetCount, uintptr(unsafe.Pointer(&n))); err != nil || n == 0 {
+		return "", err
+	}
+	var uuid [16]byte
+	if err := l.check("cuDeviceGet", l.deviceGet, uintptr(unsafe.Pointer(&dev)), 0); err != nil {
+		return "", err
+	}
+	if err := l.check("cuDeviceGetUuid", l.deviceGetUUID, uintptr(unsafe.Pointer(&uuid)), uintptr(dev)); err != nil {
+		return "", err
+	}
+	return formatUUID(uuid), nil
+}
+
 // formatUUID is nvidia-smi's form: GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx.
 func formatUUID(b [16]byte) string {
 	return fmt.Sprintf("GPU-%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
@@ -186,9 +208,9 @@ func (d *cuDevice) on(l *cuLib, fn func() error) error {
 	return fn()
 }
 
-// cudaMapping is a grant's chunks imported and mapped at one device
+// CUDAMapping is a file's chunks imported and mapped at one device
 // address.
-type cudaMapping struct {
+type CUDAMapping struct {
 	l        *cuLib
 	d        *cuDevice
 	base     uint64
@@ -206,15 +228,22 @@ type accessDesc struct {
 	locType, locID, flags int32
 }
 
-func mapCUDA(name string, files []*os.File, lens []int64, size int64, writable bool) (*cudaMapping, error) {
+var _ Mapping = (*CUDAMapping)(nil)
+
+// CUDA maps chunk descriptors exported from the device named name
+// ("GPU-<uuid>") contiguously; see Map. A read-only mapping the driver
+// refuses (some drivers do not grant read-only access to device memory)
+// is made read-write, and ReadOnly then says false.
+func CUDA(name string, files []*os.File, lens []int64, size int64, writable bool) (*CUDAMapping, error) {
+	total, err := check(files, lens, size)
+	if err != nil {
+		return nil, fmt.Errorf("map on %s: %w", name, err)
+	}
 	l, d, err := device(name)
 	if err != nil {
 		return nil, err
 	}
-	m := &cudaMapping{l: l, d: d, lens: append([]int64(nil), lens...), size: size, readOnly: !writable}
-	for _, n := range lens {
-		m.total += n
-	}
+	m := &CUDAMapping{l: l, d: d, lens: append([]int64(nil), lens...), total: total, size: size, readOnly: !writable}
 	if err := d.on(l, func() error { return m.build(files) }); err != nil {
 		return nil, fmt.Errorf("map %d chunks on %s: %w", len(files), name, err)
 	}
@@ -223,7 +252,7 @@ func mapCUDA(name string, files []*os.File, lens []int64, size int64, writable b
 
 // build imports, maps and opens each chunk; on failure it undoes all of
 // it. Handles are released once mapped: the mapping keeps the memory.
-func (m *cudaMapping) build(files []*os.File) error {
+func (m *CUDAMapping) build(files []*os.File) error {
 	l := m.l
 	handles := make([]uint64, 0, len(files))
 	defer func() {
@@ -256,7 +285,7 @@ func (m *cudaMapping) build(files []*os.File) error {
 // grant. A driver that refuses read-only access on device memory
 // (CUDA_ERROR_INVALID_VALUE or NOT_SUPPORTED) gets read-write, and
 // ReadOnly then says false.
-func (m *cudaMapping) mapAll(handles []uint64) (int, error) {
+func (m *CUDAMapping) mapAll(handles []uint64) (int, error) {
 	l := m.l
 	flags := int32(cuMemAccessProtReadWrite)
 	if m.readOnly {
@@ -281,13 +310,13 @@ func (m *cudaMapping) mapAll(handles []uint64) (int, error) {
 	return len(handles), nil
 }
 
-func (m *cudaMapping) setAccess(ptr uint64, n int64, flags int32) error {
+func (m *CUDAMapping) setAccess(ptr uint64, n int64, flags int32) error {
 	desc := &accessDesc{locType: cuMemLocationTypeDevice, locID: m.d.dev, flags: flags}
 	return m.l.check("cuMemSetAccess", m.l.memSetAccess, uintptr(ptr), uintptr(n), uintptr(unsafe.Pointer(desc)), 1)
 }
 
 // unmap unmaps the first mapped chunks and frees the range.
-func (m *cudaMapping) unmap(mapped int) error {
+func (m *CUDAMapping) unmap(mapped int) error {
 	l := m.l
 	var errs []error
 	off := m.base
@@ -303,12 +332,17 @@ func (m *cudaMapping) unmap(mapped int) error {
 	return errors.Join(errs...)
 }
 
-func (m *cudaMapping) Ptr() uint64 { return m.base }
+// Ptr is the device address of the first byte.
+func (m *CUDAMapping) Ptr() uint64 { return m.base }
 
-func (m *cudaMapping) ReadOnly() bool { return m.readOnly }
+// Size is the file size.
+func (m *CUDAMapping) Size() int64 { return m.size }
+
+// ReadOnly says whether the device refuses writes through the mapping.
+func (m *CUDAMapping) ReadOnly() bool { return m.readOnly }
 
 // ReadAt copies mapped bytes to p (device to host).
-func (m *cudaMapping) ReadAt(p []byte, off int64) (int, error) {
+func (m *CUDAMapping) ReadAt(p []byte, off int64) (int, error) {
 	if off < 0 || off > m.size {
 		return 0, fmt.Errorf("read at %d: outside %d bytes", off, m.size)
 	}
@@ -334,7 +368,7 @@ func (m *cudaMapping) ReadAt(p []byte, off int64) (int, error) {
 
 // Close waits for the context's work (a kernel may still read the range),
 // then unmaps and frees it. The context stays retained.
-func (m *cudaMapping) Close() error {
+func (m *CUDAMapping) Close() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {

@@ -9,8 +9,8 @@ BINDIR  ?= $(PREFIX)/bin
 MANDIR  ?= $(PREFIX)/share/man
 SBINDIR ?= /sbin
 UNITDIR ?= /etc/systemd/system
-VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
-LDFLAGS := -X github.com/gdsfs/gdsfs.Version=$(VERSION)
+BUILD   ?= $(shell git describe --always --dirty 2>/dev/null)
+LDFLAGS := -X github.com/gdsfs/gdsfs.Build=$(BUILD)
 DEMO    ?= /tmp/gdsfs-demo
 # The Python tests want a python3 that can import torch (the autoloader's
 # tests fail without it in CI): Debian's python3-torch is /usr/bin/python3's.
@@ -39,6 +39,21 @@ install: build
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/gdsfs $(DESTDIR)$(SBINDIR)/mount.fuse.gdsfs '$(DESTDIR)$(UNITDIR)/gdsfs@.service' \
 		$(DESTDIR)/etc/gdsfs/example.env.sample $(DESTDIR)$(MANDIR)/man8/gdsfs*.8
+
+# The Python client as a wheel users install into their environment
+# (pip install $(WHEELDIR)/gdsfs-*.whl; python/README.md). Its version is
+# python/gdsfs/VERSION, the release the binary embeds and reports. Built
+# offline (Debian's python3-setuptools and python3-wheel) from a copy of
+# python/ without the tests.
+WHEELDIR ?= $(BIN)/wheel
+.PHONY: wheel
+wheel:
+	@rm -rf '$(WHEELDIR)' && mkdir -p '$(WHEELDIR)'
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	cp -r python/pyproject.toml python/README.md python/gdsfs "$$tmp"/ && \
+	find "$$tmp" -name __pycache__ -prune -exec rm -rf {} + && \
+	$(PYTHON) -m pip wheel -q --no-build-isolation --no-deps --no-index -w '$(WHEELDIR)' "$$tmp"
+	@ls '$(WHEELDIR)'/gdsfs-*.whl
 
 # Mounts $(DEMO)/src on $(DEMO)/mnt in the foreground with the embedded
 # default configuration. In another terminal: cat $(DEMO)/mnt/.gdsfs/stats

@@ -10,6 +10,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/gdsfs/gdsfs"
 	"github.com/gdsfs/gdsfs/gpu"
 	"github.com/gdsfs/gdsfs/internal/access"
 	"github.com/gdsfs/gdsfs/proto"
@@ -249,6 +250,9 @@ func (cn *conn) handle(line []byte) (string, proto.Response, []int) {
 	default: // hello
 		r := cn.ok()
 		r.Version, r.Ops, r.MaxFDs = proto.Version, proto.Ops, proto.MaxFDs
+		if req.Release != "" {
+			r.Release = gdsfs.Version
+		}
 		r.Devices = cn.s.cfg.Cache.Devices()
 		return req.Op, r, nil
 	}

@@ -132,8 +132,10 @@ type Request struct {
 	// report: what happened and why.
 	Event  string `json:"event,omitempty"`
 	Reason string `json:"reason,omitempty"`
-	// hello: the highest version the client speaks.
-	Version int `json:"version,omitempty"`
+	// hello: the highest version the client speaks, and the client's
+	// release ("0.2.0"), which asks the daemon to answer its own.
+	Version int    `json:"version,omitempty"`
+	Release string `json:"release,omitempty"`
 	// wait: the states that end the wait (some of WaitStates).
 	Until []string `json:"until,omitempty"`
 	// wait_stat: the counter (one of WaitStatKeys) and the value it must
@@ -219,8 +221,10 @@ type Response struct {
 	// stat, wait: why the file is absent, where the daemon knows
 	// ("evicted", "not staged: ...", "changed", ...)
 	Why string `json:"why,omitempty"`
-	// hello
+	// hello. Release is the daemon's release ("0.2.0", "+build" where it
+	// has one), answered when the request carries its own release.
 	Version int      `json:"version,omitempty"`
+	Release string   `json:"release,omitempty"`
 	Ops     []string `json:"ops,omitempty"`
 	MaxFDs  int      `json:"max_fds,omitempty"`
 	// Devices names the devices the daemon stages onto ("GPU-<uuid>",
@@ -260,12 +264,12 @@ func (r *Request) Check() error {
 	has := map[string]bool{
 		"path": r.Path != "", "paths": r.Paths != nil, "generation": r.Generation != 0, "device": r.Device != "",
 		"generations": r.Generations != nil, "lease": r.Lease != 0, "epoch": r.Epoch != 0,
-		"event": r.Event != "", "reason": r.Reason != "", "version": r.Version != 0,
+		"event": r.Event != "", "reason": r.Reason != "", "version": r.Version != 0, "release": r.Release != "",
 		"until": r.Until != nil, "key": r.Key != "", "value": r.Value != nil, "timeout_ms": r.TimeoutMS != 0,
 		"room_wait_ms": r.RoomWaitMS != 0,
 	}
 	allowed := map[string][]string{
-		OpHello:       {"version"},
+		OpHello:       {"version", "release"},
 		OpAcquire:     {"path", "generation", "device", "room_wait_ms"},
 		OpAcquireMany: {"paths", "generations", "device", "room_wait_ms"},
 		OpRelease:     {"lease", "epoch"},

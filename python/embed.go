@@ -7,7 +7,7 @@ package python
 import "embed"
 
 // Files holds sitecustomize.py (the bootstrap) and gdsfs/ (Python
-// sources only).
+// sources and VERSION, the release the binary reports too).
 //
-//go:embed sitecustomize.py gdsfs/*.py gdsfs/autoload/*.py gdsfs/_bootstrap/*.py
+//go:embed sitecustomize.py gdsfs/VERSION gdsfs/*.py gdsfs/autoload/*.py gdsfs/_bootstrap/*.py
 var Files embed.FS

@@ -16,11 +16,13 @@ Pure Python over ctypes; importing gdsfs imports neither torch nor cupy
 proto/PROTOCOL.md.
 """
 
-from ._lease import Lease, disconnect, load, open, open_many, stat
+from ._lease import Lease, disconnect, load, open, stat
+from ._many import open_many
 from ._mount import locate
 from ._proto import NotMountedError, UntrustedDaemonError, untrusted
+from ._version import RELEASE as __version__
+from ._version import VersionMismatchError, VersionWarning, check_daemon
 from ._wait import wait, wait_stat
 
-__all__ = ["Lease", "NotMountedError", "UntrustedDaemonError", "disconnect", "load", "locate", "open", "open_many",
-           "stat", "untrusted", "wait", "wait_stat"]
-__version__ = "0.2.0"
+__all__ = ["Lease", "NotMountedError", "UntrustedDaemonError", "VersionMismatchError", "VersionWarning", "check_daemon",
+           "disconnect", "load", "locate", "open", "open_many", "stat", "untrusted", "wait", "wait_stat"]

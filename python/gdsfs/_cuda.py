@@ -1,7 +1,7 @@
 """CUDA backend over ctypes on libcuda.so.1 (the driver API; no toolkit).
 
 The import sequence is the one of proto/PROTOCOL.md (and the Go client's
-client/cuda.go): import each chunk descriptor (cuMemImportFromShareableHandle,
+client/chunkmap/cuda.go): import each chunk descriptor (cuMemImportFromShareableHandle,
 POSIX fd handles), reserve one address range, map the chunks back to back,
 grant the device access (read-only for a shared grant, read-write for a
 private one), release the handles (the mappings hold the memory). It runs

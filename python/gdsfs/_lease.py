@@ -1,5 +1,5 @@
-"""Lease: a staged file mapped into this process; gdsfs.open, open_many,
-stat, load."""
+"""Lease: a staged file mapped into this process; gdsfs.open, stat, load
+(gdsfs.open_many, in _many, builds on them)."""
 
 import ctypes
 import errno as _errno
@@ -17,7 +17,7 @@ from ._registry import Holder, registry, _is_gpu
 
 log = logging.getLogger("gdsfs")
 
-__all__ = ["Lease", "open", "open_many", "stat", "load", "disconnect"]
+__all__ = ["Lease", "open", "stat", "load", "disconnect"]
 
 
 def _layout(size, itemsize, shape, offset):
@@ -524,5 +524,3 @@ def load(path, dtype=None, shape=None, offset=0, *, socket=None, timeout=None, d
     lease.close()  # takes effect when the tensor is gone
     return t
 
-
-from ._many import open_many  # noqa: E402 (uses the functions above)

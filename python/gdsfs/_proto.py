@@ -14,6 +14,7 @@ import threading
 __all__ = ["Conn", "NotMountedError", "UntrustedDaemonError", "untrusted", "daemon_error", "wait_request", "wait_stat_request",
            "WAIT_STATES", "WAIT_STAT_KEYS", "MAX_WAIT_MS"]
 
+PROTOCOL = 1  # the protocol version this client speaks (hello; proto/PROTOCOL.md)
 MAX_FDS = 253  # the kernel's limit of descriptors in one SCM_RIGHTS message
 # wait: the states a wait may end on (a file queued or loading reads as
 # "loading", which is what a wait waits through; "failed: REASON" is failed).

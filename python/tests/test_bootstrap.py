@@ -15,12 +15,13 @@ import _support
 from _support import PYDIR
 import _autoload_support as S
 
-# Prints what the bootstrap left: the finders of _gdsfs_boot on
+# Prints what the bootstrap left: the finders of _gdsfs_boot (loaded by
+# the sitecustomize, or imported as gdsfs._bootstrap.boot) on
 # sys.meta_path, how often the hidden sitecustomize ran, and whether
 # torch.load is patched once torch is imported.
 PROBE = """
 import json, os, sys
-finders = [f for f in sys.meta_path if type(f).__module__ == "_gdsfs_boot"]
+finders = [f for f in sys.meta_path if type(f).__module__ in ("_gdsfs_boot", "gdsfs._bootstrap.boot")]
 import torch
 print(json.dumps({"finders": len(finders), "chained": os.environ.get("GDSFS_TEST_CHAINED", ""),
                   "patched": hasattr(torch.load, "_gdsfs_original"),

@@ -191,6 +191,22 @@ class WheelTests(unittest.TestCase):
         self.assertEqual(version, _release())
         self.assertTrue(where.startswith(self.venv + os.sep), "gdsfs imported from %s, not the venv" % where)
 
+    def test_installed_autoload_hooks_imports_once(self):
+        """Without gdsfs's sitecustomize, import gdsfs.autoload puts the
+        bootstrap's one finder on sys.meta_path and patches torch when the
+        program imports it."""
+        if not _support.have_torch():
+            self.skipTest(_support.loud("SKIPPED: torch not importable: the autoloader's patch cannot be seen"))
+        code = (
+            "import sys, gdsfs.autoload\n"
+            "import torch\n"
+            "n = sum(type(f).__name__ == 'Finder' and type(f).__module__.endswith('boot') for f in sys.meta_path)\n"
+            "print(sys.modules['_gdsfs_boot'].__file__, hasattr(torch.load, '_gdsfs_original'), n)\n"
+        )
+        where, patched, finders = self.run_venv(code).split()
+        self.assertTrue(where.startswith(self.venv + os.sep), where)
+        self.assertEqual((patched, finders), ("True", "1"), "torch.load patched by one finder (still waiting for safetensors)")
+
     def test_installed_package_leases_from_a_daemon(self):
         m = _support.start_mount(self)
         data = os.urandom(10000)

@@ -1,12 +1,13 @@
 """gdsfs's bootstrap and its import hook, the only one in a process.
 
 The sitecustomize beside gdsfs/ loads this file as the module _gdsfs_boot
-and calls main(); gdsfs.autoload uses that module too (loading it the same
-way when no sitecustomize did), so a process has one bootstrap and one
-finder whichever came first. It is kept cheap for every interpreter start:
-it imports nothing beyond what Python's start-up already has (importing it
-as gdsfs._bootstrap.boot would import the gdsfs package, and with it
-ctypes and logging, in every process).
+(without importing the gdsfs package, and with it ctypes and logging, in
+every process) and calls main(). gdsfs.autoload uses that module; where no
+sitecustomize ran (an installed package) it imports this file as
+gdsfs._bootstrap.boot and registers it as _gdsfs_boot, so a process has one
+bootstrap and one finder whichever came first. It is kept cheap for every
+interpreter start: it imports nothing beyond what Python's start-up
+already has.
 
 The finder sits at the front of sys.meta_path and finds nothing itself:
 for the modules something waits for (on_import), it lets the other
@@ -161,8 +162,9 @@ def _activate(pydir):
 
 
 def _ours(origin):
-    """Whether the sitecustomize at origin is gdsfs's (beside gdsfs/, or
-    in gdsfs/_bootstrap/ as some versions had it)."""
+    """Whether the sitecustomize at origin is gdsfs's: beside gdsfs/, or
+    beside boot.py in a _bootstrap/ directory (a layout older gdsfs run
+    copies unpacked, still found in users' caches)."""
     d = os.path.dirname(origin)
     if os.path.isfile(os.path.join(d, "gdsfs", "_bootstrap", "boot.py")):
         return True

@@ -5,7 +5,6 @@ process whether the bootstrap or `import gdsfs.autoload` came first. This
 module keeps what each patch replaced, so that disable() puts it back."""
 
 import logging
-import os
 import sys
 import threading
 
@@ -18,15 +17,14 @@ _undo = []  # (object, attribute, original value), in patching order
 
 
 def _boot():
+    """The process's bootstrap module, _gdsfs_boot: the one gdsfs's
+    sitecustomize loaded, else this package's _bootstrap/boot.py, which
+    then becomes it (one finder per process whichever came first)."""
     boot = sys.modules.get("_gdsfs_boot")
     if boot is None:
-        path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_bootstrap", "boot.py")
-        with open(path) as f:
-            code = compile(f.read(), path, "exec")
-        boot = type(sys)("_gdsfs_boot")
-        boot.__file__ = path
-        exec(code, boot.__dict__)
-        boot = sys.modules.setdefault("_gdsfs_boot", boot)
+        from .._bootstrap import boot as ours
+
+        boot = sys.modules.setdefault("_gdsfs_boot", ours)
     return boot
 
 

@@ -5,6 +5,7 @@ imports, and the wheel `make wheel` builds, installed into a fresh venv."""
 import ast
 import glob
 import os
+import shutil
 import subprocess
 import sys
 import unittest
@@ -35,6 +36,26 @@ class VersionTests(unittest.TestCase):
         out = subprocess.run([path, "version"], capture_output=True, text=True, check=True).stdout
         first = out.splitlines()[0]  # "gdsfs 0.2.0" or "gdsfs 0.2.0+BUILD"
         self.assertRegex(first, r"^gdsfs %s(\+\S+)?$" % _release().replace(".", r"\."), out)
+
+
+    def test_run_uses_the_binarys_embedded_copy(self):
+        """gdsfs run, with no python/ beside the binary, loads the copy
+        built into it, whose release is the binary's."""
+        path, why = _support.gdsfs_bin()
+        if why:
+            self.skipTest(_support.loud("SKIPPED: no gdsfs binary: %s" % why))
+        d = _support.tmpdir("gdsfs-embedded-")
+        os.mkdir(os.path.join(d, "bin"))
+        binary = os.path.join(d, "bin", "gdsfs")
+        shutil.copy(path, binary)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("GDSFS_", "PYTHONPATH"))}
+        env["XDG_CACHE_HOME"] = os.path.join(d, "cache")
+        r = subprocess.run([binary, "run", "--", sys.executable, "-c", "import gdsfs; print(gdsfs.__version__, gdsfs.__file__)"],
+                           capture_output=True, text=True, env=env, cwd=d)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        version, where = r.stdout.split()
+        self.assertEqual(version, _release())
+        self.assertTrue(where.startswith(env["XDG_CACHE_HOME"] + os.sep), "gdsfs run loaded %s, not its own copy" % where)
 
 
 class CheckDaemonTests(unittest.TestCase):

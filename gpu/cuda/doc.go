@@ -2,9 +2,9 @@
 // memory allocated with the driver's virtual memory management API
 // (cuMemCreate chunks mapped into one reserved range), so each file can be
 // exported to consumers as POSIX file descriptors and mapped zero-copy in
-// their processes (Map). Host bytes reach the GPU through pinned bounce
-// buffers on per-worker streams; cuFile (GPUDirect Storage, or its compat
-// mode) reads files straight into a Region. cuFile's own statistics
+// their processes (client/chunkmap maps them). Host bytes reach the GPU
+// through pinned bounce buffers on per-worker streams; cuFile (GPUDirect
+// Storage, or its compat mode) reads files straight into a Region. cuFile's own statistics
 // (level 3, or CUFILE_STATS_LEVEL) are turned on when its driver opens, so
 // its count of bytes and paths can be set beside gdsfs's (Attribute).
 //

@@ -83,8 +83,11 @@ func TestKvikSweep(t *testing.T) {
 	if b.Setting != (kvikSetting{Threads: 16, Task: 4 << 20}) || b.GBps != 20 {
 		t.Errorf("best %+v, want 16 threads x 4 MiB at 20", b)
 	}
-	if got := k.roundBest(1); got != 20 {
-		t.Errorf("round 1 best %v, want 20", got)
+	if got, ran := k.roundBest(1); !ran || got.GBps != 20 || got.Setting != b.Setting {
+		t.Errorf("round 1 best %+v (ran %v), want 16 threads x 4 MiB at 20", got, ran)
+	}
+	if _, ran := k.roundBest(2); ran {
+		t.Errorf("round 2 did not run, yet roundBest says it ran")
 	}
 	if got := k.rounds(kvikSetting{Threads: 8, Task: 2 << 20}); len(got) != 2 || got[0] != 10 {
 		t.Errorf("8 x 2 MiB rounds %v, want [10 10]", got)

@@ -228,32 +228,66 @@ func TestLeaseChecks(t *testing.T) {
 }
 
 func TestLoaderChecks(t *testing.T) {
-	r := &loaderResult{Device: "GPU-1", Sets: map[string]*epochSet{
-		"shards": {Files: 64, Bytes: 64 << 25, Lease: []float64{20, 31}, Read: []float64{5, 6}, SumsMatch: true},
-		"small":  {Files: 1024, Bytes: 1 << 30, Lease: []float64{2, 3}, Read: []float64{1, 1}, SumsMatch: false},
-	}, Big: &bigLoad{Bytes: 4 << 30, Load: []float64{40, 47}, H2D: []float64{55}}}
-	want := []string{statusPass, statusPass, statusMiss, statusFail, statusPass}
-	got := loaderChecks(r)
-	if len(got) != len(want) {
-		t.Fatalf("%d checks, want %d: %+v", len(got), len(want), got)
+	const (
+		shardsBest = "leased epoch over 64 32.00 MiB files, best epoch >= 30 GB/s"
+		smallBest  = "leased epoch over 1024 1.00 MiB files, best epoch >= 10 GB/s"
+		smallFirst = "leased epoch over 1024 1.00 MiB files, first epoch >= 5 GB/s"
+		smallBytes = "small: leased bytes sum as read() through the mount"
+		big        = "gdsfs.load, 4.00 GiB file not resident >= 0.87 x pinned H2D"
+		afterRead  = "cat, evict, gdsfs.load, 4.00 GiB file >= 0.85 x pinned H2D"
+	)
+	newResult := func() *loaderResult {
+		return &loaderResult{Device: "GPU-1", Sets: map[string]*epochSet{
+			"shards": {Files: 64, Bytes: 64 << 25, Lease: []float64{20, 31}, Read: []float64{5, 6}, SumsMatch: true},
+			"small":  {Files: 1024, Bytes: 1 << 30, Lease: []float64{5.2, 10.4}, Read: []float64{1, 1}, SumsMatch: true},
+		}, Big: &bigLoad{Bytes: 4 << 30, Load: []float64{40, 48.2}, AfterRead: []float64{35, 47.1}, H2D: []float64{55.36}}}
 	}
-	for i, w := range want {
-		if got[i].Status != w {
-			t.Errorf("%s: %q, want %q", got[i].Goal, got[i].Status, w)
-		}
-	}
-	// A bytes check that could not be made fails.
-	r.Sets["small"].Error = "loader.py: killed"
-	if c := loaderChecks(r)[3]; c.passes() || c.Status != "FAIL: loader.py: killed" {
-		t.Errorf("bytes check with an error: %q", c.Status)
-	}
-	r.Sets["small"].Error = ""
-	r.Device, r.HostChosen = "host", true
-	got = loaderChecks(r)
-	if got[0].Status != statusNotHere+whyHost || got[1].Status != statusPass || got[4].Status != statusNotHere+whyHost {
-		t.Errorf("host backend: rates not measured here, bytes still checked: %+v", got)
+	for _, tc := range []struct {
+		name string
+		edit func(*loaderResult)
+		want map[string]string
+	}{
+		{"every target met", func(*loaderResult) {}, map[string]string{shardsBest: statusPass, smallBest: statusPass,
+			smallFirst: statusPass, smallBytes: statusPass, big: statusPass, afterRead: statusPass}},
+		{"small best met, first missed", func(r *loaderResult) { r.Sets["small"].Lease = []float64{1.94, 13} },
+			map[string]string{smallBest: statusPass, smallFirst: statusMiss}},
+		{"small first met, best missed", func(r *loaderResult) { r.Sets["small"].Lease = []float64{5, 4.38} },
+			map[string]string{smallBest: statusMiss, smallFirst: statusPass}},
+		{"loads just short of their ratios", func(r *loaderResult) {
+			r.Big.Load, r.Big.AfterRead = []float64{0.869 * 55.36}, []float64{34.97}
+		}, map[string]string{big: statusMiss, afterRead: statusMiss}},
+		{"after a plain read failed", func(r *loaderResult) { r.Big.AfterRead, r.Big.AfterReadError = nil, "CalledProcessError: cat" },
+			map[string]string{big: statusPass, afterRead: "not checked: CalledProcessError: cat"}},
+		{"after a plain read not measured (older loader.py)", func(r *loaderResult) { r.Big.AfterRead = nil },
+			map[string]string{afterRead: "not checked: loader.py measured no load after a plain read"}},
+		{"no H2D figure", func(r *loaderResult) { r.Big.H2D, r.Big.H2DWhy = nil, "cuda: out of memory" },
+			map[string]string{big: "not checked: cuda: out of memory", afterRead: "not checked: cuda: out of memory"}},
+		{"bytes differ", func(r *loaderResult) { r.Sets["small"].SumsMatch = false }, map[string]string{smallBytes: statusFail}},
+		{"epoch failed", func(r *loaderResult) { r.Sets["small"].Lease, r.Sets["small"].Error = nil, "loader.py: killed" },
+			map[string]string{smallBest: "not checked: loader.py: killed", smallFirst: "not checked: loader.py: killed",
+				smallBytes: "FAIL: loader.py: killed"}},
+		{"host backend chosen", func(r *loaderResult) { r.Device, r.HostChosen = "host", true }, map[string]string{
+			shardsBest: statusNotHere + whyHost, smallFirst: statusNotHere + whyHost, smallBytes: statusPass,
+			big: statusNotHere + whyHost, afterRead: statusNotHere + whyHost}},
+		{"host backend, no GPU found", func(r *loaderResult) { r.Device = "host" }, map[string]string{
+			smallBest: statusNoCheck + whyNoGPU, afterRead: statusNoCheck + whyNoGPU}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newResult()
+			tc.edit(r)
+			got := map[string]string{}
+			for _, c := range loaderChecks(r) {
+				got[c.Goal] = c.Status
+			}
+			for goal, want := range tc.want {
+				if got[goal] != want {
+					t.Errorf("%q: %q, want %q (all: %v)", goal, got[goal], want, got)
+				}
+			}
+		})
 	}
 	// A case asked for that measured nothing fails.
+	r := newResult()
 	r.Asked, r.Big = map[string]bool{"big": true}, nil
 	if err := verdict(loaderChecks(r)); err == nil || !strings.Contains(err.Error(), "case ran: big") {
 		t.Errorf("big load asked for, none measured: %v", err)

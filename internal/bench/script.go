@@ -64,10 +64,15 @@ from_pretrained (0.89-1.14 on other starts: single rounds vary by 10%).`},
 		doc: `Runs scripts/readahead-gpu.py (embedded in this binary, or --script) with --bin
 set to this binary: a DataLoader over leased shards with nothing resident
 and the page cache dropped, read-ahead off, on and replaying a recorded
-trace; epoch time, time to first batch, hit ratio, against the disk's cold
-read rate measured in the same run. With --set staging.device=host it runs
-as its dry run (--device host --no-drop --dry-run: targets reported, not
-enforced); where no GPU is found and staging.device is not host it fails.
+trace (--workers workers), and one worker that computes on each shard (a
+busy wait) as long as the disk takes to read one shard cold, read-ahead off
+and on; epoch time, time to first batch, hit ratio, against the disk's cold
+read rate and one shard's cold read time measured in the same run. Targets:
+computing, epoch on <= 0.65 x off and first batch on <= off; read-ahead on
+>= 0.95 x and replay >= 0.9 x the cold read rate. With --set
+staging.device=host it runs as its dry run (--device host --no-drop
+--dry-run: the targets are not measured here; the checks of the bytes are
+made); where no GPU is found and staging.device is not host it fails.
 --quick: --shards 64 --shard-mib 1. --set KEY=VALUE goes to the script's
 mounts too (under each mode's own keys). Flags after -- go to the script
 (--shards, --shard-mib, --workers, --io-threads, --work). Needs root and torch.`},

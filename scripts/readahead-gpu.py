@@ -357,6 +357,13 @@ class Run:
             for t in self.results["targets"]:
                 t["status"] = "not measured here: dry run (host backend, page cache kept: the times are not a disk's)"
 
+    def status(self):
+        """The exit status: 0 when every check and every target passed (or
+        is not measured here), else 1."""
+        ok = all(self.results["checks"].values()) and all(
+            t["status"] == "PASS" or t["status"].startswith("not measured here") for t in self.results.get("targets", []))
+        return 0 if ok else 1
+
     def table(self):
         cold = self.results["cold"]
         rows = ["| case | workers | compute s per shard | epoch s | GB/s | / cold rate | first batch s | sum of waits s | hit ratio | issued | wasted B |",
@@ -446,10 +453,7 @@ def main():
     if r.results["readahead"] != "yes":
         print("\nread-ahead is not in this binary: only the baseline ran", file=sys.stderr)
         return 0 if a.dry_run else 2
-    targets = r.results.get("targets", [])
-    ok = all(r.results["checks"].values()) and all(t["status"] == "PASS" or t["status"].startswith("not measured here")
-                                                    for t in targets)
-    return 0 if ok else 1
+    return r.status()
 
 
 if __name__ == "__main__":

@@ -82,8 +82,12 @@ func (b *stageBench) roundStats() []roundStat {
 			def = r.Rounds
 		}
 	}
+	n := max(b.o.Rounds, len(def))
+	for _, r := range b.kvik.Results {
+		n = max(n, r.Round+1)
+	}
 	var out []roundStat
-	for i := range b.o.Rounds {
+	for i := range n {
 		best, ran := b.kvik.roundBest(i)
 		if !ran {
 			continue

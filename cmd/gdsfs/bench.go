@@ -121,7 +121,7 @@ func benchStage() benchRow {
 			f.IntVar(&o.Rounds, "rounds", 1, "rounds interleaving the H2D copy, gdsfs's defaults and the KvikIO sweep")
 			f.BoolVar(&o.Cold, "cold", false, "also measure with the page cache dropped (root)")
 			f.BoolVar(&o.Peers, "peers", false, "also measure the Python peers (python3 with torch)")
-			f.BoolVar(&o.Quick, "quick", false, "skip the disk baseline, the explicit POSIX row and the Python peers")
+			f.BoolVar(&o.Quick, "quick", false, "skip the explicit POSIX row, the Python peers and, without --cold, the disk baselines")
 			f.StringVar(&o.Kvik.Bin, "kvikio", "", "KvikIO reader `BINARY` (kvikbench, from ../shared/peers/kvikio/build.sh)")
 			f.IntSliceVar(&o.Kvik.Threads, "kvikio-threads", []int{8, 16, 24, 32}, "KVIKIO_NTHREADS values swept")
 			f.Var(sizeListFlag{&tasks}, "kvikio-tasks", "KVIKIO_TASK_SIZE values swept")

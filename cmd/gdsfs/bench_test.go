@@ -33,14 +33,15 @@ func TestBenchFlags(t *testing.T) {
 		sub  string
 		args []string
 	}{
-		{"stage", []string{"--size", "4GiB", "--rounds", "2", "--runs", "3", "--quick", "--peers", "--kvikio", "/bin/true",
+		{"stage", []string{"--size", "4GiB", "--rounds", "2", "--runs", "3", "--quick", "--cold", "--peers", "--kvikio", "/bin/true",
 			"--kvikio-threads", "8,16", "--kvikio-tasks", "2MiB,4MiB", "--dir", "/tmp", "--report", "/tmp/r", "--set", "staging.device=host"}},
 		{"lease", []string{"--sizes", "1MiB,32MiB,1GiB", "--runs", "30", "--first", "30", "--dir", "/tmp", "--report", "/tmp/r"}},
 		{"loader", []string{"--shards", "64", "--shard-size", "32MiB", "--files", "1024", "--file-size", "1MiB", "--big", "4GiB",
 			"--epochs", "3", "--runs", "3", "--workers", "8"}},
 		{"contention", []string{"--consumers", "16", "--files", "8", "--file-size", "256MiB", "--capacity", "800MiB"}},
 		{"autoload", []string{"--quick", "--dir", "/tmp", "--set", "staging.device=host"}},
-		{"readahead", []string{"--quick", "--script", "x.py"}},
+		{"readahead", []string{"--quick", "--script", "x.py", "--dir", "/tmp", "--set", "staging.device=host"}},
+		{"mount", []string{"--files", "100000", "--runs", "2", "--size", "64MiB", "--dir", "/tmp/m"}},
 	} {
 		var found bool
 		for _, c := range benchCmd().Commands() {

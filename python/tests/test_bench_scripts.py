@@ -253,6 +253,72 @@ class StepVerdicts(unittest.TestCase):
         self.assertEqual(bench_verdict("--- ok: stage\n")[0], 1)  # no target line at all
 
 
+def readahead_run(cases, dry_run=False, cold_gbps=2.0, shards=4):
+    spec = importlib.util.spec_from_file_location("readahead_gpu", os.path.join(REPO, "scripts", "readahead-gpu.py"))
+    m = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(m)
+    a = types.SimpleNamespace(shards=shards, shard_mib=32, workers=4, device="auto", dry_run=dry_run, no_drop=dry_run,
+                              io_threads=8)
+    r = m.Run(a)
+    full = {"off": (4.0, 0.5, 0.0), "on": (1.1, 0.5, 0.9), "replay": (1.1, 0.3, 1.0)}
+    full.update(cases)
+    for name, (epoch, first, hits) in full.items():
+        if epoch is None:
+            continue
+        r.results["cases"][name] = {"epoch_s": epoch, "first_batch_s": first, "gbps": shards * (32 << 20) / epoch / 1e9,
+                                    "hit_ratio": hits, "bad": [], "missing": [], "stats": {}, "workers": 1, "compute_s": 0.1,
+                                    "sum_wait_s": 0}
+    r.results["cold"] = {"gbps": cold_gbps, "seconds": 1, "bytes": 1}
+    r.results["shard_read_s"] = 0.1
+    with tempfile.NamedTemporaryFile("w", suffix=".trace", delete=False) as f:
+        f.write("# trace\n" + "".join("shards/shard-%04d.bin\n" % i for i in range(shards)))
+    r.trace = f.name
+    try:
+        r.verdicts()
+    finally:
+        os.unlink(f.name)
+    return r, {t["goal"]: t["status"] for t in r.results["targets"]}
+
+
+class ReadaheadVerdicts(unittest.TestCase):
+    """scripts/readahead-gpu.py: the targets from made-up case timings."""
+
+    COMPUTE = "1 worker computing a shard's read time: epoch on <= 0.65 x off"
+    FIRST = "1 worker computing: first batch, read-ahead on <= off"
+    ON = "4 workers, cold: epoch, read-ahead on >= 0.95 x disk cold rate"
+    REPLAY = "4 workers, cold: epoch, trace replay >= 0.9 x disk cold rate"
+
+    def test_every_target_met(self):
+        # 4 x 32 MiB in 0.065 s is 2.06 GB/s against a cold rate of 2.0.
+        r, t = readahead_run({"on": (0.065, 0.5, 0.9), "replay": (0.07, 0.3, 1.0),
+                              "compute off": (2.0, 0.20, 0), "compute on": (1.2, 0.20, 0.9)})
+        self.assertEqual(t, {self.COMPUTE: "PASS", self.FIRST: "PASS", self.ON: "PASS", self.REPLAY: "PASS"})
+        self.assertEqual(r.status(), 0)
+        self.assertIn("PASS  1.200 <= 1.300 s", r.table())
+
+    def test_read_ahead_that_does_not_pay_misses(self):
+        r, t = readahead_run({"on": (0.5, 0.5, 0.9), "compute off": (2.0, 0.20, 0), "compute on": (1.4, 0.25, 0.9)})
+        self.assertEqual(t[self.COMPUTE], "MISS")
+        self.assertEqual(t[self.FIRST], "MISS")
+        self.assertEqual(t[self.ON], "MISS")
+        self.assertEqual(r.status(), 1)
+        self.assertIn("MISS  1.400 >  1.300 s", r.table())
+
+    def test_a_case_that_did_not_run_is_not_checked(self):
+        r, t = readahead_run({"on": (0.065, 0.5, 0.9), "replay": (0.07, 0.3, 1.0), "compute off": (2.0, 0.2, 0)})
+        self.assertEqual(t[self.COMPUTE], "not checked: a case it needs did not run")
+        self.assertEqual(t[self.ON], "PASS")
+        self.assertEqual(r.status(), 1)
+
+    def test_dry_run_targets_are_not_measured_here_but_bytes_are_checked(self):
+        r, t = readahead_run({"compute off": (2.0, 0.2, 0), "compute on": (3.0, 0.5, 0.9)}, dry_run=True)
+        for goal, status in t.items():
+            self.assertTrue(status.startswith("not measured here: dry run"), goal + ": " + status)
+        self.assertEqual(r.status(), 0)
+        r.results["checks"]["on: every shard's bytes match"] = False
+        self.assertEqual(r.status(), 1)
+
+
 class BenchScriptSummary(unittest.TestCase):
     """scripts/bench-gpu.sh --verdict LOG [STEP...]: the summary the script ends with."""
 

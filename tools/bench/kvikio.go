@@ -208,15 +208,20 @@ func (k *kvikSweep) best() kvikResult {
 	return kvikResult{}
 }
 
-// roundBest is KvikIO's best figure in round r.
-func (k *kvikSweep) roundBest(r int) float64 {
-	best := 0.0
+// roundBest is KvikIO's best run of round r (GBps 0: none succeeded) and
+// whether any setting ran in it.
+func (k *kvikSweep) roundBest(r int) (kvikResult, bool) {
+	var best kvikResult
+	ran := false
 	for _, res := range k.Results {
 		if res.Round == r {
-			best = max(best, res.GBps)
+			ran = true
+			if res.GBps > best.GBps {
+				best = res
+			}
 		}
 	}
-	return best
+	return best, ran
 }
 
 // firstError is the error of the first failed run, "" when none failed.

@@ -83,8 +83,11 @@ func TestKvikSweep(t *testing.T) {
 	if b.Setting != (kvikSetting{Threads: 16, Task: 4 << 20}) || b.GBps != 20 {
 		t.Errorf("best %+v, want 16 threads x 4 MiB at 20", b)
 	}
-	if got := k.roundBest(1); got != 20 {
-		t.Errorf("round 1 best %v, want 20", got)
+	if got, ran := k.roundBest(1); !ran || got.GBps != 20 || got.Setting != b.Setting {
+		t.Errorf("round 1 best %+v (ran %v), want 16 threads x 4 MiB at 20", got, ran)
+	}
+	if _, ran := k.roundBest(2); ran {
+		t.Errorf("round 2 did not run, yet roundBest says it ran")
 	}
 	if got := k.rounds(kvikSetting{Threads: 8, Task: 2 << 20}); len(got) != 2 || got[0] != 10 {
 		t.Errorf("8 x 2 MiB rounds %v, want [10 10]", got)
@@ -157,10 +160,11 @@ func TestStageText(t *testing.T) {
 		"KvikIO compat 16 threads x 4 MiB (best)  47.00",
 		"46.00 47.00",
 		"failed: kvikbench 8 threads x 2 MiB: exit status 1",
-		"round 2: gdsfs defaults 52.00 GB/s, KvikIO best of the round 47.00 GB/s, ratio 1.106",
-		"gdsfs defaults / KvikIO best (16 threads x 4 MiB, 47.00 GB/s): 1.106 (target >= 1.1)",
-		"gdsfs defaults / pinned host-to-device copy: 0.945 (target >= 0.9)",
-		"gdsfs defaults >= 1.1 x KvikIO best (16 threads x 4 MiB)",
+		"round 2: gdsfs defaults 52.00 GB/s, KvikIO best of the round 47.00 GB/s (16 threads x 4 MiB), ratio 1.106",
+		"gdsfs defaults / KvikIO best (16 threads x 4 MiB, 47.00 GB/s): 1.106 (target >= 1.0 in every round)",
+		"gdsfs defaults / pinned host-to-device copy: 0.945 (target >= 0.92)",
+		"round 1: gdsfs defaults >= 1.0 x KvikIO best of the round (16 threads x 4 MiB) PASS  1.120 >= 1.000 x",
+		"round 2: gdsfs defaults >= 1.0 x KvikIO best of the round (16 threads x 4 MiB) PASS  1.106 >= 1.000 x",
 	} {
 		if !strings.Contains(buf.String(), want) {
 			t.Errorf("no %q in\n%s", want, buf.String())

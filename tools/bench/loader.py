@@ -2,12 +2,15 @@
 # JOB: {"mnt", "src", "gpu", "epochs", "runs", "workers", "ahead",
 #       "sets": {"shards": [rel...], "small": [rel...]}, "big": rel (optional)}
 # Prints one JSON object, last: {"lease_helper", "epochs": {name: {...}}, "big": {...}}.
+# big: gdsfs.load of the file not resident (page cache warm), then after a
+# plain read: cat MOUNT/f, evict f, gdsfs.load(MOUNT/f).
 # Uses gdsfs.open/load/stat/disconnect, and gdsfs.torch.LeasedFiles where the
 # client has it (feature-detected), so it runs on any client version.
 import errno
 import gc
 import json
 import os
+import subprocess
 import sys
 import time
 import warnings
@@ -147,25 +150,40 @@ def warm(path):
             pass
 
 
+def timed_load(path, n):
+    sync()
+    t0 = time.perf_counter()
+    t = gdsfs.load(path)
+    t[-1].item()
+    rate = n / (time.perf_counter() - t0) / 1e9
+    del t
+    gc.collect()
+    return rate
+
+
 def big(rel):
     path, src = os.path.join(MNT, rel), os.path.join(SRC, rel)
     n = os.path.getsize(src)
-    res = {"bytes": n, "load_gbps": [], "h2d_gbps": []}
+    res = {"bytes": n, "load_gbps": [], "h2d_gbps": [], "after_read_gbps": []}
     try:
         for r in range(job["runs"]):
             say("big %s, run %d of %d: evict, warm the page cache ...", rel, r + 1, job["runs"])
             evict(rel, path)
             warm(src)  # the page cache holds it; the cache does not
             say("big %s, run %d: gdsfs.load ...", rel, r + 1)
-            sync()
-            t0 = time.perf_counter()
-            t = gdsfs.load(path)
-            t[-1].item()
-            res["load_gbps"].append(n / (time.perf_counter() - t0) / 1e9)
-            del t
-            gc.collect()
+            res["load_gbps"].append(timed_load(path, n))
     except Exception as e:
         res["error"] = "%s: %s" % (type(e).__name__, e)
+    try:
+        for r in range(job["runs"]):
+            say("big %s, after a plain read, run %d of %d: cat, evict ...", rel, r + 1, job["runs"])
+            evict(rel, path)
+            subprocess.run(["cat", path], stdout=subprocess.DEVNULL, check=True)
+            evict(rel, path)
+            say("big %s, after a plain read, run %d: gdsfs.load ...", rel, r + 1)
+            res["after_read_gbps"].append(timed_load(path, n))
+    except Exception as e:
+        res["after_read_error"] = "%s: %s" % (type(e).__name__, e)
     if not GPU:
         res["h2d_unavailable"] = "n/a (host backend)"
         return res

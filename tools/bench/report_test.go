@@ -76,50 +76,78 @@ func TestVerdict(t *testing.T) {
 	}
 }
 
+// stageStatuses is each check's status by goal.
+func stageStatuses(f stageFigures) map[string]string {
+	out := map[string]string{}
+	for _, c := range stageChecks(f) {
+		out[c.Goal] = c.Status
+	}
+	return out
+}
+
 func TestStageChecks(t *testing.T) {
-	f := stageFigures{gpu: true, defaults: 50, h2d: 54, kvik: kvikResult{Setting: kvikSetting{16, 4 << 20}, GBps: 46}, kvikAsked: true}
-	got := stageChecks(f)
-	want := []string{statusMiss, statusPass, "not measured here: no Python peer asked for (--peers, no --quick)",
-		"not measured here: cold and disk both needed (--cold, no --quick)"}
-	for i, w := range want {
-		if got[i].Status != w {
-			t.Errorf("check %q: %q, want %q", got[i].Goal, got[i].Status, w)
-		}
-	}
-	if !strings.Contains(got[0].Goal, "16 threads x 4 MiB") {
-		t.Errorf("KvikIO goal does not name its best setting: %q", got[0].Goal)
-	}
-	// Baselines asked for that gave no figure fail; not asked for, they
-	// are not measured here.
-	f.kvik, f.kvikWhy = kvikResult{}, "no KvikIO run succeeded: exit 1"
-	f.peersAsked, f.coldAsked = true, true
-	got = stageChecks(f)
-	for i, w := range []string{"not checked: no KvikIO run succeeded: exit 1", statusPass, "not checked: no Python peer measured",
-		"not checked: gdsfs's cold staging or the disk read failed"} {
-		if got[i].Status != w {
-			t.Errorf("asked for, no figure: %q is %q, want %q", got[i].Goal, got[i].Status, w)
-		}
-	}
-	f.kvikAsked = false
-	if s := stageChecks(f)[0].Status; s != "not measured here: no --kvikio reader given" {
-		t.Errorf("without --kvikio: %q", s)
-	}
-	// gdsfs's own staging failed: the H2D target is not checked.
-	f.defaults = 0
-	if s := stageChecks(f)[1].Status; !strings.HasPrefix(s, statusNoCheck) {
-		t.Errorf("gdsfs defaults failed on a GPU: %q", s)
-	}
-	f.gpu, f.hostChosen = false, true
-	for _, c := range stageChecks(f)[:3] {
-		if c.Status != statusNotHere+whyHost {
-			t.Errorf("host backend chosen: %q is %q", c.Goal, c.Status)
-		}
-	}
-	f.hostChosen = false
-	for _, c := range stageChecks(f)[:3] {
-		if c.passes() {
-			t.Errorf("host backend where a GPU was meant: %q is %q", c.Goal, c.Status)
-		}
+	s16x8, s32x4 := kvikSetting{16, 8 << 20}, kvikSetting{32, 4 << 20}
+	base := stageFigures{gpu: true, kvikAsked: true, defaults: 50, h2d: 55, kvik: kvikResult{Setting: s16x8, GBps: 50.2},
+		rounds: []roundStat{{Round: 1, Defaults: 51, Kvik: 50.2, KvikSetting: s16x8, Ratio: 51 / 50.2},
+			{Round: 2, Defaults: 48.5, Kvik: 49, KvikSetting: s32x4, Ratio: 48.5 / 49}}}
+	const (
+		round1  = "round 1: gdsfs defaults >= 1.0 x KvikIO best of the round (16 threads x 8 MiB)"
+		round2  = "round 2: gdsfs defaults >= 1.0 x KvikIO best of the round (32 threads x 4 MiB)"
+		every   = "gdsfs defaults >= 1.0 x KvikIO best, in every round"
+		peers   = "gdsfs defaults >= 1.3 x best Python peer"
+		noPeers = "not measured here: no Python peer asked for (--peers, no --quick)"
+	)
+	for _, tc := range []struct {
+		name string
+		edit func(*stageFigures)
+		want map[string]string
+	}{
+		{"KvikIO wins round 2", func(*stageFigures) {}, map[string]string{
+			round1: statusPass, round2: statusMiss, h2dGoal: statusMiss, peers: noPeers, coldGoal: "not measured here: no --cold"}},
+		{"every round won, H2D met", func(f *stageFigures) { f.rounds[1].Ratio, f.defaults = 1.01, 50.7 }, map[string]string{
+			round1: statusPass, round2: statusPass, h2dGoal: statusPass}},
+		{"H2D just short of 0.92", func(f *stageFigures) { f.defaults = 0.919 * 55 }, map[string]string{h2dGoal: statusMiss}},
+		{"no KvikIO run succeeded in a round", func(f *stageFigures) {
+			f.rounds[1] = roundStat{Round: 2, Defaults: 48.5}
+			f.kvikWhy = "no KvikIO run succeeded: exit 1"
+		}, map[string]string{round1: statusPass,
+			"round 2: gdsfs defaults >= 1.0 x KvikIO best of the round": "not checked: no KvikIO run of this round succeeded: no KvikIO run succeeded: exit 1"}},
+		{"gdsfs's staging failed in a round", func(f *stageFigures) { f.rounds[1].Defaults, f.rounds[1].Ratio = 0, 0 }, map[string]string{
+			round2: "not checked: gdsfs's staging failed in this round"}},
+		{"KvikIO ran no round", func(f *stageFigures) { f.rounds, f.kvikWhy = nil, "no KvikIO run succeeded: exit 1" }, map[string]string{
+			every: "not checked: no KvikIO run succeeded: exit 1"}},
+		{"no --kvikio", func(f *stageFigures) { f.kvikAsked = false }, map[string]string{every: "not measured here: no --kvikio reader given"}},
+		{"cold met by the better disk read", func(f *stageFigures) {
+			f.coldAsked, f.defaultsCold, f.diskDirect, f.diskBuffered = true, 1.45, 1.2, 1.52
+		}, map[string]string{coldGoal: statusPass}},
+		{"cold short of the buffered read", func(f *stageFigures) {
+			f.coldAsked, f.defaultsCold, f.diskDirect, f.diskBuffered = true, 1.4, 1.2, 1.52
+		}, map[string]string{coldGoal: statusMiss}},
+		{"cold short of the O_DIRECT read, buffered failed", func(f *stageFigures) {
+			f.coldAsked, f.defaultsCold, f.diskDirect = true, 1.4, 1.52
+		}, map[string]string{coldGoal: statusMiss}},
+		{"cold asked, both disk reads failed", func(f *stageFigures) { f.coldAsked, f.defaultsCold = true, 1.4 }, map[string]string{
+			coldGoal: "not checked: gdsfs's cold staging or both disk reads failed"}},
+		{"peers asked, none measured", func(f *stageFigures) { f.peersAsked = true }, map[string]string{
+			peers: "not checked: no Python peer measured"}},
+		{"gdsfs's own staging failed", func(f *stageFigures) { f.defaults = 0 }, map[string]string{
+			h2dGoal: "not checked: gdsfs's staging or the copy failed"}},
+		{"host backend chosen", func(f *stageFigures) { f.gpu, f.hostChosen = false, true }, map[string]string{
+			every: statusNotHere + whyHost, h2dGoal: statusNotHere + whyHost, peers: statusNotHere + whyHost}},
+		{"host backend, no GPU found", func(f *stageFigures) { f.gpu = false }, map[string]string{
+			every: statusNoCheck + whyNoGPU, h2dGoal: statusNoCheck + whyNoGPU, peers: statusNoCheck + whyNoGPU}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := base
+			f.rounds = append([]roundStat(nil), base.rounds...)
+			tc.edit(&f)
+			got := stageStatuses(f)
+			for goal, want := range tc.want {
+				if got[goal] != want {
+					t.Errorf("%q: %q, want %q (all: %v)", goal, got[goal], want, got)
+				}
+			}
+		})
 	}
 }
 
@@ -200,32 +228,66 @@ func TestLeaseChecks(t *testing.T) {
 }
 
 func TestLoaderChecks(t *testing.T) {
-	r := &loaderResult{Device: "GPU-1", Sets: map[string]*epochSet{
-		"shards": {Files: 64, Bytes: 64 << 25, Lease: []float64{20, 31}, Read: []float64{5, 6}, SumsMatch: true},
-		"small":  {Files: 1024, Bytes: 1 << 30, Lease: []float64{2, 3}, Read: []float64{1, 1}, SumsMatch: false},
-	}, Big: &bigLoad{Bytes: 4 << 30, Load: []float64{40, 47}, H2D: []float64{55}}}
-	want := []string{statusPass, statusPass, statusMiss, statusFail, statusPass}
-	got := loaderChecks(r)
-	if len(got) != len(want) {
-		t.Fatalf("%d checks, want %d: %+v", len(got), len(want), got)
+	const (
+		shardsBest = "leased epoch over 64 32.00 MiB files, best epoch >= 30 GB/s"
+		smallBest  = "leased epoch over 1024 1.00 MiB files, best epoch >= 10 GB/s"
+		smallFirst = "leased epoch over 1024 1.00 MiB files, first epoch >= 5 GB/s"
+		smallBytes = "small: leased bytes sum as read() through the mount"
+		big        = "gdsfs.load, 4.00 GiB file not resident >= 0.87 x pinned H2D"
+		afterRead  = "cat, evict, gdsfs.load, 4.00 GiB file >= 0.85 x pinned H2D"
+	)
+	newResult := func() *loaderResult {
+		return &loaderResult{Device: "GPU-1", Sets: map[string]*epochSet{
+			"shards": {Files: 64, Bytes: 64 << 25, Lease: []float64{20, 31}, Read: []float64{5, 6}, SumsMatch: true},
+			"small":  {Files: 1024, Bytes: 1 << 30, Lease: []float64{5.2, 10.4}, Read: []float64{1, 1}, SumsMatch: true},
+		}, Big: &bigLoad{Bytes: 4 << 30, Load: []float64{40, 48.2}, AfterRead: []float64{35, 47.1}, H2D: []float64{55.36}}}
 	}
-	for i, w := range want {
-		if got[i].Status != w {
-			t.Errorf("%s: %q, want %q", got[i].Goal, got[i].Status, w)
-		}
-	}
-	// A bytes check that could not be made fails.
-	r.Sets["small"].Error = "loader.py: killed"
-	if c := loaderChecks(r)[3]; c.passes() || c.Status != "FAIL: loader.py: killed" {
-		t.Errorf("bytes check with an error: %q", c.Status)
-	}
-	r.Sets["small"].Error = ""
-	r.Device, r.HostChosen = "host", true
-	got = loaderChecks(r)
-	if got[0].Status != statusNotHere+whyHost || got[1].Status != statusPass || got[4].Status != statusNotHere+whyHost {
-		t.Errorf("host backend: rates not measured here, bytes still checked: %+v", got)
+	for _, tc := range []struct {
+		name string
+		edit func(*loaderResult)
+		want map[string]string
+	}{
+		{"every target met", func(*loaderResult) {}, map[string]string{shardsBest: statusPass, smallBest: statusPass,
+			smallFirst: statusPass, smallBytes: statusPass, big: statusPass, afterRead: statusPass}},
+		{"small best met, first missed", func(r *loaderResult) { r.Sets["small"].Lease = []float64{1.94, 13} },
+			map[string]string{smallBest: statusPass, smallFirst: statusMiss}},
+		{"small first met, best missed", func(r *loaderResult) { r.Sets["small"].Lease = []float64{5, 4.38} },
+			map[string]string{smallBest: statusMiss, smallFirst: statusPass}},
+		{"loads just short of their ratios", func(r *loaderResult) {
+			r.Big.Load, r.Big.AfterRead = []float64{0.869 * 55.36}, []float64{34.97}
+		}, map[string]string{big: statusMiss, afterRead: statusMiss}},
+		{"after a plain read failed", func(r *loaderResult) { r.Big.AfterRead, r.Big.AfterReadError = nil, "CalledProcessError: cat" },
+			map[string]string{big: statusPass, afterRead: "not checked: CalledProcessError: cat"}},
+		{"after a plain read not measured (older loader.py)", func(r *loaderResult) { r.Big.AfterRead = nil },
+			map[string]string{afterRead: "not checked: loader.py measured no load after a plain read"}},
+		{"no H2D figure", func(r *loaderResult) { r.Big.H2D, r.Big.H2DWhy = nil, "cuda: out of memory" },
+			map[string]string{big: "not checked: cuda: out of memory", afterRead: "not checked: cuda: out of memory"}},
+		{"bytes differ", func(r *loaderResult) { r.Sets["small"].SumsMatch = false }, map[string]string{smallBytes: statusFail}},
+		{"epoch failed", func(r *loaderResult) { r.Sets["small"].Lease, r.Sets["small"].Error = nil, "loader.py: killed" },
+			map[string]string{smallBest: "not checked: loader.py: killed", smallFirst: "not checked: loader.py: killed",
+				smallBytes: "FAIL: loader.py: killed"}},
+		{"host backend chosen", func(r *loaderResult) { r.Device, r.HostChosen = "host", true }, map[string]string{
+			shardsBest: statusNotHere + whyHost, smallFirst: statusNotHere + whyHost, smallBytes: statusPass,
+			big: statusNotHere + whyHost, afterRead: statusNotHere + whyHost}},
+		{"host backend, no GPU found", func(r *loaderResult) { r.Device = "host" }, map[string]string{
+			smallBest: statusNoCheck + whyNoGPU, afterRead: statusNoCheck + whyNoGPU}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newResult()
+			tc.edit(r)
+			got := map[string]string{}
+			for _, c := range loaderChecks(r) {
+				got[c.Goal] = c.Status
+			}
+			for goal, want := range tc.want {
+				if got[goal] != want {
+					t.Errorf("%q: %q, want %q (all: %v)", goal, got[goal], want, got)
+				}
+			}
+		})
 	}
 	// A case asked for that measured nothing fails.
+	r := newResult()
 	r.Asked, r.Big = map[string]bool{"big": true}, nil
 	if err := verdict(loaderChecks(r)); err == nil || !strings.Contains(err.Error(), "case ran: big") {
 		t.Errorf("big load asked for, none measured: %v", err)

@@ -146,7 +146,7 @@ func (e *entry) infoLocked() Info {
 // Entries describes every attached entry (one per replica), sorted by
 // path, then in staging.gpus order.
 func (c *Cache) Entries() []Info {
-	c.mu.Lock()
+	c.lock()
 	out := make([]Info, 0, len(c.entries))
 	for _, cs := range c.entries {
 		for _, e := range cs {
@@ -155,7 +155,7 @@ func (c *Cache) Entries() []Info {
 			}
 		}
 	}
-	c.mu.Unlock()
+	c.unlock()
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Path < out[j].Path })
 	return out
 }

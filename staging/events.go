@@ -192,8 +192,8 @@ func (c *Cache) noteAbsentLocked(e Event) {
 // ...", "changed", ...), or "" when it is not absent or the reason is not
 // known (never staged, or forgotten among many).
 func (c *Cache) AbsentReason(rel string) string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.lock()
+	defer c.unlock()
 	if state, _ := c.attrLocked(rel); state != StateAbsent {
 		return ""
 	}

@@ -15,7 +15,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gdsfs/gdsfs/fs"
 	"github.com/gdsfs/gdsfs/gpu"
 	"github.com/gdsfs/gdsfs/internal/access"
 )
@@ -24,12 +23,12 @@ import (
 // rel once its readers are done (readers.go), or at once without
 // staging.defer_while_read; otherwise it only drops a stale entry. Either
 // way the open feeds read-ahead (readahead.go). It never blocks.
-func (c *Cache) Opened(rel string) { c.OpenedBy(rel, fs.Reader{}) }
+func (c *Cache) Opened(rel string) { c.OpenedBy(rel, Reader{}) }
 
-// OpenedBy is Opened with what the mount knows of the open (fs.Reader):
+// OpenedBy is Opened with what the mount knows of the open (Reader):
 // the staging after the last close also waits while the process that
 // opened the file still maps it (readers.go).
-func (c *Cache) OpenedBy(rel string, r fs.Reader) {
+func (c *Cache) OpenedBy(rel string, r Reader) {
 	c.watch.drain()
 	c.used(rel, c.ra.Opened(rel))
 	switch {
@@ -38,9 +37,9 @@ func (c *Cache) OpenedBy(rel string, r fs.Reader) {
 	case c.opts.Prefetch == PrefetchOpen:
 		c.Prefetch(rel)
 	default:
-		c.mu.Lock()
+		c.lock()
 		staged := len(c.entries[rel]) > 0
-		c.mu.Unlock()
+		c.unlock()
 		if staged {
 			c.checkIdentity(rel)
 		}
@@ -65,10 +64,10 @@ func (c *Cache) stageOne(ctx context.Context, rel string, on *slot, wait bool, a
 	if err != nil {
 		return Info{}, err
 	}
-	c.mu.Lock()
+	c.lock()
 	info := e.infoLocked()
 	r := c.unpinLocked(e)
-	c.mu.Unlock()
+	c.unlock()
 	c.freeRegion(r)
 	return info, nil
 }
@@ -80,8 +79,8 @@ func (c *Cache) stageOne(ctx context.Context, rel string, on *slot, wait bool, a
 func (c *Cache) Attr(rel string) (state, path string) {
 	c.watch.drain()
 	c.checkIdentity(rel)
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.lock()
+	defer c.unlock()
 	return c.attrLocked(rel)
 }
 
@@ -150,9 +149,9 @@ func (c *Cache) ensure(ctx context.Context, rel string, p place, wait bool, at u
 	var w *waiter // in line for room
 	defer func() {
 		if w != nil {
-			c.mu.Lock()
+			c.lock()
 			c.leaveLocked(w)
-			c.mu.Unlock()
+			c.unlock()
 		}
 	}()
 	for attempt := 1; ; {
@@ -179,14 +178,14 @@ func (c *Cache) ensure(ctx context.Context, rel string, p place, wait bool, at u
 			c.unpin(e)
 			return nil, fmt.Errorf("stage %s: %w", rel, ctx.Err())
 		}
-		c.mu.Lock()
+		c.lock()
 		state, lerr, detached, yielded := e.state, e.err, e.detached, e.yielded
 		if state == StateResident && !detached {
-			c.mu.Unlock()
+			c.unlock()
 			return e, nil // pinned: the caller unpins or leases
 		}
 		r := c.unpinLocked(e)
-		c.mu.Unlock()
+		c.unlock()
 		c.freeRegion(r)
 		switch {
 		case yielded && p.yield:
@@ -242,9 +241,9 @@ func (c *Cache) openEligible(rel string) (*opened, error) {
 // answers errWaitRoom with the request in line as *w (wait), or ENOSPC.
 // The entry is used at tick at: a read-ahead load it joins is promoted.
 func (c *Cache) lookupOrStart(rel string, o *opened, p place, wait bool, w **waiter, at uint64) (*entry, error) {
-	c.mu.Lock()
+	c.lock()
 	if c.closed {
-		c.mu.Unlock()
+		c.unlock()
 		o.f.Close()
 		return nil, fmt.Errorf("stage %s: cache closed", rel)
 	}
@@ -255,7 +254,7 @@ func (c *Cache) lookupOrStart(rel string, o *opened, p place, wait bool, w **wai
 			e.keepLocked() // a lease or prefetch joined it
 		}
 		joined := e.state == StateLoading
-		c.mu.Unlock()
+		c.unlock()
 		o.f.Close()
 		c.freeRegions(stale)
 		if joined && c.hooks.joined != nil {
@@ -287,7 +286,7 @@ func (c *Cache) lookupOrStart(rel string, o *opened, p place, wait bool, w **wai
 	case errors.Is(err, syscall.ENOSPC):
 		c.stats.noSpace.Add(1)
 	}
-	c.mu.Unlock()
+	c.unlock()
 	c.freeRegions(stale)
 	c.freeRegions(victims)
 	if err != nil {
@@ -344,7 +343,7 @@ func (c *Cache) checkIdentity(rel string) {
 		}
 		f.Close()
 	}
-	c.mu.Lock()
+	c.lock()
 	var free []gpu.Region
 	for _, e := range c.replicasLocked(rel) {
 		if e.state != StateLoading && (err != nil || e.id != id) {
@@ -356,6 +355,6 @@ func (c *Cache) checkIdentity(rel string) {
 			c.stats.invalidations.Add(1)
 		}
 	}
-	c.mu.Unlock()
+	c.unlock()
 	c.freeRegions(free)
 }

@@ -131,9 +131,9 @@ func (c *Cache) alloc(e *entry) (gpu.Region, error) {
 		if err == nil || !errors.Is(err, gpu.ErrOutOfMemory) {
 			return r, err
 		}
-		c.mu.Lock()
+		c.lock()
 		if e.readahead {
-			c.mu.Unlock()
+			c.unlock()
 			return nil, err
 		}
 		var victim *entry
@@ -148,7 +148,7 @@ func (c *Cache) alloc(e *entry) (gpu.Region, error) {
 			c.stats.evictions.Add(1)
 			victim.slot.evictions.Add(1)
 		}
-		c.mu.Unlock()
+		c.unlock()
 		if victim == nil {
 			return nil, err
 		}

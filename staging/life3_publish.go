@@ -20,7 +20,7 @@ import (
 // publishReadAheadLocked (readahead.go).
 func (c *Cache) publish(e *entry, region gpu.Region, path, note string, err error, dur time.Duration) {
 	var free gpu.Region
-	c.mu.Lock()
+	c.lock()
 	if err == nil && e.changed {
 		err = fmt.Errorf("a change event came: %w", errFileChanged)
 	}
@@ -53,7 +53,7 @@ func (c *Cache) publish(e *entry, region gpu.Region, path, note string, err erro
 	c.wakeLocked() // resident: evictable once unleased
 	c.published++
 	seq := c.published
-	c.mu.Unlock()
+	c.unlock()
 	if e.ra != nil {
 		e.ra.cancel() // the load is over: release its context
 	}

@@ -20,13 +20,13 @@ import (
 // dropped so no later lease sees the old bytes. It never blocks on a load.
 func (c *Cache) Changed(rel string) {
 	c.ra.Changed(rel) // its directory is listed again when next needed
-	c.mu.Lock()
+	c.lock()
 	var free []gpu.Region
 	for _, e := range c.replicasLocked(rel) {
 		free = append(free, c.dropLocked(e, "changed through the mount"))
 		c.stats.invalidations.Add(1)
 	}
-	c.mu.Unlock()
+	c.unlock()
 	c.freeRegions(free)
 }
 
@@ -34,14 +34,14 @@ func (c *Cache) Changed(rel string) {
 // dropped, and a load in flight will not publish (a write seen during or
 // after a load invalidates it). Called by the watcher, Cache.mu not held.
 func (c *Cache) changedFID(id fid) {
-	c.mu.Lock()
+	c.lock()
 	var free []gpu.Region
 	for e := range c.byFID[id] {
 		c.stats.changeEvents.Add(1)
 		c.ra.Changed(e.rel)
 		free = append(free, c.invalidateLocked(e, "modified (change event)"))
 	}
-	c.mu.Unlock()
+	c.unlock()
 	for _, r := range free {
 		c.freeRegion(r)
 	}
@@ -50,14 +50,14 @@ func (c *Cache) changedFID(id fid) {
 // changedAll drops every entry that relies on change events: some were
 // lost.
 func (c *Cache) changedAll() {
-	c.mu.Lock()
+	c.lock()
 	var free []gpu.Region
 	for _, set := range c.byFID {
 		for e := range set {
 			free = append(free, c.invalidateLocked(e, "change events lost"))
 		}
 	}
-	c.mu.Unlock()
+	c.unlock()
 	for _, r := range free {
 		c.freeRegion(r)
 	}
@@ -115,7 +115,7 @@ func (c *Cache) EvictOn(rel string, devs []string) error {
 	if err != nil {
 		return err
 	}
-	c.mu.Lock()
+	c.lock()
 	var free []gpu.Region
 	var busy []string
 	found := (len(on) == 0 || len(on) == len(c.slots)) && c.cancelAfterReadLocked(rel)
@@ -135,7 +135,7 @@ func (c *Cache) EvictOn(rel string, devs []string) error {
 			e.slot.evictions.Add(1)
 		}
 	}
-	c.mu.Unlock()
+	c.unlock()
 	c.freeRegions(free)
 	switch {
 	case !found:
@@ -181,9 +181,9 @@ func (c *Cache) unpinLocked(e *entry) gpu.Region {
 
 // unpin is unpinLocked for a caller without the lock.
 func (c *Cache) unpin(e *entry) {
-	c.mu.Lock()
+	c.lock()
 	r := c.unpinLocked(e)
-	c.mu.Unlock()
+	c.unlock()
 	c.freeRegion(r)
 }
 

@@ -86,10 +86,10 @@ func (c *Cache) fillFromPeer(e *entry, region gpu.Region) (path, note string, do
 	case <-c.ctx.Done():
 		return PathPeer, "", true, fmt.Errorf("cache closing: %w", c.ctx.Err())
 	}
-	c.mu.Lock()
+	c.lock()
 	r := src.region
 	ok := src.state == StateResident && !src.detached && src.id == e.id && r != nil
-	c.mu.Unlock()
+	c.unlock()
 	from := src.slot.dev.Name()
 	if !ok {
 		return "", "the replica on " + from + " to copy from was not staged; read from SOURCE", false, nil
@@ -127,9 +127,9 @@ func (c *Cache) startSplit(rel string, on []*slot, at uint64) {
 		o.f.Close()
 		return
 	}
-	c.mu.Lock()
+	c.lock()
 	sl, regions := c.startSplitLocked(rel, o, on, at)
-	c.mu.Unlock()
+	c.unlock()
 	c.freeRegions(regions)
 	if sl == nil {
 		o.f.Close()

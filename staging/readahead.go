@@ -100,11 +100,11 @@ func (c *Cache) Trace() *readahead.Recorder { return c.ra.Trace() }
 
 // used records a demand use of rel's entry, if it has one, at tick at.
 func (c *Cache) used(rel string, at uint64) {
-	c.mu.Lock()
+	c.lock()
 	for _, e := range c.replicasLocked(rel) {
 		c.usedLocked(e, at)
 	}
-	c.mu.Unlock()
+	c.unlock()
 }
 
 // usedLocked records a demand use of e at tick at. A read-ahead load
@@ -132,7 +132,7 @@ func (c *Cache) leftLocked(e *entry) {
 // "read-ahead cancelled"); its region is freed when the load stops.
 func (c *Cache) readAhead(p readahead.Plan) {
 	var free []gpu.Region
-	c.mu.Lock()
+	c.lock()
 	for _, rel := range p.Cancel {
 		for _, e := range c.replicasLocked(rel) {
 			if e.readahead && e.state == StateLoading {
@@ -145,7 +145,7 @@ func (c *Cache) readAhead(p readahead.Plan) {
 	if !closed {
 		c.wg.Add(len(p.Stage))
 	}
-	c.mu.Unlock()
+	c.unlock()
 	for _, r := range free {
 		c.freeRegion(r)
 	}
@@ -168,9 +168,9 @@ func (c *Cache) readAheadLoad(it readahead.Item) {
 		c.declineReadAhead(it.Rel, readahead.NotStaged)
 		return
 	}
-	c.mu.Lock()
+	c.lock()
 	e, regions, why := c.startReadAheadLocked(it, o)
-	c.mu.Unlock()
+	c.unlock()
 	for _, r := range regions {
 		c.freeRegion(r)
 	}

@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/gdsfs/gdsfs/fs"
 )
 
 // TestStagedAfterReadersClose (issue 14): a file opened for reading
@@ -267,9 +265,9 @@ func TestDeferLimitAfterAYieldedStaging(t *testing.T) {
 	c.Opened("f")
 	c.Closed("f")
 	c.Opened("f") // held open past staging.defer_limit:
-	c.mu.Lock()
+	c.lock()
 	r := c.readers["f"]
-	c.mu.Unlock()
+	c.unlock()
 	c.deferLimit("f", r) // what its timer does
 	close(release)
 	rec.waitFor(t, "f", StateResident)
@@ -421,9 +419,9 @@ func TestReopenEndsTheSettlingWait(t *testing.T) {
 	within(t, "the check at the last close", func() { counts <- 1 })
 	within(t, "the settling wait", func() { <-ticks }) // waiting; never ended by a tick
 	c.Opened("f")                                      // ends the wait
-	c.mu.Lock()
+	c.lock()
 	n := len(c.settling)
-	c.mu.Unlock()
+	c.unlock()
 	if n != 0 {
 		t.Fatal("the settling wait outlived a new open")
 	}
@@ -510,7 +508,7 @@ func TestStagingAfterReadWaitsForTheReadersMapping(t *testing.T) {
 	c.settleMapMin = 0
 	unmap := mapFile(t, filepath.Join(src, "f"), 50000)
 
-	c.OpenedBy("f", fs.Reader{PID: uint32(unix.Gettid()), Size: 50000})
+	c.OpenedBy("f", Reader{PID: uint32(unix.Gettid()), Size: 50000})
 	go c.Closed("f")
 	within(t, "the check at the last close", func() { counts <- 16 }) // whole, but mapped
 	nextCheck(t, counts, ticks, 16)                                   // still mapped
@@ -589,11 +587,11 @@ func TestSettlingKeepsTheEarlierReaders(t *testing.T) {
 	c, src, rec, counts, ticks := settleCache(t, "f")
 	c.settleMapMin = 0
 	unmap := mapFile(t, filepath.Join(src, "f"), 50000)
-	c.OpenedBy("f", fs.Reader{PID: uint32(unix.Gettid()), Size: 50000}) // maps it
+	c.OpenedBy("f", Reader{PID: uint32(unix.Gettid()), Size: 50000}) // maps it
 	c.Closed("f")
 	within(t, "the first check", func() { counts <- 16 })
 	within(t, "the settling wait", func() { <-ticks })
-	c.OpenedBy("f", fs.Reader{PID: 1, Size: 50000}) // another process reads it, and closes
+	c.OpenedBy("f", Reader{PID: 1, Size: 50000}) // another process reads it, and closes
 	c.Closed("f")
 	within(t, "the check after the second close", func() { counts <- 16 })
 	var tc chan time.Time
@@ -616,9 +614,9 @@ func TestReopenBeforeTheFirstCheck(t *testing.T) {
 	c.Closed("f") // the check waits for its count
 	c.Opened("f")
 	within(t, "the first check", func() { counts <- 16 })
-	c.mu.Lock()
+	c.lock()
 	n := len(c.settling)
-	c.mu.Unlock()
+	c.unlock()
 	if n != 0 {
 		t.Fatalf("%d settling waits while f is open", n)
 	}
@@ -658,13 +656,13 @@ func TestReopenKeepsTheNewestOpener(t *testing.T) {
 	c, _, _, _, _ := settleCache(t, "f")
 	c.settleMapMin = 0
 	s := &settling{stop: make(chan struct{}), openers: []opener{{pid: 101}, {pid: 102}, {pid: 103}, {pid: 104}}}
-	c.mu.Lock()
+	c.lock()
 	c.settling["f"] = s
-	c.mu.Unlock()
-	c.OpenedBy("f", fs.Reader{PID: uint32(unix.Gettid()), Size: 50000})
-	c.mu.Lock()
+	c.unlock()
+	c.OpenedBy("f", Reader{PID: uint32(unix.Gettid()), Size: 50000})
+	c.lock()
 	got := c.readers["f"].openers
-	c.mu.Unlock()
+	c.unlock()
 	if len(got) != maxOpeners || got[len(got)-1].pid != uint32(os.Getpid()) {
 		t.Fatalf("openers after the reopen: %+v, want the last four ending with this process %d", got, os.Getpid())
 	}
@@ -697,9 +695,9 @@ func TestEvictCancelsTheStagingAfterARead(t *testing.T) {
 		t.Fatalf("evict of g, open: %v", err)
 	}
 	c.Closed("g") // no wait starts: nothing asks for a page cache count
-	c.mu.Lock()
+	c.lock()
 	waits := len(c.settling)
-	c.mu.Unlock()
+	c.unlock()
 	if waits != 0 {
 		t.Fatalf("%d settling waits after the evicts", waits)
 	}

@@ -94,9 +94,9 @@ func (c *Cache) awaitRoom(ctx context.Context, w *waiter, rel string, need int64
 	case <-c.ctx.Done():
 	case <-over:
 	}
-	c.mu.Lock()
+	c.lock()
 	c.leaveLocked(w)
-	c.mu.Unlock()
+	c.unlock()
 	switch {
 	case c.ctx.Err() != nil:
 		return fmt.Errorf("stage %s: cache closed", rel)

@@ -12,14 +12,6 @@ import (
 	"github.com/gdsfs/gdsfs/gpu"
 )
 
-// State of an entry.
-const (
-	StateAbsent   = "absent"
-	StateLoading  = "loading"
-	StateResident = "resident"
-	StateFailed   = "failed"
-)
-
 // Load paths, as counted in bytes_cufile, bytes_posix and bytes_host.
 const (
 	PathCuFile = "cufile"
@@ -68,7 +60,7 @@ type entry struct {
 	src *entry
 
 	// guarded by Cache.mu
-	state    string
+	state    state // state.go
 	path     string // load path taken or attempted
 	reason   string // failed: why; resident: why cuFile was not used ("" if it was)
 	err      error  // the load's error, when failed
@@ -132,9 +124,9 @@ type Info struct {
 
 // infoLocked describes e; Cache.mu must be held.
 func (e *entry) infoLocked() Info {
-	state := e.state
+	state := e.state.String()
 	note := e.reason
-	if e.state == StateFailed {
+	if e.state == stFailed {
 		state, note = StateFailed+": "+e.reason, ""
 	}
 	return Info{

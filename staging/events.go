@@ -101,12 +101,12 @@ func (c *Cache) emitLocked(e Event) {
 
 // eventLocked is an event about e entering state. Cache.mu must be
 // held.
-func (e *entry) eventLocked(state, reason string) Event {
+func (e *entry) eventLocked(st state, reason string) Event {
 	ev := Event{
-		Rel: e.rel, State: state, Generation: e.gen, Device: e.slot.dev.Name(),
+		Rel: e.rel, State: st.String(), Generation: e.gen, Device: e.slot.dev.Name(),
 		Bytes: e.id.size, Reason: reason,
 	}
-	if state == StateResident || state == StateFailed {
+	if st == stResident || st == stFailed {
 		ev.LoadPath, ev.Duration, ev.Err = e.path, e.loadDur, e.err
 	}
 	return ev

@@ -75,7 +75,7 @@ func (c *Cache) Acquire(ctx context.Context, req Request) (*Lease, error) {
 			return nil, err
 		}
 		c.lock()
-		if e.detached || e.state != StateResident {
+		if e.detached || e.state != stResident {
 			r := c.unpinLocked(e)
 			c.unlock()
 			c.freeRegion(r)

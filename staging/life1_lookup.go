@@ -97,7 +97,7 @@ func (c *Cache) attrLocked(rel string) (state, path string) {
 	// replica loads (warmup waits for them all), else resident if any is.
 	e := all[0]
 	for _, x := range all {
-		if x.state == StateLoading || x.state == StateResident && e.state != StateLoading {
+		if x.state == stLoading || x.state == stResident && e.state != stLoading {
 			e = x
 		}
 	}
@@ -180,7 +180,7 @@ func (c *Cache) ensure(ctx context.Context, rel string, p place, wait bool, at u
 		}
 		c.lock()
 		state, lerr, detached, yielded := e.state, e.err, e.detached, e.yielded
-		if state == StateResident && !detached {
+		if state == stResident && !detached {
 			c.unlock()
 			return e, nil // pinned: the caller unpins or leases
 		}
@@ -190,7 +190,7 @@ func (c *Cache) ensure(ctx context.Context, rel string, p place, wait bool, at u
 		switch {
 		case yielded && p.yield:
 			return nil, errYielded(rel) // staged again after the new reader closes it
-		case state == StateFailed && !detached && !errors.Is(lerr, errFileChanged):
+		case state == stFailed && !detached && !errors.Is(lerr, errFileChanged):
 			return nil, lerr
 		case attempt >= maxAttempts:
 			return nil, errKeepsChanging(rel)
@@ -253,7 +253,7 @@ func (c *Cache) lookupOrStart(rel string, o *opened, p place, wait bool, w **wai
 		if !p.yield {
 			e.keepLocked() // a lease or prefetch joined it
 		}
-		joined := e.state == StateLoading
+		joined := e.state == stLoading
 		c.unlock()
 		o.f.Close()
 		c.freeRegions(stale)
@@ -311,7 +311,7 @@ func (c *Cache) existingLocked(rel string, o *opened, p place, w *waiter) (*entr
 		case e.id != o.id:
 			c.stats.invalidations.Add(1)
 			free = append(free, c.dropLocked(e, "changed"))
-		case e.state == StateFailed: // try again
+		case e.state == stFailed: // try again
 			free = append(free, c.dropLocked(e, "failed load dropped"))
 		default:
 			live = append(live, e)
@@ -321,7 +321,7 @@ func (c *Cache) existingLocked(rel string, o *opened, p place, w *waiter) (*entr
 	switch {
 	case e == nil:
 		return nil, free
-	case e.state == StateResident:
+	case e.state == stResident:
 		e.slot.lru.MoveToFront(e.elem)
 		c.stats.hits.Add(1)
 	default:
@@ -346,7 +346,7 @@ func (c *Cache) checkIdentity(rel string) {
 	c.lock()
 	var free []gpu.Region
 	for _, e := range c.replicasLocked(rel) {
-		if e.state != StateLoading && (err != nil || e.id != id) {
+		if e.state != stLoading && (err != nil || e.id != id) {
 			reason := "changed"
 			if err != nil {
 				reason = "gone"

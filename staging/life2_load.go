@@ -55,7 +55,7 @@ func (c *Cache) startLocked(rel string, o *opened, want *slot, at uint64, yield 
 	c.stats.misses.Add(1)
 	e := &entry{
 		rel: rel, id: id, fid: o.fid, events: o.events, slot: best, gen: c.genLocked(rel, id),
-		done: make(chan struct{}), state: StateLoading, reserved: need, fds: fds, lastUse: at,
+		done: make(chan struct{}), state: stLoading, reserved: need, fds: fds, lastUse: at,
 	}
 	if yield {
 		// Its tasks yield to demand loads, and a new reader through the
@@ -74,7 +74,7 @@ func (c *Cache) startLocked(rel string, o *opened, want *slot, at uint64, yield 
 	}
 	c.attachLocked(e)
 	c.indexLocked(e)
-	c.emitLocked(e.eventLocked(StateLoading, ""))
+	c.emitLocked(e.eventLocked(stLoading, ""))
 	return e, regions, nil
 }
 

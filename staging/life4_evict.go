@@ -67,7 +67,7 @@ func (c *Cache) changedAll() {
 // drops it, returning the region to free after unlocking. Cache.mu must
 // be held.
 func (c *Cache) invalidateLocked(e *entry, reason string) gpu.Region {
-	if e.state == StateLoading {
+	if e.state == stLoading {
 		e.changed = true
 		return nil
 	}
@@ -127,7 +127,7 @@ func (c *Cache) EvictOn(rel string, devs []string) error {
 		switch {
 		case e.heldLocked():
 			busy = append(busy, fmt.Sprintf("on %s %d leases and %d requests hold it", e.slot.dev.Name(), e.leases, e.pins))
-		case e.state == StateLoading:
+		case e.state == stLoading:
 			busy = append(busy, "loading on "+e.slot.dev.Name())
 		default:
 			free = append(free, c.dropLocked(e, "evicted on request"))
@@ -153,7 +153,7 @@ func (c *Cache) EvictOn(rel string, devs []string) error {
 func (c *Cache) dropLocked(e *entry, reason string) gpu.Region {
 	if c.unattachLocked(e) {
 		c.leftLocked(e)
-		c.emitLocked(e.eventLocked(StateAbsent, reason))
+		c.emitLocked(e.eventLocked(stAbsent, reason))
 	}
 	e.detached = true
 	c.unindexLocked(e)
@@ -161,7 +161,7 @@ func (c *Cache) dropLocked(e *entry, reason string) gpu.Region {
 		e.slot.lru.Remove(e.elem)
 		e.elem = nil
 	}
-	if e.heldLocked() || e.state == StateLoading {
+	if e.heldLocked() || e.state == stLoading {
 		return nil // freed by the last Release or unpin, or by the load's end
 	}
 	return c.releaseLocked(e)
@@ -173,7 +173,7 @@ func (c *Cache) dropLocked(e *entry, reason string) gpu.Region {
 func (c *Cache) unpinLocked(e *entry) gpu.Region {
 	e.pins--
 	c.wakeLocked() // evictable now, perhaps
-	if e.detached && !e.heldLocked() && e.state != StateLoading {
+	if e.detached && !e.heldLocked() && e.state != stLoading {
 		return c.releaseLocked(e)
 	}
 	return nil
@@ -196,8 +196,8 @@ func (c *Cache) releaseLocked(e *entry) gpu.Region {
 	c.wakeLocked()
 	r := e.region
 	e.region = nil
-	if e.state == StateResident {
-		e.state = StateAbsent
+	if e.state == stResident {
+		e.moveLocked(stAbsent)
 	}
 	return r
 }
@@ -211,9 +211,10 @@ func (c *Cache) detachVictimsLocked(victims []*entry) []gpu.Region {
 		v.slot.evictions.Add(1)
 		if c.unattachLocked(v) {
 			c.leftLocked(v)
-			c.emitLocked(v.eventLocked(StateAbsent, "evicted"))
+			c.emitLocked(v.eventLocked(stAbsent, "evicted"))
 		}
-		v.detached, v.reserved, v.fds, v.state = true, 0, 0, StateAbsent
+		v.detached, v.reserved, v.fds = true, 0, 0
+		v.moveLocked(stAbsent)
 		c.unindexLocked(v)
 		regions = append(regions, v.region)
 		v.region = nil

@@ -88,7 +88,7 @@ func (c *Cache) fillFromPeer(e *entry, region gpu.Region) (path, note string, do
 	}
 	c.lock()
 	r := src.region
-	ok := src.state == StateResident && !src.detached && src.id == e.id && r != nil
+	ok := src.state == stResident && !src.detached && src.id == e.id && r != nil
 	c.unlock()
 	from := src.slot.dev.Name()
 	if !ok {
@@ -186,11 +186,11 @@ func (c *Cache) startSplitLocked(rel string, o *opened, on []*slot, at uint64) (
 	for i, s := range on {
 		e := &entry{
 			rel: rel, id: o.id, fid: o.fid, events: o.events, slot: s, gen: gen, done: make(chan struct{}),
-			state: StateLoading, reserved: need[i], fds: s.dev.HeldDescriptors(o.id.size), lastUse: at, pins: 1,
+			state: stLoading, reserved: need[i], fds: s.dev.HeldDescriptors(o.id.size), lastUse: at, pins: 1,
 		}
 		c.attachLocked(e)
 		c.indexLocked(e)
-		c.emitLocked(e.eventLocked(StateLoading, "split ingest"))
+		c.emitLocked(e.eventLocked(stLoading, "split ingest"))
 		sl.es = append(sl.es, e)
 	}
 	c.stats.misses.Add(1)

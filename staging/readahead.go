@@ -135,7 +135,7 @@ func (c *Cache) readAhead(p readahead.Plan) {
 	c.lock()
 	for _, rel := range p.Cancel {
 		for _, e := range c.replicasLocked(rel) {
-			if e.readahead && e.state == StateLoading {
+			if e.readahead && e.state == stLoading {
 				e.ra.cancel()
 				free = append(free, c.dropLocked(e, "read-ahead cancelled"))
 			}
@@ -191,9 +191,9 @@ func (c *Cache) startReadAheadLocked(it readahead.Item, o *opened) (*entry, []gp
 	var regions []gpu.Region
 	for _, e := range c.replicasLocked(rel) { // on any device
 		switch {
-		case e.state == StateLoading || e.state == StateResident && e.id == o.id:
+		case e.state == stLoading || e.state == stResident && e.id == o.id:
 			return nil, nil, readahead.Staged
-		case e.state == StateFailed && e.id == o.id:
+		case e.state == stFailed && e.id == o.id:
 			return nil, nil, readahead.NotStaged // a demand retries it and shows why
 		}
 	}
@@ -227,7 +227,7 @@ func (c *Cache) startReadAheadLocked(it readahead.Item, o *opened) (*entry, []gp
 	regions = append(regions, c.detachVictimsLocked(victims)...)
 	e := &entry{
 		rel: rel, id: o.id, fid: o.fid, events: o.events, slot: s, gen: c.genLocked(rel, o.id),
-		done: make(chan struct{}), state: StateLoading, reserved: need, fds: fds,
+		done: make(chan struct{}), state: stLoading, reserved: need, fds: fds,
 		lastUse: it.Heat, readahead: true, ra: &raLoad{},
 	}
 	e.ra.ctx, e.ra.cancel = context.WithCancel(c.ctx)
@@ -235,7 +235,7 @@ func (c *Cache) startReadAheadLocked(it readahead.Item, o *opened) (*entry, []gp
 	c.attachLocked(e)
 	c.indexLocked(e)
 	c.ra.Started(rel) // with the entry: an access racing with it finds it loading, a hit
-	c.emitLocked(e.eventLocked(StateLoading, "read-ahead"))
+	c.emitLocked(e.eventLocked(stLoading, "read-ahead"))
 	return e, regions, 0
 }
 
@@ -309,7 +309,8 @@ func (c *Cache) publishReadAheadLocked(e *entry, region gpu.Region, note string,
 		}
 		c.dropLocked(e, reason) // loading: keeps its reservation, returned below
 	}
-	e.state, e.region = StateAbsent, region
+	e.moveLocked(stAbsent)
+	e.region = region
 	return c.releaseLocked(e)
 }
 

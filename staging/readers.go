@@ -107,7 +107,7 @@ func (c *Cache) openedDeferred(rel string, rd Reader) {
 		r.openers = mergeOpeners(append([]opener(nil), s.openers...), r.openers...) // they may still map it; the newest kept last
 	}
 	for _, e := range c.replicasLocked(rel) {
-		if e.yielding && e.state == StateLoading {
+		if e.yielding && e.state == stLoading {
 			e.yielding, e.yielded = false, true
 			e.ra.cancel()
 			c.stats.yielded.Add(1)

@@ -159,15 +159,15 @@ func (c *Cache) Stats() Stats {
 			d := &out.Devices[e.slot.index]
 			d.LeasesPinned += e.leases
 			switch e.state {
-			case StateResident:
+			case stResident:
 				out.StagedFiles++
 				out.ResidentBytes += e.id.size
 				d.StagedFiles++
 				d.ResidentBytes += e.id.size
-			case StateLoading:
+			case stLoading:
 				out.LoadingFiles++
 				d.LoadingFiles++
-			case StateFailed:
+			case stFailed:
 				out.FailedFiles++
 			}
 		}
@@ -213,7 +213,7 @@ func (c *Cache) checkInvariantsLocked() {
 				panic("staging: an entry is attached under another path or slot, or detached")
 			}
 			if e.elem != nil {
-				if e.state != StateResident {
+				if e.state != stResident {
 					panic("staging: an entry that is not resident has an LRU element")
 				}
 				inLRU[e.slot]++
@@ -235,7 +235,7 @@ func (c *Cache) checkInvariantsLocked() {
 		n := 0
 		for el := s.lru.Front(); el != nil; el = el.Next() {
 			e := el.Value.(*entry)
-			if e.state != StateResident || e.detached || e.slot != s || e.elem != el {
+			if e.state != stResident || e.detached || e.slot != s || e.elem != el {
 				panic("staging: LRU holds an entry that is not resident and attached on its slot")
 			}
 			n++

@@ -60,7 +60,7 @@ type entry struct {
 	src *entry
 
 	// guarded by Cache.mu
-	state    state // state.go
+	state    state  // state.go
 	path     string // load path taken or attempted
 	reason   string // failed: why; resident: why cuFile was not used ("" if it was)
 	err      error  // the load's error, when failed

@@ -105,7 +105,7 @@ type Cache struct {
 	// after their last close (readers.go; tests lower it before use).
 	settleMapMin int64
 	absentWhy    map[string]string // why a file last became absent (AbsentReason)
-	waiters      *list.List        // of *waiter, waiting for room, first come first served
+	waiters      waiters           // waiting for room, first come first served (room.go)
 	gen          uint64            // last generation handed out
 	fdsUsed      int               // descriptors reserved by entries and private copies
 	closed       bool
@@ -190,7 +190,7 @@ func New(ctx context.Context, cfg Config) (*Cache, error) {
 		log: cfg.Log.Named("staging"), ctx: ctx, cancel: cancel, events: newEvents(),
 		queue:   make(chan prefetchReq, cfg.Options.PrefetchQueue),
 		entries: map[string]copies{}, queued: map[string]int{}, queuedOn: map[string]int{}, queuedKeys: map[string]bool{}, byFID: map[fid]map[*entry]struct{}{},
-		waiters: list.New(), readers: map[string]*readers{}, settling: map[string]*settling{}, settleMapMin: settleMapMin, settleSem: make(chan struct{}, settleChecks), absentWhy: map[string]string{},
+		readers: map[string]*readers{}, settling: map[string]*settling{}, settleMapMin: settleMapMin, settleSem: make(chan struct{}, settleChecks), absentWhy: map[string]string{},
 	}
 	c.ra = newRunner(cfg, root, c.log)
 	c.log.Info("io", zap.Int("num_threads", int(c.io.NumThreads)), zap.Stringer("bounce_size", units.Size(c.io.BounceSize)),

@@ -186,8 +186,9 @@ func (c *Cache) fillSpan(e *entry, f *os.File, region gpu.Region, sp span) (path
 		note = fmt.Sprintf("smaller than io.gds_threshold (%s)", c.io.GDSThreshold)
 	case c.io.CompatMode == CompatAuto && cf.Mode() != "gds":
 		// cuFile's compat mode is POSIX reads through its own bounce
-		// buffers: on the H200 40 GB/s warm where the POSIX path moves
-		// 42-50. Without GPUDirect Storage proper, the POSIX path.
+		// buffers, slower than the POSIX path's pinned bounce buffers
+		// (`gdsfs bench loader` shows both). Without GPUDirect Storage
+		// proper, the POSIX path.
 		c.stats.cufileFallbacks.Add(1)
 		note = "cuFile runs only in its compat mode here (no GPUDirect Storage: nvidia-fs not in use); the POSIX path is faster"
 	default:

@@ -67,7 +67,7 @@ func entryPaths(c *Cache) []string {
 	return out
 }
 
-// TestReadAheadNameOrder (issue 10): opens in name order stage the next
+// TestReadAheadNameOrder: opens in name order stage the next
 // files before they are opened, within the window's bound in files and
 // bytes; opening them counts hits and moves the window on. The opens are
 // held (staging.defer_while_read: the files being read wait for their

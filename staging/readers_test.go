@@ -14,7 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// TestStagedAfterReadersClose (issue 14): a file opened for reading
+// TestStagedAfterReadersClose: a file opened for reading
 // through the mount is staged after its last reader closes it, not while
 // it is read; a lease asks and is served at once; a prefetch of another
 // file (read-ahead) is not held back; staging.defer_limit stages a file
@@ -115,7 +115,7 @@ func gatedCache(t *testing.T, src string) (c *Cache, started, release chan struc
 	return c, started, release
 }
 
-// TestStagingAfterReadYieldsToANewReader (issue 14): the staging that
+// TestStagingAfterReadYieldsToANewReader: the staging that
 // follows a reader's close is cancelled when a reader opens the file
 // through the mount again (a loader that reads a header, closes, and
 // opens the file again to read the rest), so it does not read the disk
@@ -354,11 +354,10 @@ func nextCheck(t *testing.T, counts chan int64, ticks chan chan time.Time, n int
 	})
 }
 
-// TestStagingAfterReadWaitsWhileThePageCacheGrows (issue 14, found on the
-// H200): safetensors 0.8 opens a file, maps it, closes it and then reads
-// the whole mapping; the staging queued by that close read the disk beside
-// the loader (a cold load_file through the mount took 5.5 s against 2.9 s
-// from SOURCE). The staging after the last close now waits while the
+// TestStagingAfterReadWaitsWhileThePageCacheGrows: safetensors opens a
+// file, maps it, closes it and then reads the whole mapping; a staging
+// queued by that close would read the disk beside the loader. The
+// staging after the last close waits while the
 // file's page cache grows, and starts once it has not grown for
 // settleQuiet checks.
 func TestStagingAfterReadWaitsWhileThePageCacheGrows(t *testing.T) {
@@ -498,11 +497,10 @@ func mapFile(t *testing.T, path string, size int) (unmap func()) {
 	return unmap
 }
 
-// TestStagingAfterReadWaitsForTheReadersMapping (issue 14, found on the
-// H200): a warm load_file through the mount maps the file, closes it and
-// copies the mapping to the device; the staging queued by that close ran
-// beside the copy (0.88 of SOURCE's speed against 0.94 with no staging).
-// A file a reader still maps is staged after it unmaps it.
+// TestStagingAfterReadWaitsForTheReadersMapping: a warm load_file through
+// the mount maps the file, closes it and copies the mapping to the device;
+// a staging queued by that close would run beside the copy. A file a
+// reader still maps is staged after it unmaps it.
 func TestStagingAfterReadWaitsForTheReadersMapping(t *testing.T) {
 	c, src, rec, counts, ticks := settleCache(t, "f")
 	c.settleMapMin = 0
@@ -668,7 +666,7 @@ func TestReopenKeepsTheNewestOpener(t *testing.T) {
 	}
 }
 
-// TestEvictCancelsTheStagingAfterARead (found in issue 14's bench): an
+// TestEvictCancelsTheStagingAfterARead: an
 // explicit evict of a file whose staging waits for its readers (still
 // open through the mount, or closed and still read through a mapping)
 // answered ENOENT and left that staging to run, so the file was staged

@@ -275,10 +275,7 @@ func (c *Cache) Close() error {
 		}
 	}
 	c.entries = map[string]copies{}
-	c.unlock()
-	for _, r := range regions {
-		c.freeRegion(r)
-	}
+	c.unlockFree(regions...)
 	c.events.close()
 	if c.ownRoot {
 		return c.root.Close()

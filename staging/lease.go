@@ -77,8 +77,7 @@ func (c *Cache) Acquire(ctx context.Context, req Request) (*Lease, error) {
 		c.lock()
 		if e.detached || e.state != stResident {
 			r := c.unpinLocked(e)
-			c.unlock()
-			c.freeRegion(r)
+			c.unlockFree(r)
 			continue // invalidated since: stage again
 		}
 		if want != nil && (e.id.dev != want.Dev || e.id.ino != want.Ino) {
@@ -118,22 +117,14 @@ func (l *Lease) copyPrivate(ctx context.Context, roomWait time.Duration) error {
 	var w *waiter
 	for {
 		c.lock()
-		var victims []*entry
-		ok := false
-		if c.mayReserveLocked(w) {
-			victims, ok = c.reserveLocked(e.slot, need, fds)
-		}
-		regions := c.detachVictimsLocked(victims)
+		regions, ok := c.admitLocked(w, e.slot, need, fds)
 		if ok {
 			l.private, l.privateFDs = need, fds
 			c.leaveLocked(w)
 		} else {
 			c.queueLocked(&w)
 		}
-		c.unlock()
-		for _, r := range regions {
-			c.freeRegion(r)
-		}
+		c.unlockFree(regions...)
 		if ok {
 			break
 		}
@@ -178,10 +169,7 @@ func (l *Lease) Release() {
 			free = append(free, c.releaseLocked(e))
 		}
 		c.wakeLocked() // unleased: evictable; a private copy's room back
-		c.unlock()
-		for _, r := range free {
-			c.freeRegion(r)
-		}
+		c.unlockFree(free...)
 	})
 }
 

@@ -67,8 +67,7 @@ func (c *Cache) stageOne(ctx context.Context, rel string, on *slot, wait bool, a
 	c.lock()
 	info := e.infoLocked()
 	r := c.unpinLocked(e)
-	c.unlock()
-	c.freeRegion(r)
+	c.unlockFree(r)
 	return info, nil
 }
 
@@ -185,8 +184,7 @@ func (c *Cache) ensure(ctx context.Context, rel string, p place, wait bool, at u
 			return e, nil // pinned: the caller unpins or leases
 		}
 		r := c.unpinLocked(e)
-		c.unlock()
-		c.freeRegion(r)
+		c.unlockFree(r)
 		switch {
 		case yielded && p.yield:
 			return nil, errYielded(rel) // staged again after the new reader closes it
@@ -254,9 +252,8 @@ func (c *Cache) lookupOrStart(rel string, o *opened, p place, wait bool, w **wai
 			e.keepLocked() // a lease or prefetch joined it
 		}
 		joined := e.state == stLoading
-		c.unlock()
+		c.unlockFree(stale...)
 		o.f.Close()
-		c.freeRegions(stale)
 		if joined && c.hooks.joined != nil {
 			c.hooks.joined(rel)
 		}
@@ -271,7 +268,7 @@ func (c *Cache) lookupOrStart(rel string, o *opened, p place, wait bool, w **wai
 		c.stats.yielded.Add(1)
 		err = errYielded(rel)
 	case c.mayReserveLocked(*w):
-		e, victims, err = c.startLocked(rel, o, p.slot, at, p.yield)
+		e, victims, err = c.startLocked(rel, o, *w, p.slot, at, p.yield)
 	default:
 		err = errNoSpace(rel, o.id.size) // others wait for room first
 	}
@@ -286,9 +283,7 @@ func (c *Cache) lookupOrStart(rel string, o *opened, p place, wait bool, w **wai
 	case errors.Is(err, syscall.ENOSPC):
 		c.stats.noSpace.Add(1)
 	}
-	c.unlock()
-	c.freeRegions(stale)
-	c.freeRegions(victims)
+	c.unlockFree(append(stale, victims...)...)
 	if err != nil {
 		o.f.Close()
 		return nil, err
@@ -355,6 +350,5 @@ func (c *Cache) checkIdentity(rel string) {
 			c.stats.invalidations.Add(1)
 		}
 	}
-	c.unlock()
-	c.freeRegions(free)
+	c.unlockFree(free...)
 }

@@ -21,12 +21,13 @@ import (
 )
 
 // startLocked creates a loading entry on want, or (nil) on the slot
-// with the most room, evicting as needed; at is the read-ahead clock's
+// with the most room, evicting as needed, for the request in line as w
+// (nil: not in line; admitLocked); at is the read-ahead clock's
 // tick of the request (its last use). Where a replica of the file on
 // another device can be copied device to device, the new entry is filled
 // from it (e.src, pinned until the load ends). It returns the evicted
 // regions for the caller to free after unlocking. Cache.mu must be held.
-func (c *Cache) startLocked(rel string, o *opened, want *slot, at uint64, yield bool) (*entry, []gpu.Region, error) {
+func (c *Cache) startLocked(rel string, o *opened, w *waiter, want *slot, at uint64, yield bool) (*entry, []gpu.Region, error) {
 	id := o.id
 	best := want
 	if best == nil {
@@ -47,11 +48,10 @@ func (c *Cache) startLocked(rel string, o *opened, want *slot, at uint64, yield 
 		c.stats.tooLarge.Add(1)
 		return nil, nil, errTooManyFDs(rel, fds, c.fdBudget)
 	}
-	victims, ok := c.reserveLocked(best, need, fds)
+	regions, ok := c.admitLocked(w, best, need, fds)
 	if !ok {
-		return nil, nil, errNoSpace(rel, need)
+		return nil, regions, errNoSpace(rel, need)
 	}
-	regions := c.detachVictimsLocked(victims)
 	c.stats.misses.Add(1)
 	e := &entry{
 		rel: rel, id: id, fid: o.fid, events: o.events, slot: best, gen: c.genLocked(rel, id),
@@ -148,11 +148,10 @@ func (c *Cache) alloc(e *entry) (gpu.Region, error) {
 			c.stats.evictions.Add(1)
 			victim.slot.evictions.Add(1)
 		}
-		c.unlock()
+		c.unlockFree(vr)
 		if victim == nil {
 			return nil, err
 		}
-		c.freeRegion(vr)
 	}
 }
 

@@ -55,11 +55,10 @@ func (c *Cache) publish(e *entry, region gpu.Region, path, note string, err erro
 	c.wakeLocked() // resident: evictable once unleased
 	c.published++
 	seq := c.published
-	c.unlock()
+	c.unlockFree(free)
 	if e.ra != nil {
 		e.ra.cancel() // the load is over: release its context
 	}
-	c.freeRegion(free)
 	switch {
 	case err != nil && ahead:
 		c.log.Debug("read-ahead load ended", zap.String("path", e.rel), zap.Error(err))

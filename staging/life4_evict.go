@@ -26,8 +26,7 @@ func (c *Cache) Changed(rel string) {
 		free = append(free, c.dropLocked(e, "changed through the mount"))
 		c.stats.invalidations.Add(1)
 	}
-	c.unlock()
-	c.freeRegions(free)
+	c.unlockFree(free...)
 }
 
 // changedFID handles a change event: the entries of that file are
@@ -41,10 +40,7 @@ func (c *Cache) changedFID(id fid) {
 		c.ra.Changed(e.rel)
 		free = append(free, c.invalidateLocked(e, "modified (change event)"))
 	}
-	c.unlock()
-	for _, r := range free {
-		c.freeRegion(r)
-	}
+	c.unlockFree(free...)
 }
 
 // changedAll drops every entry that relies on change events: some were
@@ -57,10 +53,7 @@ func (c *Cache) changedAll() {
 			free = append(free, c.invalidateLocked(e, "change events lost"))
 		}
 	}
-	c.unlock()
-	for _, r := range free {
-		c.freeRegion(r)
-	}
+	c.unlockFree(free...)
 }
 
 // invalidateLocked marks a loading e changed (it will not publish) or
@@ -135,8 +128,7 @@ func (c *Cache) EvictOn(rel string, devs []string) error {
 			e.slot.evictions.Add(1)
 		}
 	}
-	c.unlock()
-	c.freeRegions(free)
+	c.unlockFree(free...)
 	switch {
 	case !found:
 		return errNotStaged(rel)
@@ -183,8 +175,7 @@ func (c *Cache) unpinLocked(e *entry) gpu.Region {
 func (c *Cache) unpin(e *entry) {
 	c.lock()
 	r := c.unpinLocked(e)
-	c.unlock()
-	c.freeRegion(r)
+	c.unlockFree(r)
 }
 
 // releaseLocked returns e's reservation to its slot and hands back its
@@ -221,6 +212,14 @@ func (c *Cache) detachVictimsLocked(victims []*entry) []gpu.Region {
 	}
 	c.stats.evictions.Add(uint64(len(victims)))
 	return regions
+}
+
+// unlockFree releases Cache.mu and then frees rs (nil ones: nothing): the
+// regions the books let go of under the lock leave device memory after
+// it, never with it held. Every such release goes through here.
+func (c *Cache) unlockFree(rs ...gpu.Region) {
+	c.unlock()
+	c.freeRegions(rs)
 }
 
 // freeRegions frees each of rs (nil ones: nothing).

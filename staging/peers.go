@@ -129,8 +129,7 @@ func (c *Cache) startSplit(rel string, on []*slot, at uint64) {
 	}
 	c.lock()
 	sl, regions := c.startSplitLocked(rel, o, on, at)
-	c.unlock()
-	c.freeRegions(regions)
+	c.unlockFree(regions...)
 	if sl == nil {
 		o.f.Close()
 		return

@@ -145,10 +145,7 @@ func (c *Cache) readAhead(p readahead.Plan) {
 	if !closed {
 		c.wg.Add(len(p.Stage))
 	}
-	c.unlock()
-	for _, r := range free {
-		c.freeRegion(r)
-	}
+	c.unlockFree(free...)
 	for _, it := range p.Stage {
 		if closed {
 			c.declineReadAhead(it.Rel, readahead.NotStaged)
@@ -170,10 +167,7 @@ func (c *Cache) readAheadLoad(it readahead.Item) {
 	}
 	c.lock()
 	e, regions, why := c.startReadAheadLocked(it, o)
-	c.unlock()
-	for _, r := range regions {
-		c.freeRegion(r)
-	}
+	c.unlockFree(regions...)
 	if e == nil {
 		o.f.Close()
 		c.wg.Done()

@@ -7,6 +7,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gdsfs/gdsfs/gpu"
 	"github.com/gdsfs/gdsfs/internal/fifo"
 )
 
@@ -37,6 +38,20 @@ var errWaitRoom = errors.New("waiting for room")
 // Cache.mu must be held.
 func (c *Cache) mayReserveLocked(w *waiter) bool {
 	return c.waiters.MayGo(w)
+}
+
+// admitLocked reserves need bytes on s and fds descriptors, evicting
+// unleased resident entries as needed, for the request in line as w (nil:
+// not in line) if it may go now (mayReserveLocked). It returns the
+// evicted regions for the caller to free after unlocking (unlockFree) and
+// whether the room is reserved. Loads (startLocked) and private copies
+// (copyPrivate) take room through it. Cache.mu must be held.
+func (c *Cache) admitLocked(w *waiter, s *slot, need int64, fds int) ([]gpu.Region, bool) {
+	if !c.mayReserveLocked(w) {
+		return nil, false
+	}
+	victims, ok := c.reserveLocked(s, need, fds)
+	return c.detachVictimsLocked(victims), ok
 }
 
 // queueLocked puts the request holding *w at the back of the line unless

@@ -14,8 +14,8 @@ import (
 
 	"github.com/gdsfs/gdsfs/gpu"
 	"github.com/gdsfs/gdsfs/internal/access"
-	"github.com/gdsfs/gdsfs/internal/readahead"
 	"github.com/gdsfs/gdsfs/internal/units"
+	"github.com/gdsfs/gdsfs/staging/triggers/readahead"
 )
 
 // Config is what New needs.

@@ -37,7 +37,7 @@
 //   - prefetch.go (the prefetch queue and its workers), readers.go
 //     (staging after the last reader through the mount closes),
 //     readahead.go (staging the files a reader opens next, planned by
-//     internal/readahead, at a priority below every demand and within room
+//     staging/triggers/readahead, at a priority below every demand and within room
 //     no demand needs): the triggers.
 //   - events.go: every state change told to subscribers (Subscribe);
 //     stats.go: counters and checkInvariantsLocked; watch.go: change
@@ -50,7 +50,7 @@
 // is taken with c.lock and released with c.unlock (in tests every unlock
 // checks the invariants first). The change watcher's drainMu is the only
 // lock taken before it; every other lock of the package and of
-// internal/readahead is a leaf taken after it or alone (events.mu,
+// staging/triggers/readahead is a leaf taken after it or alone (events.mu,
 // subscription.mu, loader.mu, job.errMu, counters.errMu, watcher.mu, the
 // read-ahead runner's and planner's locks). The header of Cache
 // (cache.go) lists them. Methods named ...Locked need Cache.mu held; no

@@ -1,6 +1,6 @@
 package staging
 
-// Read-ahead across files (internal/readahead decides; this file carries
+// Read-ahead across files (staging/triggers/readahead decides; this file carries
 // out its plans). Opens through the mount and leases feed the detector
 // (Opened, Acquire); each Plan it returns asks for files to load ahead of
 // the reader and for earlier requests to cancel. A read-ahead load:
@@ -35,7 +35,7 @@ import (
 
 	"github.com/gdsfs/gdsfs/gpu"
 	"github.com/gdsfs/gdsfs/internal/access"
-	"github.com/gdsfs/gdsfs/internal/readahead"
+	"github.com/gdsfs/gdsfs/staging/triggers/readahead"
 )
 
 // raLoad is what a load started by read-ahead carries beyond a demand

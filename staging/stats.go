@@ -4,7 +4,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/gdsfs/gdsfs/internal/readahead"
+	"github.com/gdsfs/gdsfs/staging/triggers/readahead"
 )
 
 // counters are the cache's cumulative counts.

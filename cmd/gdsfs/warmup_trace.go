@@ -10,7 +10,7 @@ import (
 
 	"github.com/gdsfs/gdsfs/internal/control"
 	"github.com/gdsfs/gdsfs/internal/mountinfo"
-	"github.com/gdsfs/gdsfs/internal/readahead"
+	"github.com/gdsfs/gdsfs/staging/triggers/readahead"
 )
 
 // `gdsfs warmup --trace FILE [MOUNTPOINT]`: a recorded trace staged in its

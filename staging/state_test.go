@@ -48,3 +48,25 @@ func TestCloseEmptiesLRU(t *testing.T) {
 		}
 	}
 }
+
+// In tests every unlock of Cache.mu checks the invariants: books left
+// wrong under the lock panic at the unlock, not at the test's end.
+func TestUnlockChecksInvariants(t *testing.T) {
+	opts, io := testOptions()
+	c := newCache(t, t.TempDir(), opts, io)
+	s := c.slots[0]
+	panicked := func() (p bool) {
+		defer func() { p = recover() != nil }()
+		c.lock()
+		s.used = s.capacity + 1
+		c.unlock()
+		return false
+	}()
+	// The panic left Cache.mu held: put the books right and release it.
+	s.used = 0
+	if panicked {
+		c.mu.Unlock()
+	} else {
+		t.Error("an unlock with a slot over its capacity did not panic")
+	}
+}

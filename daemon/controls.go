@@ -8,8 +8,8 @@ import (
 
 	"github.com/gdsfs/gdsfs/fs"
 	"github.com/gdsfs/gdsfs/internal/access"
-	"github.com/gdsfs/gdsfs/internal/readahead"
 	"github.com/gdsfs/gdsfs/staging"
+	"github.com/gdsfs/gdsfs/staging/triggers/readahead"
 )
 
 // controls are the files of MOUNTPOINT/.gdsfs/; srv is the mount they

@@ -9,7 +9,7 @@ import (
 
 	"github.com/gdsfs/gdsfs/internal/control"
 	"github.com/gdsfs/gdsfs/internal/mountinfo"
-	"github.com/gdsfs/gdsfs/internal/readahead"
+	"github.com/gdsfs/gdsfs/staging/triggers/readahead"
 )
 
 // WarmupTrace writes the paths of the trace in file to the mount's

@@ -19,13 +19,14 @@ import (
 
 	"github.com/gdsfs/gdsfs/internal/access"
 	"github.com/gdsfs/gdsfs/internal/mountinfo"
+	"github.com/gdsfs/gdsfs/staging"
 )
 
 // Stager is what fs needs from the staging cache. No method may block.
 type Stager interface {
 	// OpenedBy tells the cache that a regular file (path relative to
 	// SOURCE) was opened for reading through the mount, by r.
-	OpenedBy(rel string, r Reader)
+	OpenedBy(rel string, r staging.Reader)
 	// Closed tells the cache that one such open ended (the kernel
 	// released that handle).
 	Closed(rel string)
@@ -35,17 +36,6 @@ type Stager interface {
 	Changed(rel string)
 	// Attr answers the user.gdsfs.state and user.gdsfs.path xattrs.
 	Attr(rel string) (state, path string)
-}
-
-// Reader is what the mount knows of an open for reading: the thread that
-// opened the file (the FUSE request's, in the daemon's PID namespace; 0
-// when the kernel could not say), the device and inode number a mapping
-// of the file made through the mount shows in /proc/PID/maps, and the
-// file's size.
-type Reader struct {
-	PID      uint32
-	Dev, Ino uint64
-	Size     int64
 }
 
 // Control is one file of MOUNTPOINT/.gdsfs/. Exactly one of Read and Write

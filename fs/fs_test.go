@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gdsfs/gdsfs/internal/units"
+	"github.com/gdsfs/gdsfs/staging"
 )
 
 // fakeStager records the calls fs makes, in order.
@@ -28,10 +29,10 @@ func (f *fakeStager) record(call string) {
 	}
 }
 
-func (f *fakeStager) OpenedBy(rel string, _ Reader)        { f.record("opened " + rel) }
-func (f *fakeStager) Closed(rel string)                    { f.record("closed " + rel) }
-func (f *fakeStager) Changed(rel string)                   { f.record("changed " + rel) }
-func (f *fakeStager) Attr(rel string) (state, path string) { return "absent", "" }
+func (f *fakeStager) OpenedBy(rel string, _ staging.Reader) { f.record("opened " + rel) }
+func (f *fakeStager) Closed(rel string)                     { f.record("closed " + rel) }
+func (f *fakeStager) Changed(rel string)                    { f.record("changed " + rel) }
+func (f *fakeStager) Attr(rel string) (state, path string)  { return "absent", "" }
 
 // take returns the calls recorded so far and forgets them.
 func (f *fakeStager) take() []string {

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gdsfs/gdsfs/internal/access"
+	"github.com/gdsfs/gdsfs/staging"
 )
 
 // openFlags are the kernel's open flags as passed on to SOURCE: O_APPEND
@@ -96,7 +97,7 @@ func (n *node) opened(f *os.File, st *syscall.Stat_t, ch *charge, rel string, pi
 		n.srv.changed(rel)
 	} else if s := n.srv.stager; s != nil {
 		h.reading = true
-		s.OpenedBy(rel, Reader{PID: pid, Dev: n.srv.mountDev.Load(), Ino: n.StableAttr().Ino, Size: st.Size})
+		s.OpenedBy(rel, staging.Reader{PID: pid, Dev: n.srv.mountDev.Load(), Ino: n.StableAttr().Ino, Size: st.Size})
 	}
 	return h, fl, 0
 }

@@ -13,9 +13,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
+	"github.com/gdsfs/gdsfs/internal/fifo"
 	"github.com/gdsfs/gdsfs/internal/units"
 	"github.com/gdsfs/gdsfs/proto"
 )
@@ -28,7 +28,7 @@ import (
 // this, the workers of one uid could each keep a file and all wait for
 // room that only their kept files hold. s.mu must be held.
 func (s *Server) heldRoomToKeepLocked(uid uint32) bool {
-	if len(s.heldQueue[uid]) > 0 {
+	if q := s.heldQueue[uid]; q != nil && q.Len() > 0 {
 		return false
 	}
 	var used int64
@@ -40,6 +40,9 @@ func (s *Server) heldRoomToKeepLocked(uid uint32) bool {
 
 // heldTicket is one request's place in its uid's queue.
 type heldTicket struct{ bytes int64 }
+
+// heldLine is one uid's queue (internal/fifo).
+type heldLine = fifo.Queue[*heldTicket]
 
 // heldRoomLocked says whether uid may hold b more bytes now: within the
 // limit, and first in the uid's queue or with nobody queued. If not, the
@@ -53,7 +56,12 @@ func (s *Server) heldRoomLocked(uid uint32, b int64, t **heldTicket) <-chan stru
 	}
 	if *t == nil {
 		*t = &heldTicket{bytes: b}
-		s.heldQueue[uid] = append(s.heldQueue[uid], *t)
+		q := s.heldQueue[uid]
+		if q == nil {
+			q = &heldLine{}
+			s.heldQueue[uid] = q
+		}
+		q.Join(*t)
 	}
 	return s.changed
 }
@@ -61,8 +69,7 @@ func (s *Server) heldRoomLocked(uid uint32, b int64, t **heldTicket) <-chan stru
 // fitsHeldLocked: b more bytes fit uid's limit and t (nil: a request not
 // queued) is next. s.mu must be held.
 func (s *Server) fitsHeldLocked(uid uint32, b int64, t *heldTicket) bool {
-	q := s.heldQueue[uid]
-	if len(q) > 0 && q[0] != t {
+	if q := s.heldQueue[uid]; q != nil && !q.MayGo(t) {
 		return false
 	}
 	var used int64
@@ -78,11 +85,11 @@ func (s *Server) leaveHeldLocked(uid uint32, t **heldTicket) {
 	if *t == nil {
 		return
 	}
-	q := slices.DeleteFunc(s.heldQueue[uid], func(x *heldTicket) bool { return x == *t })
-	if len(q) == 0 {
-		delete(s.heldQueue, uid)
-	} else {
-		s.heldQueue[uid] = q
+	if q := s.heldQueue[uid]; q != nil {
+		q.Leave(*t)
+		if q.Len() == 0 {
+			delete(s.heldQueue, uid)
+		}
 	}
 	*t = nil
 	s.changedLocked()

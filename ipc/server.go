@@ -85,7 +85,7 @@ type Server struct {
 	changed chan struct{}
 	// heldQueue: per uid, the requests waiting for room under
 	// ipc.max_held_per_uid, oldest first (heldwait.go). Guarded by mu.
-	heldQueue map[uint32][]*heldTicket
+	heldQueue map[uint32]*heldLine
 	wg        sync.WaitGroup
 
 	expMu   sync.Mutex
@@ -132,7 +132,7 @@ func Listen(cfg Config) (*Server, error) {
 	s := &Server{
 		cfg: cfg, root: root, path: path, epoch: binary.LittleEndian.Uint64(b[:]) | 1, ln: ln,
 		log: cfg.Log.Named("ipc"), active: map[*conn]bool{}, uids: map[uint32]*use{}, changed: make(chan struct{}),
-		exports: map[gpu.Region]*export{}, heldQueue: map[uint32][]*heldTicket{},
+		exports: map[gpu.Region]*export{}, heldQueue: map[uint32]*heldLine{},
 		heldLimit: cfg.Options.MaxHeldPerUID.Resolve(capacity),
 		headroom:  cfg.Options.CacheHeadroom.Resolve(capacity),
 	}

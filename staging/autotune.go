@@ -13,12 +13,9 @@ import (
 // The POSIX path is a pread from the page cache into a pinned bounce
 // buffer (a CPU copy) followed by a DMA of that buffer to the device; one
 // worker keeps one copy engine stream busy only while its CPU keeps up.
-// On the H200 machine (16 cores, one socket's share of a Sapphire Rapids
-// host) a warm 4 GiB file moved at 43.6-45.9 GB/s with 12 workers and
-// 4 MiB buffers and 48.4-48.6 GB/s with 16 workers and 2 MiB, against
-// KvikIO's best of 45.8-47.1 (16 threads); 256 KiB buffers gave 20 GB/s
-// and 16 MiB 35 GB/s (a buffer that leaves the CPU caches before the DMA
-// reads it costs a trip to memory). So:
+// Small buffers (256 KiB) leave the copy engines idle between DMAs; large
+// ones (16 MiB) leave the CPU caches before the DMA reads them and cost a
+// trip to memory; `gdsfs bench stage` shows the curve on a machine. So:
 //
 //   - workers: one per core the process may run on, at least 4 (the
 //     reads block on the disk when the file is cold) and at most 16
@@ -27,8 +24,8 @@ import (
 //     the 96 MiB that measured best, each buffer a power of two between
 //     1 MiB and 4 MiB: 4 MiB up to 12 workers, 2 MiB from 13 to 16.
 //
-// The lead's H200 runs re-measure it (`gdsfs bench stage`); the rule is
-// here, in one place, to be changed by what they show.
+// The rule is here, in one place, to be changed by what `gdsfs bench
+// stage` shows.
 
 // autoThreads is io.num_threads=auto for cpus usable cores.
 func autoThreads(cpus int) int { return min(16, max(4, cpus)) }

@@ -14,8 +14,8 @@ import (
 
 	"github.com/gdsfs/gdsfs/gpu"
 	"github.com/gdsfs/gdsfs/internal/access"
-	"github.com/gdsfs/gdsfs/internal/readahead"
 	"github.com/gdsfs/gdsfs/internal/units"
+	"github.com/gdsfs/gdsfs/staging/triggers/readahead"
 )
 
 // Config is what New needs.
@@ -43,31 +43,55 @@ type Config struct {
 // entry leaves: evicted, invalidated, freed). Leases (lease.go) pin
 // resident entries in between.
 //
-// Lock order: Cache.mu, then events.mu or the read-ahead runner's locks
-// (leaves). No I/O or device call is made with mu held.
+// # Lock order
+//
+// A lock may be taken while holding only the locks listed before it:
+//
+//  1. watcher.drainMu (watch.go): change events are handled with it held,
+//     and the handler takes Cache.mu.
+//  2. Cache.mu: the entries, their states, the slots' accounting, the
+//     readers, the prefetch bookkeeping, the waiters for room.
+//  3. Leaves, taken with or without Cache.mu and never holding another
+//     lock: events.mu and subscription.mu (events.go), loader.mu
+//     (loader.go, one per slot), job.errMu (loader.go), counters.errMu
+//     (stats.go), watcher.mu (watch.go), and the read-ahead runner's and
+//     planner's locks (readahead.Runner.mu, ReadAhead.mu, Recorder.mu,
+//     the replay's wantMu): the cache tells the runner of accesses, loads
+//     and evictions with Cache.mu held; the runner calls back into the
+//     cache (readAhead) only from its own goroutine with none of its
+//     locks held.
+//
+// No I/O or device call is made with Cache.mu held: regions leave the
+// books under the lock and are freed after it (freeAfter).
+//
+// Take Cache.mu with c.lock and release it with c.unlock: in tests the
+// unlock checks the invariants (checkInvariantsLocked) first.
 type Cache struct {
-	opts    Options
-	io      IOOptions
-	root    *access.Root // SOURCE: every path is resolved beneath it
-	ownRoot bool         // root was opened by New: Close closes it
-	filter  *filter
-	slots   []*slot
-	log     *zap.Logger
-	stats   counters
-
+	// Constant once New returns.
+	opts      Options
+	io        IOOptions
+	root      *access.Root // SOURCE: every path is resolved beneath it
+	ownRoot   bool         // root was opened by New: Close closes it
+	filter    *filter
+	slots     []*slot
+	log       *zap.Logger
 	sourceDev uint64 // SOURCE's filesystem
 	fdBudget  int    // descriptors staged regions may hold
 	fdReserve int    // the rest of the limit
-	events    *events
-	watch     *watcher
 	hooks     hooks
-	ra        *readahead.Runner // read-ahead and the access trace (readahead.go)
+	ctx       context.Context
+	cancel    context.CancelFunc
+	queue     chan prefetchReq
+	settleSem chan struct{} // bounds the settling checks running at once
 
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup // prefetch workers, loads, loader workers
-	queue  chan prefetchReq
+	// Synchronized by themselves (atomics, their own locks, channels).
+	stats  counters
+	events *events
+	watch  *watcher
+	ra     *readahead.Runner // read-ahead and the access trace (readahead.go)
+	wg     sync.WaitGroup    // prefetch workers, loads, loader workers
 
+	// Mutable, guarded by mu.
 	mu         sync.Mutex
 	entries    map[string]copies           // attached entries by SOURCE-relative path, one per slot at most
 	byFID      map[fid]map[*entry]struct{} // entries with change events, by file
@@ -78,15 +102,37 @@ type Cache struct {
 	settling   map[string]*settling        // closed by their readers, page cache still growing (readers.go)
 	published  uint64                      // loads ended (publish), numbering the "staged" log lines
 	// settleMapMin: files this large are checked for readers' mappings
-	// after their last close (readers.go; tests lower it).
+	// after their last close (readers.go; tests lower it before use).
 	settleMapMin int64
-	settleSem    chan struct{}     // bounds the settling checks running at once
 	absentWhy    map[string]string // why a file last became absent (AbsentReason)
-	waiters      *list.List        // of *waiter, waiting for room, first come first served
+	waiters      waiters           // waiting for room, first come first served (room.go)
 	gen          uint64            // last generation handed out
-	// INVARIANT: 0 <= fdsUsed <= fdBudget.
-	fdsUsed int // descriptors reserved by entries and private copies
-	closed  bool
+	fdsUsed      int               // descriptors reserved by entries and private copies
+	closed       bool
+
+	// INVARIANT: 0 <= fdsUsed <= fdBudget, and the attached entries hold
+	// at most fdsUsed descriptors.
+	// INVARIANT: every slot: 0 <= used <= capacity, and its attached
+	// entries reserve at most used bytes.
+	// INVARIANT: entries[rel] has one element per slot; a non-nil one is
+	// attached (not detached), named rel and on that slot.
+	// INVARIANT: a slot's LRU holds exactly its resident attached entries
+	// that are in it (elem != nil), each resident, attached and on it.
+}
+
+// checkOnUnlock, when set (only by the package's tests, before any cache
+// is made), makes every c.unlock check the invariants first.
+var checkOnUnlock bool
+
+// lock takes Cache.mu.
+func (c *Cache) lock() { c.mu.Lock() }
+
+// unlock releases Cache.mu, checking the invariants first in tests.
+func (c *Cache) unlock() {
+	if checkOnUnlock {
+		c.checkInvariantsLocked()
+	}
+	c.mu.Unlock()
 }
 
 // hooks let tests see points that are not state changes. Nil in
@@ -144,7 +190,7 @@ func New(ctx context.Context, cfg Config) (*Cache, error) {
 		log: cfg.Log.Named("staging"), ctx: ctx, cancel: cancel, events: newEvents(),
 		queue:   make(chan prefetchReq, cfg.Options.PrefetchQueue),
 		entries: map[string]copies{}, queued: map[string]int{}, queuedOn: map[string]int{}, queuedKeys: map[string]bool{}, byFID: map[fid]map[*entry]struct{}{},
-		waiters: list.New(), readers: map[string]*readers{}, settling: map[string]*settling{}, settleMapMin: settleMapMin, settleSem: make(chan struct{}, settleChecks), absentWhy: map[string]string{},
+		readers: map[string]*readers{}, settling: map[string]*settling{}, settleMapMin: settleMapMin, settleSem: make(chan struct{}, settleChecks), absentWhy: map[string]string{},
 	}
 	c.ra = newRunner(cfg, root, c.log)
 	c.log.Info("io", zap.Int("num_threads", int(c.io.NumThreads)), zap.Stringer("bounce_size", units.Size(c.io.BounceSize)),
@@ -176,6 +222,7 @@ func New(ctx context.Context, cfg Config) (*Cache, error) {
 // memory free now, and starts its loader; then learns which pairs copy
 // replicas device to device (peers.go).
 func (c *Cache) openSlots(devs []gpu.Device) error {
+	var slots []*slot
 	for i, d := range devs {
 		free, _, err := d.MemInfo()
 		if err != nil {
@@ -184,9 +231,14 @@ func (c *Cache) openSlots(devs []gpu.Device) error {
 		capacity := c.opts.Capacity.Resolve(free)
 		s := &slot{dev: d, index: i, capacity: capacity, lru: list.New(), peer: make([]bool, len(devs))}
 		s.loader = newLoader(c, s)
-		c.slots = append(c.slots, s)
+		slots = append(slots, s)
 		c.log.Info("device slot", zap.String("device", d.Name()), zap.Int64("capacity_bytes", capacity))
 	}
+	// The change watcher already runs and takes the lock: the slots are
+	// published under it.
+	c.lock()
+	c.slots = slots
+	c.unlock()
 	c.openPeers()
 	return nil
 }
@@ -194,32 +246,36 @@ func (c *Cache) openSlots(devs []gpu.Device) error {
 // Close stops the workers, waits for loads in flight and frees every
 // region, leased or not: leases end with the cache.
 func (c *Cache) Close() error {
-	c.mu.Lock()
+	c.lock()
 	if c.closed {
-		c.mu.Unlock()
+		c.unlock()
 		return nil
 	}
 	c.closed = true
 	c.stopReadersLocked()
-	c.mu.Unlock()
+	c.unlock()
 	c.cancel()
 	c.wg.Wait()
 	c.watch.close()
-	c.mu.Lock()
+	c.lock()
 	var regions []gpu.Region
 	for _, cs := range c.entries {
 		for _, e := range cs {
-			if e != nil && e.region != nil {
+			if e == nil {
+				continue
+			}
+			if e.elem != nil {
+				e.slot.lru.Remove(e.elem)
+				e.elem = nil
+			}
+			if e.region != nil {
 				regions = append(regions, e.region)
 				e.region = nil
 			}
 		}
 	}
 	c.entries = map[string]copies{}
-	c.mu.Unlock()
-	for _, r := range regions {
-		c.freeRegion(r)
-	}
+	c.unlockFree(regions...)
 	c.events.close()
 	if c.ownRoot {
 		return c.root.Close()

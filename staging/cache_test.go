@@ -342,9 +342,9 @@ func TestConcurrentPrefetchManyFiles(t *testing.T) {
 				return
 			default:
 			}
-			c.mu.Lock()
+			c.lock()
 			c.checkInvariantsLocked()
-			c.mu.Unlock()
+			c.unlock()
 			n++
 		}
 	}()

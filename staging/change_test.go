@@ -79,8 +79,8 @@ func TestKeepsChangingIsEAGAIN(t *testing.T) {
 }
 
 // TestWriteInProgressNeverServedStale: a write that stamped the file
-// before the load and completes after it (issue 8 item 1: the copy holds
-// a mix, and size, mtime and ctime are those taken at the load) is seen
+// before the load and completes after it (the copy holds a mix, and
+// size, mtime and ctime are those taken at the load) is seen
 // by its change event: the next lease has the file's bytes.
 func TestWriteInProgressNeverServedStale(t *testing.T) {
 	src := t.TempDir()

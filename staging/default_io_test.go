@@ -16,13 +16,11 @@ import (
 	"github.com/gdsfs/gdsfs/staging"
 )
 
-// TestDefaultStagesColdFilesBuffered (issue 14, measured on the H200): a
-// file out of the page cache is staged with buffered reads under the
-// embedded defaults, the read path a plain reader of the file gets. With
-// the former default (io.direct_io: auto) it was read with O_DIRECT, which
-// that machine's disk served at 1.1 GB/s against 1.5-1.7 buffered, so
-// `load_file` under `gdsfs run` of a file not yet staged was slower than
-// the plain call (0.88x) where it must not be.
+// TestDefaultStagesColdFilesBuffered: a file out of the page cache is
+// staged with buffered reads under the embedded defaults, the read path a
+// plain reader of the file gets, so `load_file` under `gdsfs run` of a
+// file not yet staged is never slower than the plain call because of
+// O_DIRECT (a disk may serve O_DIRECT slower than buffered reads).
 func TestDefaultStagesColdFilesBuffered(t *testing.T) {
 	cfg, err := config.Load("", nil)
 	if err != nil {

@@ -1,23 +1,75 @@
 // Package staging is the cache of staged files: identity-keyed entries
 // (SOURCE-relative path plus dev, ino, size, mtime, ctime), their states
-// (absent -> loading -> resident | failed), capacity and LRU eviction per
-// device, leases that pin entries, single-flight loads, and the bounded
-// best-effort prefetch queue. The loader splits a file into tasks and runs
-// them on the cuFile path or the POSIX path (pread into two bounce buffers
-// per worker, overlapping the copy to the device).
-//
-// Read it along an entry's life: cache.go (the Cache and its lock), then
-// life1_lookup.go (a request finds or starts an entry), life2_load.go
-// (room, allocation, the read onto the device, with loader.go's workers),
-// life3_publish.go (the load's end made visible), life4_evict.go (the entry
-// leaves). lease.go pins resident entries; events.go tells subscribers of
-// every state change (Cache.Subscribe); readahead.go stages the files a
-// reader will open next (internal/readahead predicts them), at a priority
-// below every demand and within room no demand needs.
+// (loading -> resident -> absent, loading -> failed; state.go), capacity
+// and LRU eviction per device, leases that pin entries, single-flight
+// loads, and the bounded best-effort prefetch queue. The loader splits a
+// file into tasks and runs them on the cuFile path or the POSIX path
+// (pread into two bounce buffers per worker, overlapping the copy to the
+// device).
 //
 // It must never hand out stale bytes: an entry whose file changed is
 // invalidated before anyone sees it again, and an entry is resident only
 // after every copy into it completed. It never blocks a prefetch caller,
 // never holds the cache lock across I/O or device calls, and never exceeds
-// a device's capacity.
+// a device's capacity. It never imports the FUSE layer (fs): fs declares
+// the few methods it calls (fs.Stager) and passes what it knows of an
+// open as a staging.Reader.
+//
+// # Layout
+//
+// Read it along an entry's life:
+//
+//   - cache.go: the Cache, its lock and invariants, New and Close.
+//   - state.go: an entry's typed state, its words (proto's) and its legal
+//     moves; entry.go: the entry and what describes it (Info).
+//   - life1_lookup.go: a request finds or starts an entry (ensure,
+//     lookupOrStart); life2_load.go: room is reserved (admitLocked in
+//     room.go) and the file read onto the device by loader.go's workers
+//     (autotune.go sizes them, racy.go waits out the racy window,
+//     fdbudget.go counts descriptors); life3_publish.go: the load's end
+//     made visible; life4_evict.go: the entry leaves (evicted,
+//     invalidated, freed; unlockFree frees regions after the lock).
+//   - lease.go: leases pin resident entries (and private copies);
+//     replicas.go and peers.go: one entry per device, filled device to
+//     device where peers allow.
+//   - room.go: waiting for room, first come first served
+//     (internal/fifo); slot.go: one device's capacity and LRU.
+//   - prefetch.go (the prefetch queue and its workers), readers.go
+//     (staging after the last reader through the mount closes),
+//     readahead.go (staging the files a reader opens next, planned by
+//     staging/triggers/readahead, at a priority below every demand and within room
+//     no demand needs): the triggers.
+//   - events.go: every state change told to subscribers (Subscribe);
+//     stats.go: counters and checkInvariantsLocked; watch.go: change
+//     events (fanotify); filter.go, options.go, errors.go.
+//
+// # Locking
+//
+// Cache.mu guards the entries, their states, the slots' accounting, the
+// readers, the prefetch bookkeeping and the line of waiters for room. It
+// is taken with c.lock and released with c.unlock (in tests every unlock
+// checks the invariants first). The change watcher's drainMu is the only
+// lock taken before it; every other lock of the package and of
+// staging/triggers/readahead is a leaf taken after it or alone (events.mu,
+// subscription.mu, loader.mu, job.errMu, counters.errMu, watcher.mu, the
+// read-ahead runner's and planner's locks). The header of Cache
+// (cache.go) lists them. Methods named ...Locked need Cache.mu held; no
+// other method may be called with it held. Nothing blocks, does I/O or
+// calls a device with Cache.mu held: regions are taken off the books
+// under it and freed after it (unlockFree), loads run on the loader's
+// goroutines, and subscribers are called from the events goroutine.
+//
+// # Error handling
+//
+// Errors name the file and what was being done, and wrap the errno the
+// FUSE layer and the lease socket answer with (errors.go): EINVAL (not
+// eligible, no such device), EFBIG (could never fit the capacity or the
+// descriptor budget), ENOSPC (no room now, or the wait for room ran out;
+// the latter also wraps ErrRoomWait), EAGAIN (the file kept changing
+// under its loads, or its staging yielded to a reader), EBUSY (an evict
+// of a leased or loading file), ENOENT (not staged). A cancelled context
+// is returned wrapped as it is. A failed load leaves a failed entry with
+// its reason (Info.State "failed: REASON") until the next request retries
+// it; a region that fails to free is logged and counted (free_errors),
+// never retried.
 package staging

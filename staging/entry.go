@@ -12,14 +12,6 @@ import (
 	"github.com/gdsfs/gdsfs/gpu"
 )
 
-// State of an entry.
-const (
-	StateAbsent   = "absent"
-	StateLoading  = "loading"
-	StateResident = "resident"
-	StateFailed   = "failed"
-)
-
 // Load paths, as counted in bytes_cufile, bytes_posix and bytes_host.
 const (
 	PathCuFile = "cufile"
@@ -68,7 +60,7 @@ type entry struct {
 	src *entry
 
 	// guarded by Cache.mu
-	state    string
+	state    state  // state.go
 	path     string // load path taken or attempted
 	reason   string // failed: why; resident: why cuFile was not used ("" if it was)
 	err      error  // the load's error, when failed
@@ -132,9 +124,9 @@ type Info struct {
 
 // infoLocked describes e; Cache.mu must be held.
 func (e *entry) infoLocked() Info {
-	state := e.state
+	state := e.state.String()
 	note := e.reason
-	if e.state == StateFailed {
+	if e.state == stFailed {
 		state, note = StateFailed+": "+e.reason, ""
 	}
 	return Info{
@@ -146,7 +138,7 @@ func (e *entry) infoLocked() Info {
 // Entries describes every attached entry (one per replica), sorted by
 // path, then in staging.gpus order.
 func (c *Cache) Entries() []Info {
-	c.mu.Lock()
+	c.lock()
 	out := make([]Info, 0, len(c.entries))
 	for _, cs := range c.entries {
 		for _, e := range cs {
@@ -155,7 +147,7 @@ func (c *Cache) Entries() []Info {
 			}
 		}
 	}
-	c.mu.Unlock()
+	c.unlock()
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Path < out[j].Path })
 	return out
 }

@@ -101,12 +101,12 @@ func (c *Cache) emitLocked(e Event) {
 
 // eventLocked is an event about e entering state. Cache.mu must be
 // held.
-func (e *entry) eventLocked(state, reason string) Event {
+func (e *entry) eventLocked(st state, reason string) Event {
 	ev := Event{
-		Rel: e.rel, State: state, Generation: e.gen, Device: e.slot.dev.Name(),
+		Rel: e.rel, State: st.String(), Generation: e.gen, Device: e.slot.dev.Name(),
 		Bytes: e.id.size, Reason: reason,
 	}
-	if state == StateResident || state == StateFailed {
+	if st == stResident || st == stFailed {
 		ev.LoadPath, ev.Duration, ev.Err = e.path, e.loadDur, e.err
 	}
 	return ev
@@ -192,8 +192,8 @@ func (c *Cache) noteAbsentLocked(e Event) {
 // ...", "changed", ...), or "" when it is not absent or the reason is not
 // known (never staged, or forgotten among many).
 func (c *Cache) AbsentReason(rel string) string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.lock()
+	defer c.unlock()
 	if state, _ := c.attrLocked(rel); state != StateAbsent {
 		return ""
 	}

@@ -212,9 +212,9 @@ func newCacheCfg(t *testing.T, cfg Config) *Cache {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		c.mu.Lock()
+		c.lock()
 		c.checkInvariantsLocked()
-		c.mu.Unlock()
+		c.unlock()
 		c.Close()
 	})
 	return c

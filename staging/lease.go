@@ -74,16 +74,15 @@ func (c *Cache) Acquire(ctx context.Context, req Request) (*Lease, error) {
 		if err != nil {
 			return nil, err
 		}
-		c.mu.Lock()
-		if e.detached || e.state != StateResident {
+		c.lock()
+		if e.detached || e.state != stResident {
 			r := c.unpinLocked(e)
-			c.mu.Unlock()
-			c.freeRegion(r)
+			c.unlockFree(r)
 			continue // invalidated since: stage again
 		}
 		if want != nil && (e.id.dev != want.Dev || e.id.ino != want.Ino) {
 			c.unpinLocked(e) // attached: nothing to free
-			c.mu.Unlock()
+			c.unlock()
 			// Renamed or replaced between the asker's open and the load:
 			// what was staged is not what the asker may read.
 			return nil, fmt.Errorf("%s changed while it was being leased; try again: %w", req.Rel, unix.EAGAIN)
@@ -93,7 +92,7 @@ func (c *Cache) Acquire(ctx context.Context, req Request) (*Lease, error) {
 		l := &Lease{c: c, e: e, region: e.region}
 		c.stats.leasesActive.Add(1)
 		c.stats.leasesTotal.Add(1)
-		c.mu.Unlock()
+		c.unlock()
 		if req.Private {
 			if err := l.copyPrivate(ctx, req.RoomWait); err != nil {
 				l.Release()
@@ -117,23 +116,15 @@ func (l *Lease) copyPrivate(ctx context.Context, roomWait time.Duration) error {
 	}
 	var w *waiter
 	for {
-		c.mu.Lock()
-		var victims []*entry
-		ok := false
-		if c.mayReserveLocked(w) {
-			victims, ok = c.reserveLocked(e.slot, need, fds)
-		}
-		regions := c.detachVictimsLocked(victims)
+		c.lock()
+		regions, ok := c.admitLocked(w, e.slot, need, fds)
 		if ok {
 			l.private, l.privateFDs = need, fds
 			c.leaveLocked(w)
 		} else {
 			c.queueLocked(&w)
 		}
-		c.mu.Unlock()
-		for _, r := range regions {
-			c.freeRegion(r)
-		}
+		c.unlockFree(regions...)
 		if ok {
 			break
 		}
@@ -164,7 +155,7 @@ func (l *Lease) Release() {
 	l.once.Do(func() {
 		c, e := l.c, l.e
 		var free []gpu.Region
-		c.mu.Lock()
+		c.lock()
 		e.leases--
 		c.stats.leasesActive.Add(-1)
 		e.slot.used -= l.private
@@ -178,10 +169,7 @@ func (l *Lease) Release() {
 			free = append(free, c.releaseLocked(e))
 		}
 		c.wakeLocked() // unleased: evictable; a private copy's room back
-		c.mu.Unlock()
-		for _, r := range free {
-			c.freeRegion(r)
-		}
+		c.unlockFree(free...)
 	})
 }
 

@@ -15,7 +15,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gdsfs/gdsfs/fs"
 	"github.com/gdsfs/gdsfs/gpu"
 	"github.com/gdsfs/gdsfs/internal/access"
 )
@@ -24,12 +23,12 @@ import (
 // rel once its readers are done (readers.go), or at once without
 // staging.defer_while_read; otherwise it only drops a stale entry. Either
 // way the open feeds read-ahead (readahead.go). It never blocks.
-func (c *Cache) Opened(rel string) { c.OpenedBy(rel, fs.Reader{}) }
+func (c *Cache) Opened(rel string) { c.OpenedBy(rel, Reader{}) }
 
-// OpenedBy is Opened with what the mount knows of the open (fs.Reader):
+// OpenedBy is Opened with what the mount knows of the open (Reader):
 // the staging after the last close also waits while the process that
 // opened the file still maps it (readers.go).
-func (c *Cache) OpenedBy(rel string, r fs.Reader) {
+func (c *Cache) OpenedBy(rel string, r Reader) {
 	c.watch.drain()
 	c.used(rel, c.ra.Opened(rel))
 	switch {
@@ -38,9 +37,9 @@ func (c *Cache) OpenedBy(rel string, r fs.Reader) {
 	case c.opts.Prefetch == PrefetchOpen:
 		c.Prefetch(rel)
 	default:
-		c.mu.Lock()
+		c.lock()
 		staged := len(c.entries[rel]) > 0
-		c.mu.Unlock()
+		c.unlock()
 		if staged {
 			c.checkIdentity(rel)
 		}
@@ -65,11 +64,10 @@ func (c *Cache) stageOne(ctx context.Context, rel string, on *slot, wait bool, a
 	if err != nil {
 		return Info{}, err
 	}
-	c.mu.Lock()
+	c.lock()
 	info := e.infoLocked()
 	r := c.unpinLocked(e)
-	c.mu.Unlock()
-	c.freeRegion(r)
+	c.unlockFree(r)
 	return info, nil
 }
 
@@ -80,8 +78,8 @@ func (c *Cache) stageOne(ctx context.Context, rel string, on *slot, wait bool, a
 func (c *Cache) Attr(rel string) (state, path string) {
 	c.watch.drain()
 	c.checkIdentity(rel)
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.lock()
+	defer c.unlock()
 	return c.attrLocked(rel)
 }
 
@@ -98,7 +96,7 @@ func (c *Cache) attrLocked(rel string) (state, path string) {
 	// replica loads (warmup waits for them all), else resident if any is.
 	e := all[0]
 	for _, x := range all {
-		if x.state == StateLoading || x.state == StateResident && e.state != StateLoading {
+		if x.state == stLoading || x.state == stResident && e.state != stLoading {
 			e = x
 		}
 	}
@@ -150,9 +148,9 @@ func (c *Cache) ensure(ctx context.Context, rel string, p place, wait bool, at u
 	var w *waiter // in line for room
 	defer func() {
 		if w != nil {
-			c.mu.Lock()
+			c.lock()
 			c.leaveLocked(w)
-			c.mu.Unlock()
+			c.unlock()
 		}
 	}()
 	for attempt := 1; ; {
@@ -179,19 +177,18 @@ func (c *Cache) ensure(ctx context.Context, rel string, p place, wait bool, at u
 			c.unpin(e)
 			return nil, fmt.Errorf("stage %s: %w", rel, ctx.Err())
 		}
-		c.mu.Lock()
+		c.lock()
 		state, lerr, detached, yielded := e.state, e.err, e.detached, e.yielded
-		if state == StateResident && !detached {
-			c.mu.Unlock()
+		if state == stResident && !detached {
+			c.unlock()
 			return e, nil // pinned: the caller unpins or leases
 		}
 		r := c.unpinLocked(e)
-		c.mu.Unlock()
-		c.freeRegion(r)
+		c.unlockFree(r)
 		switch {
 		case yielded && p.yield:
 			return nil, errYielded(rel) // staged again after the new reader closes it
-		case state == StateFailed && !detached && !errors.Is(lerr, errFileChanged):
+		case state == stFailed && !detached && !errors.Is(lerr, errFileChanged):
 			return nil, lerr
 		case attempt >= maxAttempts:
 			return nil, errKeepsChanging(rel)
@@ -242,9 +239,9 @@ func (c *Cache) openEligible(rel string) (*opened, error) {
 // answers errWaitRoom with the request in line as *w (wait), or ENOSPC.
 // The entry is used at tick at: a read-ahead load it joins is promoted.
 func (c *Cache) lookupOrStart(rel string, o *opened, p place, wait bool, w **waiter, at uint64) (*entry, error) {
-	c.mu.Lock()
+	c.lock()
 	if c.closed {
-		c.mu.Unlock()
+		c.unlock()
 		o.f.Close()
 		return nil, fmt.Errorf("stage %s: cache closed", rel)
 	}
@@ -254,10 +251,9 @@ func (c *Cache) lookupOrStart(rel string, o *opened, p place, wait bool, w **wai
 		if !p.yield {
 			e.keepLocked() // a lease or prefetch joined it
 		}
-		joined := e.state == StateLoading
-		c.mu.Unlock()
+		joined := e.state == stLoading
+		c.unlockFree(stale...)
 		o.f.Close()
-		c.freeRegions(stale)
 		if joined && c.hooks.joined != nil {
 			c.hooks.joined(rel)
 		}
@@ -272,7 +268,7 @@ func (c *Cache) lookupOrStart(rel string, o *opened, p place, wait bool, w **wai
 		c.stats.yielded.Add(1)
 		err = errYielded(rel)
 	case c.mayReserveLocked(*w):
-		e, victims, err = c.startLocked(rel, o, p.slot, at, p.yield)
+		e, victims, err = c.startLocked(rel, o, *w, p.slot, at, p.yield)
 	default:
 		err = errNoSpace(rel, o.id.size) // others wait for room first
 	}
@@ -287,9 +283,7 @@ func (c *Cache) lookupOrStart(rel string, o *opened, p place, wait bool, w **wai
 	case errors.Is(err, syscall.ENOSPC):
 		c.stats.noSpace.Add(1)
 	}
-	c.mu.Unlock()
-	c.freeRegions(stale)
-	c.freeRegions(victims)
+	c.unlockFree(append(stale, victims...)...)
 	if err != nil {
 		o.f.Close()
 		return nil, err
@@ -312,7 +306,7 @@ func (c *Cache) existingLocked(rel string, o *opened, p place, w *waiter) (*entr
 		case e.id != o.id:
 			c.stats.invalidations.Add(1)
 			free = append(free, c.dropLocked(e, "changed"))
-		case e.state == StateFailed: // try again
+		case e.state == stFailed: // try again
 			free = append(free, c.dropLocked(e, "failed load dropped"))
 		default:
 			live = append(live, e)
@@ -322,7 +316,7 @@ func (c *Cache) existingLocked(rel string, o *opened, p place, w *waiter) (*entr
 	switch {
 	case e == nil:
 		return nil, free
-	case e.state == StateResident:
+	case e.state == stResident:
 		e.slot.lru.MoveToFront(e.elem)
 		c.stats.hits.Add(1)
 	default:
@@ -344,10 +338,10 @@ func (c *Cache) checkIdentity(rel string) {
 		}
 		f.Close()
 	}
-	c.mu.Lock()
+	c.lock()
 	var free []gpu.Region
 	for _, e := range c.replicasLocked(rel) {
-		if e.state != StateLoading && (err != nil || e.id != id) {
+		if e.state != stLoading && (err != nil || e.id != id) {
 			reason := "changed"
 			if err != nil {
 				reason = "gone"
@@ -356,6 +350,5 @@ func (c *Cache) checkIdentity(rel string) {
 			c.stats.invalidations.Add(1)
 		}
 	}
-	c.mu.Unlock()
-	c.freeRegions(free)
+	c.unlockFree(free...)
 }

@@ -21,12 +21,13 @@ import (
 )
 
 // startLocked creates a loading entry on want, or (nil) on the slot
-// with the most room, evicting as needed; at is the read-ahead clock's
+// with the most room, evicting as needed, for the request in line as w
+// (nil: not in line; admitLocked); at is the read-ahead clock's
 // tick of the request (its last use). Where a replica of the file on
 // another device can be copied device to device, the new entry is filled
 // from it (e.src, pinned until the load ends). It returns the evicted
 // regions for the caller to free after unlocking. Cache.mu must be held.
-func (c *Cache) startLocked(rel string, o *opened, want *slot, at uint64, yield bool) (*entry, []gpu.Region, error) {
+func (c *Cache) startLocked(rel string, o *opened, w *waiter, want *slot, at uint64, yield bool) (*entry, []gpu.Region, error) {
 	id := o.id
 	best := want
 	if best == nil {
@@ -47,15 +48,14 @@ func (c *Cache) startLocked(rel string, o *opened, want *slot, at uint64, yield 
 		c.stats.tooLarge.Add(1)
 		return nil, nil, errTooManyFDs(rel, fds, c.fdBudget)
 	}
-	victims, ok := c.reserveLocked(best, need, fds)
+	regions, ok := c.admitLocked(w, best, need, fds)
 	if !ok {
-		return nil, nil, errNoSpace(rel, need)
+		return nil, regions, errNoSpace(rel, need)
 	}
-	regions := c.detachVictimsLocked(victims)
 	c.stats.misses.Add(1)
 	e := &entry{
 		rel: rel, id: id, fid: o.fid, events: o.events, slot: best, gen: c.genLocked(rel, id),
-		done: make(chan struct{}), state: StateLoading, reserved: need, fds: fds, lastUse: at,
+		done: make(chan struct{}), state: stLoading, reserved: need, fds: fds, lastUse: at,
 	}
 	if yield {
 		// Its tasks yield to demand loads, and a new reader through the
@@ -74,7 +74,7 @@ func (c *Cache) startLocked(rel string, o *opened, want *slot, at uint64, yield 
 	}
 	c.attachLocked(e)
 	c.indexLocked(e)
-	c.emitLocked(e.eventLocked(StateLoading, ""))
+	c.emitLocked(e.eventLocked(stLoading, ""))
 	return e, regions, nil
 }
 
@@ -131,9 +131,9 @@ func (c *Cache) alloc(e *entry) (gpu.Region, error) {
 		if err == nil || !errors.Is(err, gpu.ErrOutOfMemory) {
 			return r, err
 		}
-		c.mu.Lock()
+		c.lock()
 		if e.readahead {
-			c.mu.Unlock()
+			c.unlock()
 			return nil, err
 		}
 		var victim *entry
@@ -148,11 +148,10 @@ func (c *Cache) alloc(e *entry) (gpu.Region, error) {
 			c.stats.evictions.Add(1)
 			victim.slot.evictions.Add(1)
 		}
-		c.mu.Unlock()
+		c.unlockFree(vr)
 		if victim == nil {
 			return nil, err
 		}
-		c.freeRegion(vr)
 	}
 }
 
@@ -186,8 +185,9 @@ func (c *Cache) fillSpan(e *entry, f *os.File, region gpu.Region, sp span) (path
 		note = fmt.Sprintf("smaller than io.gds_threshold (%s)", c.io.GDSThreshold)
 	case c.io.CompatMode == CompatAuto && cf.Mode() != "gds":
 		// cuFile's compat mode is POSIX reads through its own bounce
-		// buffers: on the H200 40 GB/s warm where the POSIX path moves
-		// 42-50. Without GPUDirect Storage proper, the POSIX path.
+		// buffers, slower than the POSIX path's pinned bounce buffers
+		// (`gdsfs bench loader` shows both). Without GPUDirect Storage
+		// proper, the POSIX path.
 		c.stats.cufileFallbacks.Add(1)
 		note = "cuFile runs only in its compat mode here (no GPUDirect Storage: nvidia-fs not in use); the POSIX path is faster"
 	default:

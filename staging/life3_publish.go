@@ -20,7 +20,7 @@ import (
 // publishReadAheadLocked (readahead.go).
 func (c *Cache) publish(e *entry, region gpu.Region, path, note string, err error, dur time.Duration) {
 	var free gpu.Region
-	c.mu.Lock()
+	c.lock()
 	if err == nil && e.changed {
 		err = fmt.Errorf("a change event came: %w", errFileChanged)
 	}
@@ -30,16 +30,18 @@ func (c *Cache) publish(e *entry, region gpu.Region, path, note string, err erro
 	case ahead:
 		free = c.publishReadAheadLocked(e, region, note, err)
 	case yielded && err != nil: // cancelled for a reader (readers.go): not a load error
-		e.state, e.reason, e.err = StateFailed, "yielded to a reader", errYielded(e.rel)
+		e.moveLocked(stFailed)
+		e.reason, e.err = "yielded to a reader", errYielded(e.rel)
 		free = region
 		c.releaseLocked(e)
 	case err != nil:
-		e.state, e.reason, e.err = StateFailed, err.Error(), fmt.Errorf("stage %s: %w", e.rel, err)
+		e.moveLocked(stFailed)
+		e.reason, e.err = err.Error(), fmt.Errorf("stage %s: %w", e.rel, err)
 		free = region
 		c.releaseLocked(e)
 		c.stats.loadErrors.Add(1)
 		if !e.detached {
-			c.emitLocked(e.eventLocked(StateFailed, ""))
+			c.emitLocked(e.eventLocked(stFailed, ""))
 		}
 	case e.detached && e.heldLocked():
 		e.region = region // the last unpin frees it
@@ -53,11 +55,10 @@ func (c *Cache) publish(e *entry, region gpu.Region, path, note string, err erro
 	c.wakeLocked() // resident: evictable once unleased
 	c.published++
 	seq := c.published
-	c.mu.Unlock()
+	c.unlockFree(free)
 	if e.ra != nil {
 		e.ra.cancel() // the load is over: release its context
 	}
-	c.freeRegion(free)
 	switch {
 	case err != nil && ahead:
 		c.log.Debug("read-ahead load ended", zap.String("path", e.rel), zap.Error(err))
@@ -75,7 +76,8 @@ func (c *Cache) publish(e *entry, region gpu.Region, path, note string, err erro
 // residentLocked makes e resident with region: it joins its slot's LRU.
 // Cache.mu must be held.
 func (c *Cache) residentLocked(e *entry, region gpu.Region, note string) {
-	e.state, e.reason, e.region = StateResident, note, region
+	e.moveLocked(stResident)
+	e.reason, e.region = note, region
 	e.elem = e.slot.lru.PushFront(e)
 	c.stats.addBytes(e.path, e.id.size-e.peerBytes)
 	c.stats.bytesPeer.Add(uint64(e.peerBytes))
@@ -84,5 +86,5 @@ func (c *Cache) residentLocked(e *entry, region gpu.Region, note string) {
 		e.slot.bytesCuFile.Add(uint64(e.id.size - e.peerBytes))
 	}
 	e.slot.bytesPeer.Add(uint64(e.peerBytes))
-	c.emitLocked(e.eventLocked(StateResident, note))
+	c.emitLocked(e.eventLocked(stResident, note))
 }

@@ -20,54 +20,47 @@ import (
 // dropped so no later lease sees the old bytes. It never blocks on a load.
 func (c *Cache) Changed(rel string) {
 	c.ra.Changed(rel) // its directory is listed again when next needed
-	c.mu.Lock()
+	c.lock()
 	var free []gpu.Region
 	for _, e := range c.replicasLocked(rel) {
 		free = append(free, c.dropLocked(e, "changed through the mount"))
 		c.stats.invalidations.Add(1)
 	}
-	c.mu.Unlock()
-	c.freeRegions(free)
+	c.unlockFree(free...)
 }
 
 // changedFID handles a change event: the entries of that file are
 // dropped, and a load in flight will not publish (a write seen during or
 // after a load invalidates it). Called by the watcher, Cache.mu not held.
 func (c *Cache) changedFID(id fid) {
-	c.mu.Lock()
+	c.lock()
 	var free []gpu.Region
 	for e := range c.byFID[id] {
 		c.stats.changeEvents.Add(1)
 		c.ra.Changed(e.rel)
 		free = append(free, c.invalidateLocked(e, "modified (change event)"))
 	}
-	c.mu.Unlock()
-	for _, r := range free {
-		c.freeRegion(r)
-	}
+	c.unlockFree(free...)
 }
 
 // changedAll drops every entry that relies on change events: some were
 // lost.
 func (c *Cache) changedAll() {
-	c.mu.Lock()
+	c.lock()
 	var free []gpu.Region
 	for _, set := range c.byFID {
 		for e := range set {
 			free = append(free, c.invalidateLocked(e, "change events lost"))
 		}
 	}
-	c.mu.Unlock()
-	for _, r := range free {
-		c.freeRegion(r)
-	}
+	c.unlockFree(free...)
 }
 
 // invalidateLocked marks a loading e changed (it will not publish) or
 // drops it, returning the region to free after unlocking. Cache.mu must
 // be held.
 func (c *Cache) invalidateLocked(e *entry, reason string) gpu.Region {
-	if e.state == StateLoading {
+	if e.state == stLoading {
 		e.changed = true
 		return nil
 	}
@@ -115,7 +108,7 @@ func (c *Cache) EvictOn(rel string, devs []string) error {
 	if err != nil {
 		return err
 	}
-	c.mu.Lock()
+	c.lock()
 	var free []gpu.Region
 	var busy []string
 	found := (len(on) == 0 || len(on) == len(c.slots)) && c.cancelAfterReadLocked(rel)
@@ -127,7 +120,7 @@ func (c *Cache) EvictOn(rel string, devs []string) error {
 		switch {
 		case e.heldLocked():
 			busy = append(busy, fmt.Sprintf("on %s %d leases and %d requests hold it", e.slot.dev.Name(), e.leases, e.pins))
-		case e.state == StateLoading:
+		case e.state == stLoading:
 			busy = append(busy, "loading on "+e.slot.dev.Name())
 		default:
 			free = append(free, c.dropLocked(e, "evicted on request"))
@@ -135,8 +128,7 @@ func (c *Cache) EvictOn(rel string, devs []string) error {
 			e.slot.evictions.Add(1)
 		}
 	}
-	c.mu.Unlock()
-	c.freeRegions(free)
+	c.unlockFree(free...)
 	switch {
 	case !found:
 		return errNotStaged(rel)
@@ -153,7 +145,7 @@ func (c *Cache) EvictOn(rel string, devs []string) error {
 func (c *Cache) dropLocked(e *entry, reason string) gpu.Region {
 	if c.unattachLocked(e) {
 		c.leftLocked(e)
-		c.emitLocked(e.eventLocked(StateAbsent, reason))
+		c.emitLocked(e.eventLocked(stAbsent, reason))
 	}
 	e.detached = true
 	c.unindexLocked(e)
@@ -161,7 +153,7 @@ func (c *Cache) dropLocked(e *entry, reason string) gpu.Region {
 		e.slot.lru.Remove(e.elem)
 		e.elem = nil
 	}
-	if e.heldLocked() || e.state == StateLoading {
+	if e.heldLocked() || e.state == stLoading {
 		return nil // freed by the last Release or unpin, or by the load's end
 	}
 	return c.releaseLocked(e)
@@ -173,7 +165,7 @@ func (c *Cache) dropLocked(e *entry, reason string) gpu.Region {
 func (c *Cache) unpinLocked(e *entry) gpu.Region {
 	e.pins--
 	c.wakeLocked() // evictable now, perhaps
-	if e.detached && !e.heldLocked() && e.state != StateLoading {
+	if e.detached && !e.heldLocked() && e.state != stLoading {
 		return c.releaseLocked(e)
 	}
 	return nil
@@ -181,10 +173,9 @@ func (c *Cache) unpinLocked(e *entry) gpu.Region {
 
 // unpin is unpinLocked for a caller without the lock.
 func (c *Cache) unpin(e *entry) {
-	c.mu.Lock()
+	c.lock()
 	r := c.unpinLocked(e)
-	c.mu.Unlock()
-	c.freeRegion(r)
+	c.unlockFree(r)
 }
 
 // releaseLocked returns e's reservation to its slot and hands back its
@@ -196,8 +187,8 @@ func (c *Cache) releaseLocked(e *entry) gpu.Region {
 	c.wakeLocked()
 	r := e.region
 	e.region = nil
-	if e.state == StateResident {
-		e.state = StateAbsent
+	if e.state == stResident {
+		e.moveLocked(stAbsent)
 	}
 	return r
 }
@@ -211,15 +202,24 @@ func (c *Cache) detachVictimsLocked(victims []*entry) []gpu.Region {
 		v.slot.evictions.Add(1)
 		if c.unattachLocked(v) {
 			c.leftLocked(v)
-			c.emitLocked(v.eventLocked(StateAbsent, "evicted"))
+			c.emitLocked(v.eventLocked(stAbsent, "evicted"))
 		}
-		v.detached, v.reserved, v.fds, v.state = true, 0, 0, StateAbsent
+		v.detached, v.reserved, v.fds = true, 0, 0
+		v.moveLocked(stAbsent)
 		c.unindexLocked(v)
 		regions = append(regions, v.region)
 		v.region = nil
 	}
 	c.stats.evictions.Add(uint64(len(victims)))
 	return regions
+}
+
+// unlockFree releases Cache.mu and then frees rs (nil ones: nothing): the
+// regions the books let go of under the lock leave device memory after
+// it, never with it held. Every such release goes through here.
+func (c *Cache) unlockFree(rs ...gpu.Region) {
+	c.unlock()
+	c.freeRegions(rs)
 }
 
 // freeRegions frees each of rs (nil ones: nothing).

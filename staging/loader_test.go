@@ -394,14 +394,12 @@ func TestDirectIOAuto(t *testing.T) {
 	checkStaged(t, c, "f", data)
 }
 
-// TestGentleLoadsTakeTwoWorkers (issue 14, warm through the mount on the
-// H200): the staging after a plain read ran on every io worker while the
-// reader, done with its opens but still copying its mapping to the device,
-// shared the host link with it. Such loads now have at most gentleTasks
-// tasks in flight together on a device's loader while nobody has joined
-// them (several files closed one after another count together); a demand
-// load still gets every task it asks for, and a joined one is no longer
-// capped.
+// TestGentleLoadsTakeTwoWorkers: the staging after a plain read shares
+// the host link with the reader, which may still be copying its mapping
+// to the device. Such loads have at most gentleTasks tasks in flight
+// together on a device's loader while nobody has joined them (several
+// files closed one after another count together); a demand load gets
+// every task it asks for, and a joined one is not capped.
 func TestGentleLoadsTakeTwoWorkers(t *testing.T) {
 	opts, io := testOptions()
 	c := newCache(t, t.TempDir(), opts, io)

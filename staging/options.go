@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/gdsfs/gdsfs/internal/readahead"
 	"github.com/gdsfs/gdsfs/internal/units"
+	"github.com/gdsfs/gdsfs/staging/triggers/readahead"
 )
 
 // Device choices (staging.device).

@@ -86,10 +86,10 @@ func (c *Cache) fillFromPeer(e *entry, region gpu.Region) (path, note string, do
 	case <-c.ctx.Done():
 		return PathPeer, "", true, fmt.Errorf("cache closing: %w", c.ctx.Err())
 	}
-	c.mu.Lock()
+	c.lock()
 	r := src.region
-	ok := src.state == StateResident && !src.detached && src.id == e.id && r != nil
-	c.mu.Unlock()
+	ok := src.state == stResident && !src.detached && src.id == e.id && r != nil
+	c.unlock()
 	from := src.slot.dev.Name()
 	if !ok {
 		return "", "the replica on " + from + " to copy from was not staged; read from SOURCE", false, nil
@@ -127,10 +127,9 @@ func (c *Cache) startSplit(rel string, on []*slot, at uint64) {
 		o.f.Close()
 		return
 	}
-	c.mu.Lock()
+	c.lock()
 	sl, regions := c.startSplitLocked(rel, o, on, at)
-	c.mu.Unlock()
-	c.freeRegions(regions)
+	c.unlockFree(regions...)
 	if sl == nil {
 		o.f.Close()
 		return
@@ -186,11 +185,11 @@ func (c *Cache) startSplitLocked(rel string, o *opened, on []*slot, at uint64) (
 	for i, s := range on {
 		e := &entry{
 			rel: rel, id: o.id, fid: o.fid, events: o.events, slot: s, gen: gen, done: make(chan struct{}),
-			state: StateLoading, reserved: need[i], fds: s.dev.HeldDescriptors(o.id.size), lastUse: at, pins: 1,
+			state: stLoading, reserved: need[i], fds: s.dev.HeldDescriptors(o.id.size), lastUse: at, pins: 1,
 		}
 		c.attachLocked(e)
 		c.indexLocked(e)
-		c.emitLocked(e.eventLocked(StateLoading, "split ingest"))
+		c.emitLocked(e.eventLocked(stLoading, "split ingest"))
 		sl.es = append(sl.es, e)
 	}
 	c.stats.misses.Add(1)

@@ -51,8 +51,8 @@ func (c *Cache) PrefetchOn(rel string, devs []string) (bool, error) {
 
 // queueLocking queues r unless the same request is queued already.
 func (c *Cache) queueLocking(r prefetchReq) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.lock()
+	defer c.unlock()
 	return c.queuePrefetchLocked(r)
 }
 
@@ -98,7 +98,7 @@ func (c *Cache) prefetchWorker() {
 			if err != nil {
 				c.log.Debug("prefetch", zap.String("path", r.rel), zap.Error(err))
 			}
-			c.mu.Lock()
+			c.lock()
 			delete(c.queuedKeys, r.key())
 			decrement(c.queued, r.rel)
 			if len(r.on) > 0 {
@@ -117,7 +117,7 @@ func (c *Cache) prefetchWorker() {
 				state, path := c.attrLocked(r.rel)
 				c.emitLocked(Event{Rel: r.rel, State: state, LoadPath: path, Reason: "replicas asked for are staged"})
 			}
-			c.mu.Unlock()
+			c.unlock()
 			if c.hooks.prefetchDone != nil {
 				c.hooks.prefetchDone(r.rel)
 			}

@@ -1,6 +1,6 @@
 package staging
 
-// Read-ahead across files (internal/readahead decides; this file carries
+// Read-ahead across files (staging/triggers/readahead decides; this file carries
 // out its plans). Opens through the mount and leases feed the detector
 // (Opened, Acquire); each Plan it returns asks for files to load ahead of
 // the reader and for earlier requests to cancel. A read-ahead load:
@@ -35,7 +35,7 @@ import (
 
 	"github.com/gdsfs/gdsfs/gpu"
 	"github.com/gdsfs/gdsfs/internal/access"
-	"github.com/gdsfs/gdsfs/internal/readahead"
+	"github.com/gdsfs/gdsfs/staging/triggers/readahead"
 )
 
 // raLoad is what a load started by read-ahead carries beyond a demand
@@ -100,11 +100,11 @@ func (c *Cache) Trace() *readahead.Recorder { return c.ra.Trace() }
 
 // used records a demand use of rel's entry, if it has one, at tick at.
 func (c *Cache) used(rel string, at uint64) {
-	c.mu.Lock()
+	c.lock()
 	for _, e := range c.replicasLocked(rel) {
 		c.usedLocked(e, at)
 	}
-	c.mu.Unlock()
+	c.unlock()
 }
 
 // usedLocked records a demand use of e at tick at. A read-ahead load
@@ -132,10 +132,10 @@ func (c *Cache) leftLocked(e *entry) {
 // "read-ahead cancelled"); its region is freed when the load stops.
 func (c *Cache) readAhead(p readahead.Plan) {
 	var free []gpu.Region
-	c.mu.Lock()
+	c.lock()
 	for _, rel := range p.Cancel {
 		for _, e := range c.replicasLocked(rel) {
-			if e.readahead && e.state == StateLoading {
+			if e.readahead && e.state == stLoading {
 				e.ra.cancel()
 				free = append(free, c.dropLocked(e, "read-ahead cancelled"))
 			}
@@ -145,10 +145,7 @@ func (c *Cache) readAhead(p readahead.Plan) {
 	if !closed {
 		c.wg.Add(len(p.Stage))
 	}
-	c.mu.Unlock()
-	for _, r := range free {
-		c.freeRegion(r)
-	}
+	c.unlockFree(free...)
 	for _, it := range p.Stage {
 		if closed {
 			c.declineReadAhead(it.Rel, readahead.NotStaged)
@@ -168,12 +165,9 @@ func (c *Cache) readAheadLoad(it readahead.Item) {
 		c.declineReadAhead(it.Rel, readahead.NotStaged)
 		return
 	}
-	c.mu.Lock()
+	c.lock()
 	e, regions, why := c.startReadAheadLocked(it, o)
-	c.mu.Unlock()
-	for _, r := range regions {
-		c.freeRegion(r)
-	}
+	c.unlockFree(regions...)
 	if e == nil {
 		o.f.Close()
 		c.wg.Done()
@@ -191,9 +185,9 @@ func (c *Cache) startReadAheadLocked(it readahead.Item, o *opened) (*entry, []gp
 	var regions []gpu.Region
 	for _, e := range c.replicasLocked(rel) { // on any device
 		switch {
-		case e.state == StateLoading || e.state == StateResident && e.id == o.id:
+		case e.state == stLoading || e.state == stResident && e.id == o.id:
 			return nil, nil, readahead.Staged
-		case e.state == StateFailed && e.id == o.id:
+		case e.state == stFailed && e.id == o.id:
 			return nil, nil, readahead.NotStaged // a demand retries it and shows why
 		}
 	}
@@ -227,7 +221,7 @@ func (c *Cache) startReadAheadLocked(it readahead.Item, o *opened) (*entry, []gp
 	regions = append(regions, c.detachVictimsLocked(victims)...)
 	e := &entry{
 		rel: rel, id: o.id, fid: o.fid, events: o.events, slot: s, gen: c.genLocked(rel, o.id),
-		done: make(chan struct{}), state: StateLoading, reserved: need, fds: fds,
+		done: make(chan struct{}), state: stLoading, reserved: need, fds: fds,
 		lastUse: it.Heat, readahead: true, ra: &raLoad{},
 	}
 	e.ra.ctx, e.ra.cancel = context.WithCancel(c.ctx)
@@ -235,7 +229,7 @@ func (c *Cache) startReadAheadLocked(it readahead.Item, o *opened) (*entry, []gp
 	c.attachLocked(e)
 	c.indexLocked(e)
 	c.ra.Started(rel) // with the entry: an access racing with it finds it loading, a hit
-	c.emitLocked(e.eventLocked(StateLoading, "read-ahead"))
+	c.emitLocked(e.eventLocked(stLoading, "read-ahead"))
 	return e, regions, 0
 }
 
@@ -309,7 +303,8 @@ func (c *Cache) publishReadAheadLocked(e *entry, region gpu.Region, note string,
 		}
 		c.dropLocked(e, reason) // loading: keeps its reservation, returned below
 	}
-	e.state, e.region = StateAbsent, region
+	e.moveLocked(stAbsent)
+	e.region = region
 	return c.releaseLocked(e)
 }
 

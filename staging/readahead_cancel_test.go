@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/gdsfs/gdsfs/gpu"
-	"github.com/gdsfs/gdsfs/internal/readahead"
+	"github.com/gdsfs/gdsfs/staging/triggers/readahead"
 )
 
 // copyLog records the tasks a device's workers start copying, in order,

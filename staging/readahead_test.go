@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/gdsfs/gdsfs/gpu"
-	"github.com/gdsfs/gdsfs/internal/readahead"
 	"github.com/gdsfs/gdsfs/internal/units"
+	"github.com/gdsfs/gdsfs/staging/triggers/readahead"
 )
 
 // raFiles is the size of the read-ahead directory d/ (name order f00..f39);
@@ -67,7 +67,7 @@ func entryPaths(c *Cache) []string {
 	return out
 }
 
-// TestReadAheadNameOrder (issue 10): opens in name order stage the next
+// TestReadAheadNameOrder: opens in name order stage the next
 // files before they are opened, within the window's bound in files and
 // bytes; opening them counts hits and moves the window on. The opens are
 // held (staging.defer_while_read: the files being read wait for their
@@ -207,7 +207,7 @@ func itemRels(items []readahead.Item) []string {
 // TestRandomOrderGivesNoReadAhead: opens in a shuffled order (five epochs
 // of one directory, a fixed seed) stage nothing ahead; the same cache then
 // reads ahead of a name-order reader. (A chance run in random order can
-// predict: internal/readahead bounds how often, over many seeds.)
+// predict: staging/triggers/readahead bounds how often, over many seeds.)
 func TestRandomOrderGivesNoReadAhead(t *testing.T) {
 	c := raCache(t, nil, nil)
 	rec := record(t, c)

@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/gdsfs/gdsfs/fs"
 )
 
 // Staging waits for the readers. A file opened for reading through the
@@ -25,6 +23,17 @@ import (
 // files) is not held back. A file held open longer than
 // staging.defer_limit is staged then (its reader may be done with it
 // without closing it). Off: staging.defer_while_read=false.
+
+// Reader is what the mount knows of an open for reading: the thread that
+// opened the file (the FUSE request's, in the daemon's PID namespace; 0
+// when the kernel could not say), the device and inode number a mapping
+// of the file made through the mount shows in /proc/PID/maps, and the
+// file's size.
+type Reader struct {
+	PID      uint32
+	Dev, Ino uint64
+	Size     int64
+}
 
 // readers is what the cache knows of one file's opens through the mount.
 // Guarded by Cache.mu.
@@ -65,13 +74,13 @@ func mergeOpeners(list []opener, add ...opener) []opener {
 }
 
 // openedDeferred counts an open of rel by r and defers its staging.
-func (c *Cache) openedDeferred(rel string, rd fs.Reader) {
+func (c *Cache) openedDeferred(rel string, rd Reader) {
 	var o opener
 	if rd.PID != 0 && rd.Size >= c.settleMapMin {
 		o = opener{pid: processOf(rd.PID), dev: rd.Dev, ino: rd.Ino}
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.lock()
+	defer c.unlock()
 	if c.closed {
 		return
 	}
@@ -98,7 +107,7 @@ func (c *Cache) openedDeferred(rel string, rd fs.Reader) {
 		r.openers = mergeOpeners(append([]opener(nil), s.openers...), r.openers...) // they may still map it; the newest kept last
 	}
 	for _, e := range c.replicasLocked(rel) {
-		if e.yielding && e.state == StateLoading {
+		if e.yielding && e.state == stLoading {
 			e.yielding, e.yielded = false, true
 			e.ra.cancel()
 			c.stats.yielded.Add(1)
@@ -135,8 +144,8 @@ func (c *Cache) stageYielding(ctx context.Context, rel string, at uint64) error 
 // after the last, a staging deferred by Opened follows (once the reader
 // is done with the file: settle). It never blocks.
 func (c *Cache) Closed(rel string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.lock()
+	defer c.unlock()
 	r := c.readers[rel]
 	if r == nil {
 		return
@@ -166,13 +175,13 @@ func (c *Cache) Closed(rel string) {
 
 // deferLimit stages rel, still open after staging.defer_limit.
 func (c *Cache) deferLimit(rel string, r *readers) {
-	c.mu.Lock()
+	c.lock()
 	current := c.readers[rel] == r
 	deferred := current && r.deferred
 	if current {
 		r.deferred, r.timer = false, nil
 	}
-	c.mu.Unlock()
+	c.unlock()
 	if deferred {
 		c.Prefetch(rel)
 	}
@@ -291,8 +300,8 @@ func (c *Cache) settle(rel string, s *settling) {
 			last = n
 		}
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.lock()
+	defer c.unlock()
 	if c.settling[rel] == s {
 		delete(c.settling, rel)
 		c.queuePrefetchLocked(prefetchReq{rel: rel, afterRead: true})

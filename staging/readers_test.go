@@ -12,11 +12,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/gdsfs/gdsfs/fs"
 )
 
-// TestStagedAfterReadersClose (issue 14): a file opened for reading
+// TestStagedAfterReadersClose: a file opened for reading
 // through the mount is staged after its last reader closes it, not while
 // it is read; a lease asks and is served at once; a prefetch of another
 // file (read-ahead) is not held back; staging.defer_limit stages a file
@@ -117,7 +115,7 @@ func gatedCache(t *testing.T, src string) (c *Cache, started, release chan struc
 	return c, started, release
 }
 
-// TestStagingAfterReadYieldsToANewReader (issue 14): the staging that
+// TestStagingAfterReadYieldsToANewReader: the staging that
 // follows a reader's close is cancelled when a reader opens the file
 // through the mount again (a loader that reads a header, closes, and
 // opens the file again to read the rest), so it does not read the disk
@@ -267,9 +265,9 @@ func TestDeferLimitAfterAYieldedStaging(t *testing.T) {
 	c.Opened("f")
 	c.Closed("f")
 	c.Opened("f") // held open past staging.defer_limit:
-	c.mu.Lock()
+	c.lock()
 	r := c.readers["f"]
-	c.mu.Unlock()
+	c.unlock()
 	c.deferLimit("f", r) // what its timer does
 	close(release)
 	rec.waitFor(t, "f", StateResident)
@@ -356,11 +354,10 @@ func nextCheck(t *testing.T, counts chan int64, ticks chan chan time.Time, n int
 	})
 }
 
-// TestStagingAfterReadWaitsWhileThePageCacheGrows (issue 14, found on the
-// H200): safetensors 0.8 opens a file, maps it, closes it and then reads
-// the whole mapping; the staging queued by that close read the disk beside
-// the loader (a cold load_file through the mount took 5.5 s against 2.9 s
-// from SOURCE). The staging after the last close now waits while the
+// TestStagingAfterReadWaitsWhileThePageCacheGrows: safetensors opens a
+// file, maps it, closes it and then reads the whole mapping; a staging
+// queued by that close would read the disk beside the loader. The
+// staging after the last close waits while the
 // file's page cache grows, and starts once it has not grown for
 // settleQuiet checks.
 func TestStagingAfterReadWaitsWhileThePageCacheGrows(t *testing.T) {
@@ -421,9 +418,9 @@ func TestReopenEndsTheSettlingWait(t *testing.T) {
 	within(t, "the check at the last close", func() { counts <- 1 })
 	within(t, "the settling wait", func() { <-ticks }) // waiting; never ended by a tick
 	c.Opened("f")                                      // ends the wait
-	c.mu.Lock()
+	c.lock()
 	n := len(c.settling)
-	c.mu.Unlock()
+	c.unlock()
 	if n != 0 {
 		t.Fatal("the settling wait outlived a new open")
 	}
@@ -500,17 +497,16 @@ func mapFile(t *testing.T, path string, size int) (unmap func()) {
 	return unmap
 }
 
-// TestStagingAfterReadWaitsForTheReadersMapping (issue 14, found on the
-// H200): a warm load_file through the mount maps the file, closes it and
-// copies the mapping to the device; the staging queued by that close ran
-// beside the copy (0.88 of SOURCE's speed against 0.94 with no staging).
-// A file a reader still maps is staged after it unmaps it.
+// TestStagingAfterReadWaitsForTheReadersMapping: a warm load_file through
+// the mount maps the file, closes it and copies the mapping to the device;
+// a staging queued by that close would run beside the copy. A file a
+// reader still maps is staged after it unmaps it.
 func TestStagingAfterReadWaitsForTheReadersMapping(t *testing.T) {
 	c, src, rec, counts, ticks := settleCache(t, "f")
 	c.settleMapMin = 0
 	unmap := mapFile(t, filepath.Join(src, "f"), 50000)
 
-	c.OpenedBy("f", fs.Reader{PID: uint32(unix.Gettid()), Size: 50000})
+	c.OpenedBy("f", Reader{PID: uint32(unix.Gettid()), Size: 50000})
 	go c.Closed("f")
 	within(t, "the check at the last close", func() { counts <- 16 }) // whole, but mapped
 	nextCheck(t, counts, ticks, 16)                                   // still mapped
@@ -589,11 +585,11 @@ func TestSettlingKeepsTheEarlierReaders(t *testing.T) {
 	c, src, rec, counts, ticks := settleCache(t, "f")
 	c.settleMapMin = 0
 	unmap := mapFile(t, filepath.Join(src, "f"), 50000)
-	c.OpenedBy("f", fs.Reader{PID: uint32(unix.Gettid()), Size: 50000}) // maps it
+	c.OpenedBy("f", Reader{PID: uint32(unix.Gettid()), Size: 50000}) // maps it
 	c.Closed("f")
 	within(t, "the first check", func() { counts <- 16 })
 	within(t, "the settling wait", func() { <-ticks })
-	c.OpenedBy("f", fs.Reader{PID: 1, Size: 50000}) // another process reads it, and closes
+	c.OpenedBy("f", Reader{PID: 1, Size: 50000}) // another process reads it, and closes
 	c.Closed("f")
 	within(t, "the check after the second close", func() { counts <- 16 })
 	var tc chan time.Time
@@ -616,9 +612,9 @@ func TestReopenBeforeTheFirstCheck(t *testing.T) {
 	c.Closed("f") // the check waits for its count
 	c.Opened("f")
 	within(t, "the first check", func() { counts <- 16 })
-	c.mu.Lock()
+	c.lock()
 	n := len(c.settling)
-	c.mu.Unlock()
+	c.unlock()
 	if n != 0 {
 		t.Fatalf("%d settling waits while f is open", n)
 	}
@@ -658,19 +654,19 @@ func TestReopenKeepsTheNewestOpener(t *testing.T) {
 	c, _, _, _, _ := settleCache(t, "f")
 	c.settleMapMin = 0
 	s := &settling{stop: make(chan struct{}), openers: []opener{{pid: 101}, {pid: 102}, {pid: 103}, {pid: 104}}}
-	c.mu.Lock()
+	c.lock()
 	c.settling["f"] = s
-	c.mu.Unlock()
-	c.OpenedBy("f", fs.Reader{PID: uint32(unix.Gettid()), Size: 50000})
-	c.mu.Lock()
+	c.unlock()
+	c.OpenedBy("f", Reader{PID: uint32(unix.Gettid()), Size: 50000})
+	c.lock()
 	got := c.readers["f"].openers
-	c.mu.Unlock()
+	c.unlock()
 	if len(got) != maxOpeners || got[len(got)-1].pid != uint32(os.Getpid()) {
 		t.Fatalf("openers after the reopen: %+v, want the last four ending with this process %d", got, os.Getpid())
 	}
 }
 
-// TestEvictCancelsTheStagingAfterARead (found in issue 14's bench): an
+// TestEvictCancelsTheStagingAfterARead: an
 // explicit evict of a file whose staging waits for its readers (still
 // open through the mount, or closed and still read through a mapping)
 // answered ENOENT and left that staging to run, so the file was staged
@@ -697,9 +693,9 @@ func TestEvictCancelsTheStagingAfterARead(t *testing.T) {
 		t.Fatalf("evict of g, open: %v", err)
 	}
 	c.Closed("g") // no wait starts: nothing asks for a page cache count
-	c.mu.Lock()
+	c.lock()
 	waits := len(c.settling)
-	c.mu.Unlock()
+	c.unlock()
 	if waits != 0 {
 		t.Fatalf("%d settling waits after the evicts", waits)
 	}

@@ -100,7 +100,7 @@ func (c *Cache) pickLocked(live []*entry, want *slot, exact bool) *entry {
 		}
 	}
 	for _, e := range live {
-		if e.state == StateResident {
+		if e.state == stResident {
 			return e
 		}
 	}
@@ -121,9 +121,9 @@ func (c *Cache) sourceLocked(rel string, o *opened, s *slot) *entry {
 			continue
 		}
 		switch e.state {
-		case StateResident:
+		case stResident:
 			return e
-		case StateLoading:
+		case stLoading:
 			if loading == nil && e.src == nil {
 				loading = e
 			}
@@ -138,7 +138,7 @@ func (c *Cache) sourceLocked(rel string, o *opened, s *slot) *entry {
 // held.
 func (c *Cache) genLocked(rel string, id identity) uint64 {
 	for _, e := range c.replicasLocked(rel) {
-		if e.id == id && e.state != StateFailed {
+		if e.id == id && e.state != stFailed {
 			return e.gen
 		}
 	}

@@ -1,12 +1,14 @@
 package staging
 
 import (
-	"container/list"
 	"context"
 	"errors"
 	"fmt"
 	"syscall"
 	"time"
+
+	"github.com/gdsfs/gdsfs/gpu"
+	"github.com/gdsfs/gdsfs/internal/fifo"
 )
 
 // Waiting for room. When the capacity (or the descriptor budget) is held
@@ -21,10 +23,12 @@ import (
 
 // waiter is one request waiting for room.
 type waiter struct {
-	elem  *list.Element // in Cache.waiters; guarded by Cache.mu
 	wake  chan struct{} // capacity 1: room may have appeared
-	since time.Time     // when the request got in line (RoomWait counts from it)
+	since time.Time     // when the request got in line (RoomWait counts from it); guarded by Cache.mu
 }
+
+// waiters is the line of requests waiting for room (internal/fifo).
+type waiters = fifo.Queue[*waiter]
 
 // errWaitRoom is what a reservation answers when its request must wait.
 var errWaitRoom = errors.New("waiting for room")
@@ -33,7 +37,21 @@ var errWaitRoom = errors.New("waiting for room")
 // waiting) may try to reserve now: nobody waits, or w is first.
 // Cache.mu must be held.
 func (c *Cache) mayReserveLocked(w *waiter) bool {
-	return c.waiters.Len() == 0 || (w != nil && w.elem == c.waiters.Front())
+	return c.waiters.MayGo(w)
+}
+
+// admitLocked reserves need bytes on s and fds descriptors, evicting
+// unleased resident entries as needed, for the request in line as w (nil:
+// not in line) if it may go now (mayReserveLocked). It returns the
+// evicted regions for the caller to free after unlocking (unlockFree) and
+// whether the room is reserved. Loads (startLocked) and private copies
+// (copyPrivate) take room through it. Cache.mu must be held.
+func (c *Cache) admitLocked(w *waiter, s *slot, need int64, fds int) ([]gpu.Region, bool) {
+	if !c.mayReserveLocked(w) {
+		return nil, false
+	}
+	victims, ok := c.reserveLocked(s, need, fds)
+	return c.detachVictimsLocked(victims), ok
 }
 
 // queueLocked puts the request holding *w at the back of the line unless
@@ -44,8 +62,7 @@ func (c *Cache) queueLocked(w **waiter) {
 		*w = &waiter{wake: make(chan struct{}, 1)}
 		c.stats.roomWaits.Add(1)
 	}
-	if (*w).elem == nil {
-		(*w).elem = c.waiters.PushBack(*w)
+	if c.waiters.Join(*w) {
 		(*w).since = time.Now()
 	}
 }
@@ -53,21 +70,18 @@ func (c *Cache) queueLocked(w **waiter) {
 // leaveLocked takes w out of line (nil: nothing) and wakes the next, who
 // may fit now. Cache.mu must be held.
 func (c *Cache) leaveLocked(w *waiter) {
-	if w == nil || w.elem == nil {
-		return
+	if w != nil && c.waiters.Leave(w) {
+		c.wakeLocked()
 	}
-	c.waiters.Remove(w.elem)
-	w.elem = nil
-	c.wakeLocked()
 }
 
 // wakeLocked tells the first waiter that room may have appeared: bytes or
 // descriptors were given back, or an entry became evictable. Cache.mu
 // must be held.
 func (c *Cache) wakeLocked() {
-	if el := c.waiters.Front(); el != nil {
+	if w, ok := c.waiters.Front(); ok {
 		select {
-		case el.Value.(*waiter).wake <- struct{}{}:
+		case w.wake <- struct{}{}:
 		default:
 		}
 	}
@@ -94,9 +108,9 @@ func (c *Cache) awaitRoom(ctx context.Context, w *waiter, rel string, need int64
 	case <-c.ctx.Done():
 	case <-over:
 	}
-	c.mu.Lock()
+	c.lock()
 	c.leaveLocked(w)
-	c.mu.Unlock()
+	c.unlock()
 	switch {
 	case c.ctx.Err() != nil:
 		return fmt.Errorf("stage %s: cache closed", rel)

@@ -63,7 +63,7 @@ func expectWaiting(t *testing.T, waiting chan string, rel string, res chan acqui
 	}
 }
 
-// TestWaitForRoomInOrder (issue 13): with the capacity held by leases, an
+// TestWaitForRoomInOrder: with the capacity held by leases, an
 // acquire waits for room instead of failing, and waiters are served first
 // come first served: a small file asked for after a large one does not
 // take the room the large one waits for.

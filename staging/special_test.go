@@ -26,7 +26,7 @@ func within(t *testing.T, what string, fn func()) {
 	}
 }
 
-// TestSpecialFilesNeverBlock (issue 7 item 8): a FIFO or a device node in
+// TestSpecialFilesNeverBlock: a FIFO or a device node in
 // SOURCE is never staged and never opened blocking: eligibility, staging,
 // leasing and the xattr answer at once, a prefetch of one is dropped by
 // its worker at once, and Close returns.

@@ -4,7 +4,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/gdsfs/gdsfs/internal/readahead"
+	"github.com/gdsfs/gdsfs/staging/triggers/readahead"
 )
 
 // counters are the cache's cumulative counts.
@@ -143,8 +143,8 @@ func (c *Cache) Stats() Stats {
 	s.errMu.Lock()
 	out.CuFileLastError = s.lastCuFileErr
 	s.errMu.Unlock()
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.lock()
+	defer c.unlock()
 	out.Devices = make([]DeviceStats, len(c.slots))
 	for i, sl := range c.slots {
 		out.Devices[i] = c.slotStatsLocked(sl)
@@ -159,15 +159,15 @@ func (c *Cache) Stats() Stats {
 			d := &out.Devices[e.slot.index]
 			d.LeasesPinned += e.leases
 			switch e.state {
-			case StateResident:
+			case stResident:
 				out.StagedFiles++
 				out.ResidentBytes += e.id.size
 				d.StagedFiles++
 				d.ResidentBytes += e.id.size
-			case StateLoading:
+			case stLoading:
 				out.LoadingFiles++
 				d.LoadingFiles++
-			case StateFailed:
+			case stFailed:
 				out.FailedFiles++
 			}
 		}
@@ -194,10 +194,12 @@ func (c *Cache) slotStatsLocked(s *slot) DeviceStats {
 	return d
 }
 
-// checkInvariantsLocked panics if a slot's accounting is off. Tests call it;
-// Cache.mu must be held.
+// checkInvariantsLocked panics if the cache's books are off (the
+// INVARIANT lines on Cache, slot and entry). Cache.mu must be held. In
+// tests every c.unlock runs it.
 func (c *Cache) checkInvariantsLocked() {
 	held := map[*slot]int64{}
+	inLRU := map[*slot]int{}
 	fds := 0
 	for rel, cs := range c.entries {
 		if len(cs) != len(c.slots) {
@@ -209,6 +211,12 @@ func (c *Cache) checkInvariantsLocked() {
 			}
 			if e.rel != rel || e.slot.index != i || e.detached {
 				panic("staging: an entry is attached under another path or slot, or detached")
+			}
+			if e.elem != nil {
+				if e.state != stResident {
+					panic("staging: an entry that is not resident has an LRU element")
+				}
+				inLRU[e.slot]++
 			}
 			held[e.slot] += e.reserved
 			fds += e.fds
@@ -224,11 +232,16 @@ func (c *Cache) checkInvariantsLocked() {
 		if held[s] > s.used {
 			panic("staging: entries hold more than their slot counts")
 		}
+		n := 0
 		for el := s.lru.Front(); el != nil; el = el.Next() {
 			e := el.Value.(*entry)
-			if e.state != StateResident || e.detached || e.slot != s {
-				panic("staging: LRU holds an entry that is not resident on its slot")
+			if e.state != stResident || e.detached || e.slot != s || e.elem != el {
+				panic("staging: LRU holds an entry that is not resident and attached on its slot")
 			}
+			n++
+		}
+		if n != inLRU[s] {
+			panic("staging: LRU and the attached entries disagree")
 		}
 	}
 }

@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// The H200 bench (scripts/readahead-gpu.py): a DataLoader of 4 workers,
+// As scripts/readahead-gpu.py runs it: a DataLoader of 4 workers,
 // prefetch_factor 2, over 64 shards in name order, each item leasing its
 // shard. A read-ahead load takes about as long as the workers' next few
 // accesses, so the loads are still in flight when the readers' positions

@@ -76,7 +76,10 @@ type Config struct {
 	// Controls returns the control files; it is called before the mount
 	// answers any request, with the server the files may report on.
 	Controls func(*Server) []Control
-	Log      *zap.Logger
+	// Watch reports changes to SOURCE (nil: none are; the kernel caches
+	// for fuse.entry_timeout and fuse.attr_timeout).
+	Watch Watcher
+	Log   *zap.Logger
 }
 
 // Stats are the FUSE-side counters.
@@ -121,6 +124,7 @@ type Server struct {
 	opens, reads, readBytes atomic.Uint64
 	drain                   drain    // open files, and refusing new opens on shutdown (drain.go)
 	fds                     fdBudget // descriptors held per caller uid (fdbudget.go)
+	meta                    metaCache
 }
 
 // Mount mounts SOURCE on MOUNTPOINT. Errors name the path or key at fault.
@@ -173,6 +177,7 @@ func Mount(cfg Config) (*Server, error) {
 		s.log.Warn("SOURCE has its own .gdsfs; the control directory hides it", zap.String("source", source))
 	}
 	syscall.Umask(0)
+	s.probeMeta(cfg.Watch)
 	if err := s.serve(mnt); err != nil {
 		root.Close()
 		return nil, fmt.Errorf("mount %s: %w", mnt, err)
@@ -183,6 +188,7 @@ func Mount(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.raiseReadAhead()
+	s.startMeta(cfg.Watch)
 	return s, nil
 }
 
@@ -372,6 +378,7 @@ func (s *Server) raiseReadAhead() {
 // Wait blocks until the file system is unmounted, then lets SOURCE go.
 func (s *Server) Wait() {
 	s.fuse.Wait()
+	s.meta.close()
 	s.closeRoot.Do(func() { s.root.Close() })
 }
 

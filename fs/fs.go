@@ -179,16 +179,18 @@ func Mount(cfg Config) (*Server, error) {
 	syscall.Umask(0)
 	s.probeMeta(cfg.Watch)
 	if err := s.serve(mnt); err != nil {
+		s.meta.close()
 		root.Close()
 		return nil, fmt.Errorf("mount %s: %w", mnt, err)
 	}
 	if err := s.settlePassthrough(); err != nil {
 		s.fuse.Unmount()
+		s.meta.close()
 		root.Close()
 		return nil, err
 	}
 	s.raiseReadAhead()
-	s.startMeta(cfg.Watch)
+	s.startMeta()
 	return s, nil
 }
 

@@ -40,7 +40,7 @@ type metaCache struct {
 	srv    *Server
 	source *os.File // SOURCE, opened for reading: open_by_handle_at refuses O_PATH descriptors
 
-	// Lock order: mu, then nodesMu is never taken with mu held.
+	// mu and nodesMu are never held together.
 	mu      sync.Mutex
 	cond    *sync.Cond     // queued, handled or stop changed
 	queue   []watch.Change // guarded by mu
@@ -57,8 +57,9 @@ type metaCache struct {
 // maxQueued bounds the queue: past it, everything is invalidated at once.
 const maxQueued = 1 << 16
 
-// probeMeta asks whether SOURCE's filesystem reports changes. Called
-// before the mount serves.
+// probeMeta asks whether SOURCE's filesystem reports changes and, when it
+// does, subscribes: changes from then on are queued. Called before the
+// mount serves.
 func (s *Server) probeMeta(w Watcher) {
 	m := &s.meta
 	m.srv, m.nodes = s, map[uint64]*gofs.Inode{}
@@ -75,18 +76,17 @@ func (s *Server) probeMeta(w Watcher) {
 	m.on, m.why = w.ProbeEntries(f, s.dev)
 	if m.on {
 		m.source = f
-	} else {
-		f.Close()
+		w.Subscribe(watch.Subscriber{Entries: m.enqueue, Lost: m.enqueueLost})
+		return
 	}
-	if !m.on {
-		s.log.Info("the kernel caches entries and attributes for fuse.entry_timeout and fuse.attr_timeout",
-			zap.String("reason", m.why))
-	}
+	f.Close()
+	s.log.Info("the kernel caches entries and attributes for fuse.entry_timeout and fuse.attr_timeout",
+		zap.String("reason", m.why))
 }
 
-// startMeta subscribes to SOURCE's changes and starts their handler, when
-// there are any. Called once the mount serves.
-func (s *Server) startMeta(w Watcher) {
+// startMeta starts the handler of SOURCE's changes, when there are any.
+// Called once the mount serves.
+func (s *Server) startMeta() {
 	m := &s.meta
 	if !m.on {
 		return
@@ -97,7 +97,6 @@ func (s *Server) startMeta(w Watcher) {
 	if s.root.At(func(dirfd int) (err error) { st, id, err = fstatx(dirfd); return err }) == nil {
 		m.add(s.stableAttr(st, id).Ino, s.tree.EmbeddedInode())
 	}
-	w.Subscribe(watch.Subscriber{Entries: m.enqueue, Lost: m.enqueueLost})
 	m.done = make(chan struct{})
 	go m.run()
 }

@@ -179,3 +179,51 @@ func TestTimestampsModeKeepsShortTimeouts(t *testing.T) {
 		t.Errorf("meta caching on=%v why=%q, want off because of timestamps", srv.meta.on, srv.meta.why)
 	}
 }
+
+// quietWatcher says SOURCE reports changes but reports none itself: the
+// test decides what the subscriber hears.
+type quietWatcher struct{ sub watch.Subscriber }
+
+func (q *quietWatcher) ProbeEntries(*os.File, uint64) (bool, string) { return true, "" }
+func (q *quietWatcher) Subscribe(s watch.Subscriber)                 { q.sub = s }
+func (q *quietWatcher) Drain()                                       {}
+
+// TestLostEventsInvalidateEverything: after an overflow, every entry and
+// attribute the kernel holds is asked for again.
+func TestLostEventsInvalidateEverything(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("SKIPPED: mounting FUSE needs root (run make test as root)")
+	}
+	q := &quietWatcher{}
+	src, mnt := t.TempDir(), t.TempDir()
+	srv, err := Mount(Config{Source: src, Mountpoint: mnt, Watch: q, Options: Options{
+		Passthrough: PassthroughAuto, MaxRead: units.Size(1 << 20), EntryTimeout: time.Second, AttrTimeout: time.Second,
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := srv.Unmount(); err != nil {
+			t.Error(err)
+		}
+		srv.Wait()
+	})
+	os.Mkdir(filepath.Join(src, "d"), 0o755)
+	os.WriteFile(filepath.Join(src, "d/a"), nil, 0o644)
+	if _, err := os.ReadDir(filepath.Join(mnt, "d")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(filepath.Join(mnt, "d/a")); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(filepath.Join(src, "d/a"), 0o600)
+	os.WriteFile(filepath.Join(src, "d/b"), nil, 0o644)
+	q.sub.Lost()
+	srv.settle(q)
+	if fi, err := os.Lstat(filepath.Join(mnt, "d/a")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("d/a after lost events: %v %v, want mode 0600", fi.Mode(), err)
+	}
+	if es, err := os.ReadDir(filepath.Join(mnt, "d")); err != nil || len(es) != 2 {
+		t.Errorf("d after lost events: %d entries %v, want 2", len(es), err)
+	}
+}

@@ -224,17 +224,21 @@ const entryEvents = unix.FAN_CREATE | unix.FAN_DELETE | unix.FAN_MOVED_FROM | un
 // directory's listing and attributes, and the attributes of the object
 // (every name of it: hard links are one node).
 func (m *metaCache) invalidate(c watch.Change) {
-	dir := m.node(c.Dir)
+	dir, _ := m.node(c.Dir)
 	if dir != nil && c.Name != "." && c.Mask&entryEvents != 0 {
 		dir.NotifyEntry(c.Name)
 		dir.NotifyContent(0, 0)
 	}
-	self, named := m.node(c.Self), dir
+	self, st := m.node(c.Self)
+	named := dir
 	if dir != nil && c.Name != "." {
 		named = dir.GetChild(c.Name)
 	}
 	if named == self {
 		named = nil
+	}
+	if self != nil && toldAtOpen(self, st) {
+		self = nil
 	}
 	for _, n := range []*gofs.Inode{self, named} {
 		if n != nil {
@@ -242,6 +246,22 @@ func (m *metaCache) invalidate(c watch.Change) {
 			n.NotifyContent(-1, 0)
 		}
 	}
+}
+
+// toldAtOpen reports whether the kernel was told of the version st of
+// i's file by an open through the mount since it changed (open.go drops
+// the kernel's attributes and pages of a changed file before the open
+// returns). Telling it again would race the attributes that open's
+// caller is reading: the kernel discards a reply that crosses an
+// invalidation, keeping the size it had.
+func toldAtOpen(i *gofs.Inode, st *syscall.Stat_t) bool {
+	n := asNode(i.Operations())
+	if n == nil || !isRegular(st.Mode) {
+		return false
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.seen != (fileVersion{}) && n.seen == versionOf(st)
 }
 
 // forgetXattrs forgets the security.* names known absent on i.
@@ -273,27 +293,28 @@ func (m *metaCache) invalidateAll() {
 	}
 }
 
-// node is the node of the file id names, or nil when the kernel holds
-// none (or the file is gone).
-func (m *metaCache) node(id watch.FID) *gofs.Inode {
+// node is the node of the file id names, with the file's attributes, or
+// nil when the kernel holds none (or the file is gone).
+func (m *metaCache) node(id watch.FID) (*gofs.Inode, *syscall.Stat_t) {
 	h, ok := id.Handle()
 	if !ok {
-		return nil
+		return nil, nil
 	}
-	var st *syscall.Stat_t
-	var fid fileID
 	fd, err := unix.OpenByHandleAt(int(m.source.Fd()), h, unix.O_PATH)
 	if err != nil {
-		return nil
+		return nil, nil
 	}
-	st, fid, err = fstatx(fd)
+	st, fid, err := fstatx(fd)
 	unix.Close(fd)
 	if err != nil {
-		return nil
+		return nil, nil
 	}
 	m.nodesMu.Lock()
 	defer m.nodesMu.Unlock()
-	return m.nodes[m.srv.stableAttr(st, fid).Ino]
+	if n := m.nodes[m.srv.stableAttr(st, fid).Ino]; n != nil {
+		return n, st
+	}
+	return nil, nil
 }
 
 // attrTimeout sets out's timeout when the kernel may cache n's

@@ -17,7 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gdsfs/gdsfs/internal/golden"
+	"github.com/gdsfs/gdsfs/internal/testkit/golden"
 	"github.com/gdsfs/gdsfs/proto"
 )
 

@@ -226,7 +226,7 @@ func probe(dir, spec string) string {
 // TestConformance runs the table natively and through the mount (the
 // daemon serving reads and writes, and kernel passthrough), as root and as
 // uid 65534, and fails on any case that fails through the mount while it
-// passes natively (issue 7).
+// passes natively.
 func TestConformance(t *testing.T) {
 	need(t, "setfacl")
 	needMount(t)

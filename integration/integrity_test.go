@@ -13,7 +13,7 @@ import (
 // holds the old one open, within the entry timeout (made an hour here so
 // the kernel surely keeps its entry): a new open through the mount reads
 // the new content, and an fsync'ed write through it is in SOURCE's file.
-// Passthrough on and off (issue 8 item 2).
+// Passthrough on and off.
 func TestRenameOverOpenFile(t *testing.T) {
 	for _, pt := range []string{"on", "off"} {
 		t.Run("passthrough="+pt, func(t *testing.T) {
@@ -62,7 +62,7 @@ func TestRenameOverOpenFile(t *testing.T) {
 // TestReopenAfterSizeChange: after SOURCE's file changed size, a new open
 // through the mount reads exactly the new content, never cut to the old
 // size or empty, though the kernel was told an attribute timeout of an
-// hour. Passthrough on and off (issue 8 item 3).
+// hour. Passthrough on and off.
 func TestReopenAfterSizeChange(t *testing.T) {
 	const rounds = 2000
 	for _, pt := range []string{"on", "off"} {

@@ -391,10 +391,9 @@ func TestGetfattrDump(t *testing.T) {
 	}
 }
 
-// TestGdsfsXattrOfAReplacedFile (found by an attack on the autoloader):
-// user.gdsfs.* asked through a descriptor opened before SOURCE's file was
-// replaced (renamed over) described the new file, since the daemon looked
-// the path up again. It is an error now (ESTALE, or ENOENT once the kernel
+// TestGdsfsXattrOfAReplacedFile: user.gdsfs.* asked through a descriptor
+// opened before SOURCE's file was replaced (renamed over) must not
+// describe the new file: it is an error (ESTALE, or ENOENT once the kernel
 // looked the path up again), while the descriptor still reads the old
 // bytes and the path the new ones.
 func TestGdsfsXattrOfAReplacedFile(t *testing.T) {

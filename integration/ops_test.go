@@ -16,7 +16,7 @@ import (
 	"github.com/gdsfs/gdsfs/internal/mountinfo"
 )
 
-// Operations (issue 11): starting detached, readiness, stopping with files
+// Operations: starting detached, readiness, stopping with files
 // open, the mount helper and fstab, dead mounts.
 
 // notifySocket listens where a service manager would ($NOTIFY_SOCKET) and

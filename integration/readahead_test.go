@@ -25,7 +25,7 @@ func shardTree(t *testing.T, n, size int) (string, []string) {
 	return src, rels
 }
 
-// TestReadAheadThroughMount (issue 10): a reader that cats 40 files of
+// TestReadAheadThroughMount: a reader that cats 40 files of
 // 1 MiB in name order through the mount (defaults: read-ahead on,
 // staging while read deferred) finds every file after the first four
 // resident before it opens it: each is waited for as state "resident"
@@ -81,7 +81,7 @@ func stagedOrder(log string) []string {
 	return out
 }
 
-// TestTraceRecordAndReplay (issue 10): .gdsfs/trace records the order
+// TestTraceRecordAndReplay: .gdsfs/trace records the order
 // files were opened; a fresh mount with staging.replay stages them in that
 // order (one at a time with readahead_files: 1, so the order of loads is
 // the trace's) before anything opens them; `gdsfs warmup --trace` does the

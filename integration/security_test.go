@@ -59,7 +59,7 @@ func snapshot(t *testing.T, dir string) string {
 // SOURCE directly swaps an entry for a symbolic link to a root-owned file
 // or directory outside SOURCE between the kernel's lookup and the daemon's
 // call, many times for each kind of change. Nothing outside SOURCE may
-// change (issue 7 item 1).
+// change.
 func TestSymlinkSwapRace(t *testing.T) {
 	need(t, "getfattr")
 	needMount(t)
@@ -102,8 +102,7 @@ func TestSymlinkSwapRace(t *testing.T) {
 
 // TestACLsThroughMount: an ACL entry denying the user, a group the user
 // is in masked to nothing, and a named-group entry whose read right the
-// mask takes away refuse reads through an allow_other mount (issue 7 item
-// 2). The mode bits allow the first and the last: only acting as the
+// mask takes away refuse reads through an allow_other mount. The mode bits allow the first and the last: only acting as the
 // caller on SOURCE refuses them. (With a mask of ---, the group class bits
 // are 0 and the kernel decides from the mode bits alone, natively too.)
 func TestACLsThroughMount(t *testing.T) {
@@ -160,8 +159,7 @@ func TestACLsThroughMount(t *testing.T) {
 	}
 }
 
-// TestUmaskAppliedOnce: the caller's umask is applied once, by the kernel
-// (issue 7 item 3).
+// TestUmaskAppliedOnce: the caller's umask is applied once, by the kernel.
 func TestUmaskAppliedOnce(t *testing.T) {
 	needMount(t)
 	src := userDir(t)
@@ -196,7 +194,7 @@ func TestUmaskAppliedOnce(t *testing.T) {
 }
 
 // TestCacheListingFiltered: .gdsfs/cache shows a reader only the staged
-// files they may open for reading (issue 7 item 7).
+// files they may open for reading.
 func TestCacheListingFiltered(t *testing.T) {
 	needMount(t)
 	src := userDir(t)
@@ -222,7 +220,7 @@ func TestCacheListingFiltered(t *testing.T) {
 
 // TestControlWritesNeverBlock: writing the path of a FIFO or a device node
 // to .gdsfs/prefetch fails at once, and the daemon still unmounts and
-// exits on SIGTERM (issue 7 item 8).
+// exits on SIGTERM.
 func TestControlWritesNeverBlock(t *testing.T) {
 	needMount(t)
 	src := t.TempDir()

@@ -206,12 +206,12 @@ func startMountLimited(t *testing.T, src string, nofile int, sets ...string) *mo
 	return startMount(t, src, sets...)
 }
 
-// TestManySmallFilesFewDescriptors (issue 8 item 4): 50,000 small files
+// TestManySmallFilesFewDescriptors: 50,000 small files
 // staged by a daemon whose descriptor limit is 4,096: staged regions stay
 // within the descriptor budget (evicting), no load fails, and the mount
 // still reads every file, before and after.
 func TestManySmallFilesFewDescriptors(t *testing.T) {
-	const files = 50000 // the mount died past ~20k staged files
+	const files = 50000 // many times the descriptor limit: the budget must evict
 	src := t.TempDir()
 	for d := range files / 1000 {
 		dir := filepath.Join(src, fmt.Sprintf("d%02d", d))
@@ -294,11 +294,11 @@ func TestStagedAfterReaderCloses(t *testing.T) {
 	}
 }
 
-// TestStagedAfterTheReaderUnmaps (issue 14, found on the H200): a loader
-// that opens the file, maps it, closes it and then reads the mapping
-// (safetensors 0.8) was followed at once by the staging after its close,
-// which then ran beside it. The file is staged once the mapping is gone,
-// whose /proc/PID/maps line shows the mount's device and inode.
+// TestStagedAfterTheReaderUnmaps: a loader that opens the file, maps it,
+// closes it and then reads the mapping (safetensors 0.8) must not find the
+// staging after its close running beside it. The file is staged once the
+// mapping is gone, whose /proc/PID/maps line shows the mount's device and
+// inode.
 func TestStagedAfterTheReaderUnmaps(t *testing.T) {
 	src := t.TempDir()
 	const size = 64<<20 + 4096

@@ -150,7 +150,7 @@ func TestPrivateLeasesAreNotKept(t *testing.T) {
 }
 
 // TestEpochOverManyFilesIsKept: a second pass over 320 files (more than
-// the 256 mappings the client used to keep, which made every lease of an
+// 256, so a client keeping fewer mappings would make every lease of an
 // epoch over them a fresh one) is leased again from kept mappings, on the
 // batches' connections.
 func TestEpochOverManyFilesIsKept(t *testing.T) {

@@ -29,9 +29,9 @@ func startHeld(t *testing.T, timeout time.Duration) (*fixture, chan struct{}) {
 
 func acquireReq(path string) proto.Request { return proto.Request{Op: proto.OpAcquire, Path: path} }
 
-// TestHeldLimitWaits (issue 13): one uid's workers, one connection each,
-// over ipc.max_held_per_uid: the acquire past the limit waits (it used to
-// fail with EDQUOT at once) and is served when a connection of that uid
+// TestHeldLimitWaits: one uid's workers, one connection each, over
+// ipc.max_held_per_uid: the acquire past the limit waits (rather than
+// failing with EDQUOT at once) and is served when a connection of that uid
 // closes, first come first served; another uid is not held up meanwhile.
 func TestHeldLimitWaits(t *testing.T) {
 	f, blocked := startHeld(t, 20*time.Second)

@@ -36,7 +36,7 @@ func (f *fixture) waitRoomWaiting(t *testing.T, n int) {
 	}
 }
 
-// TestWaitingAcquiresServedInOrder (issue 13): with the capacity held by
+// TestWaitingAcquiresServedInOrder: with the capacity held by
 // a lease, acquires wait for room instead of failing, and are served first
 // come first served as room is given back (by closing connections).
 //

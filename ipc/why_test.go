@@ -8,7 +8,7 @@ import (
 	"github.com/gdsfs/gdsfs/proto"
 )
 
-// TestStatAndWaitSayWhyAbsent (issue 13): an absent file that was staged
+// TestStatAndWaitSayWhyAbsent: an absent file that was staged
 // says why it left (stat and wait answer `why`), so warmup can print it;
 // once it loads again the reason is gone.
 func TestStatAndWaitSayWhyAbsent(t *testing.T) {

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""The autoloader on the H200, in one run: speed and correctness of
+"""The autoloader on a GPU, in one run: speed and correctness of
 unmodified loaders plain vs under `gdsfs run`. Prints one JSON object and a
-markdown table for the README ("Unmodified loaders").
+markdown table (docs/benchmarks.md, "Unmodified loaders").
 
     python3 scripts/autoload-gpu.py --bin .bin/gdsfs [--work /tmp/gdsfs-autoload] [--size-gib 4]
     python3 scripts/autoload-gpu.py --bin bin/gdsfs --dry-run   # any machine: no GPU, safetensors, transformers

@@ -1,8 +1,8 @@
 #!/bin/sh
 # shellcheck disable=SC2086 # flag strings are split into words on purpose
-# The issue-13 benchmarks on the H200 in one command (about 5 minutes), run
-# from the repository root with the binary `make gpu-bundle` put in .bin/
-# (the GPU machine has no Go):
+# The lease-speed benchmarks on a GPU machine in one command (about 5
+# minutes), run from the repository root with the binary `make gpu-bundle`
+# put in .bin/ (so the GPU machine needs no Go):
 #
 #   sh scripts/bench-gpu.sh --prepare   # here, once: copies ../shared/peers/kvikio to .bin/kvikio
 #   sh scripts/bench-gpu.sh             # there: every step below, full sizes
@@ -20,8 +20,8 @@
 #      file not yet resident vs the pinned H2D copy
 #   5. contention: 16 consumers x 8 files of 256 MiB, capacity 800 MiB
 # GDSFS_BENCH_STEPS picks steps (default "stage lease loader contention");
-# "autoload" and "readahead" are the issue-14 and issue-10 figures (gdsfs
-# bench autoload|readahead, minutes each): GDSFS_BENCH_STEPS="autoload
+# "autoload" and "readahead" are the unmodified-loader and read-ahead
+# figures (gdsfs bench autoload|readahead, minutes each): GDSFS_BENCH_STEPS="autoload
 # readahead" runs only those.
 # GDSFS_BENCH_SET="KEY=VALUE ..." adds config.yaml keys to every step's
 # --set (GDSFS_BENCH_SET=io.compat_mode=off on a machine without cuFile

@@ -1,7 +1,7 @@
 #!/bin/sh
-# `gdsfs check` on the GPU machine in both machine states, for the README:
+# `gdsfs check` on a GPU machine in both states, for docs/cufile.md:
 #   1. as the machine comes (no nvidia-fs, no udev entry for the disk);
-#   2. after the test-machine cuFile set-up of shared/device/README.md:
+#   2. after a cuFile compat-mode set-up:
 #      cufile-compat.sh (a udev entry for the disk under DIR) and
 #      CUFILE_FORCE_COMPAT_MODE=true.
 # Run from the bundle (make gpu-bundle; .bin/ holds gdsfs, this script and

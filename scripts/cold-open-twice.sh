@@ -1,7 +1,7 @@
 #!/bin/sh
 # A cold load through the mount by two loaders, against the same load from
-# SOURCE, alternated in one run: the ratio the issue-14 target is about
-# ("plain through the mount at least 0.95 of plain from SOURCE"). twice:
+# SOURCE, alternated in one run: the ratio of the target "plain through the
+# mount at least 0.95 of plain from SOURCE" (docs/benchmarks.md). twice:
 # opens the file twice (a 4 KiB header read, close, then the whole file).
 # mmap: as safetensors 0.8 does, open, map the file, close, then copy the
 # whole mapping out (mmap(2) through ctypes: Python's mmap module keeps a

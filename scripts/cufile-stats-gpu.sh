@@ -1,7 +1,7 @@
 #!/bin/sh
-# cuFile's own statistics against gdsfs's load-path attribution, on the GPU
-# machine, after the test-machine cuFile set-up of shared/device/README.md
-# (cufile-compat.sh DIR and CUFILE_FORCE_COMPAT_MODE=true; no nvidia-fs, so
+# cuFile's own statistics against gdsfs's load-path attribution, on a GPU
+# machine, after the cuFile compat-mode set-up (cufile-compat.sh DIR from
+# the bundle and CUFILE_FORCE_COMPAT_MODE=true; no nvidia-fs, so
 # cuFile runs its compat mode: POSIX reads).
 # Run from the bundle (make gpu-bundle; .bin/ holds gdsfs, this script and
 # cufile-compat.sh):  sh .bin/cufile-stats-gpu.sh [DIR]   (DIR default /var/tmp)

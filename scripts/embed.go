@@ -1,6 +1,6 @@
-// Package scripts embeds the H200 measurement scripts that `gdsfs bench`
-// runs (autoload-gpu.py for issue 14, readahead-gpu.py for issue 10), so
-// the binary carries them. The .py files stay plain scripts beside this
+// Package scripts embeds the GPU measurement scripts that `gdsfs bench`
+// runs (autoload-gpu.py for `bench autoload`, readahead-gpu.py for
+// `bench readahead`), so the binary carries them. The .py files stay plain scripts beside this
 // file: they can be run on their own, and this package only reads them.
 package scripts
 

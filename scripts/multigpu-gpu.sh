@@ -1,7 +1,7 @@
 #!/bin/sh
-# Issue 12 on two GPUs (the nvidia-h200-x2 machine) in one command, a few
-# minutes, from the repository root with the binary `make gpu-bundle` put in
-# .bin/gdsfs (the GPU machine has no Go):
+# Several GPUs (docs/multi-gpu.md) measured on two GPUs in one command, a
+# few minutes, from the repository root with the binary `make gpu-bundle`
+# put in .bin/gdsfs (so the GPU machine needs no Go):
 #
 #   sh scripts/multigpu-gpu.sh             # there: 2 GPUs, two 8 GiB files
 #   sh scripts/multigpu-gpu.sh --dry-run   # anywhere: host backend, two host devices, 64 MiB files
@@ -57,7 +57,7 @@ if [ $mode = gpu ]; then
 	size=8GiB need_gib=18 runs=3
 	sets=""
 	gpus=$(nvidia-smi -L 2>&1 | tee -a "$log" | grep -c '^GPU ' || true)
-	[ "$gpus" -ge 2 ] || fail "nvidia-smi lists $gpus GPU(s); this needs 2 (the nvidia-h200-x2 machine)"
+	[ "$gpus" -ge 2 ] || fail "nvidia-smi lists $gpus GPU(s); this needs 2"
 	python3 -c 'import torch; assert torch.cuda.device_count() >= 2' >> "$log" 2>&1 ||
 		say "note: python3 has no torch seeing 2 GPUs; the consumers check locality through the driver only"
 else

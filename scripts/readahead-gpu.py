@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Read-ahead across files on the H200 (issue 10), in one run: a torch
+"""Read-ahead across files on a GPU, in one run: a torch
 DataLoader over --shards shards of --shard-mib MiB that leases each shard
 (gdsfs.load) and checksums it on the device, nothing resident at the start,
 page cache dropped before each case:

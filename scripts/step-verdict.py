@@ -12,7 +12,7 @@
 A step passes only when its command exited 0, at least one test ran, none
 failed, and every skip is named by a --skip NAME=WHY (a test's name, a
 parent's name covering its subtests, or for Python the method name or the
-dotted id): the reason that skip is expected on this machine. A skip named
+dotted id): the reason that skip is expected where it runs. A skip named
 there that did not happen is reported, not a failure (a second GPU, say).
 Prints one line "ran N, passed P, skipped S (expected E)" then any reasons,
 and exits 0 (PASSED) or 1 (FAILED), or 2 (SKIPPED) where no test passed and

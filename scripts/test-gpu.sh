@@ -1,19 +1,20 @@
 #!/bin/sh
 # The GPU test tier (make test-gpu), run from the bundle `make gpu-bundle`
-# puts in .bin/ (the GPU machine has no Go). Every test fails, never skips,
+# puts in .bin/ (so the GPU machine needs no Go). Every test fails, never skips,
 # where no GPU answers (GDSFS_REQUIRE_GPU=1).
 #
 # Each step's output goes to step-verdict.py, which passes the step only
 # when its command exited 0, at least one test ran, none failed, and every
 # skip is one the step names, by test, with the reason it is expected on
-# this machine (one GPU: the two-GPU tests; no nvidia-fs: GDS mode; cuFile
+# the machine it runs on (one GPU: the two-GPU tests; no nvidia-fs: GDS mode; cuFile
 # not set up in the machine's default state). A pattern that matches no
 # test fails. The counts of every step are printed, then a summary.
 #
 # Order matters: the cuFile tests of the default machine state run first;
-# then, only with GDSFS_CUFILE_SETUP=1, this script does the test-machine
-# setup of shared/device/README.md (a udev entry for the test disk and
-# CUFILE_FORCE_COMPAT_MODE=true) and runs the cuFile path for real.
+# then, only with GDSFS_CUFILE_SETUP=1, this script does the cuFile
+# compat-mode set-up (cufile-compat.sh in the bundle: a udev entry for the
+# test disk; and CUFILE_FORCE_COMPAT_MODE=true) and runs the cuFile path for
+# real.
 #
 # The autoload suite runs against the installed safetensors and torch
 # (GDSFS_REAL_SAFETENSORS=1, not the stand-in CI uses), over fixtures of

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"io"
 	"reflect"
 	"strings"
 	"testing"
 
+	"github.com/gdsfs/gdsfs/daemon"
 	"github.com/gdsfs/gdsfs/internal/units"
 )
 
@@ -53,5 +55,22 @@ func TestBenchFlags(t *testing.T) {
 		if !found {
 			t.Errorf("no bench %s", tc.sub)
 		}
+	}
+}
+
+// Each row makes a documented subcommand; options a row's check refuses
+// are bad input (exit status 2), reported before anything is measured.
+func TestBenchRows(t *testing.T) {
+	for _, c := range benchCmd().Commands() {
+		if !c.Hidden && (c.Short == "" || c.Long == "") {
+			t.Errorf("bench %s: no help (Short %q, %d bytes of Long)", c.Name(), c.Short, len(c.Long))
+		}
+	}
+	root := rootCmd()
+	root.SetArgs([]string{"bench", "mount", "--size", "1KiB"})
+	root.SetOut(io.Discard)
+	err := root.Execute()
+	if code := daemon.ExitCode(err); code != 2 || err == nil || !strings.Contains(err.Error(), "--size") {
+		t.Fatalf("bench mount --size 1KiB: %v (exit %d), want a usage error naming --size", err, code)
 	}
 }

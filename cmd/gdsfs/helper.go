@@ -8,7 +8,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/gdsfs/gdsfs/internal/config"
+	"github.com/gdsfs/gdsfs/daemon"
 )
 
 // The mount helper: mount(8) runs /sbin/mount.fuse.gdsfs (a link to gdsfs,
@@ -34,7 +34,7 @@ func helperArgs(args []string) bool {
 
 // helperCall is a parsed helper command line.
 type helperCall struct {
-	req     mountRequest
+	req     daemon.Request
 	fake    bool // -f: check everything, mount nothing
 	verbose bool // -v: say what is run
 }
@@ -66,14 +66,14 @@ func parseHelper(args []string) (helperCall, error) {
 		switch {
 		case a == "-o" || a == "-t" || a == "-N":
 			if i+1 == len(args) {
-				return h, usageError{fmt.Errorf("%s: wants a value", a)}
+				return h, usageError{Err: fmt.Errorf("%s: wants a value", a)}
 			}
 			i++
 			switch a {
 			case "-o":
 				opts = append(opts, args[i])
 			case "-N":
-				return h, usageError{errors.New("-N: mounting into another namespace is not supported; run gdsfs in it")}
+				return h, usageError{Err: errors.New("-N: mounting into another namespace is not supported; run gdsfs in it")}
 			}
 		case strings.HasPrefix(a, "-o"):
 			opts = append(opts, a[2:])
@@ -88,7 +88,7 @@ func parseHelper(args []string) (helperCall, error) {
 					sloppy = true
 				case 'n':
 				default:
-					return h, usageError{fmt.Errorf("-%c: unknown flag (mount helper flags: -f -n -s -v -o OPTIONS)", f)}
+					return h, usageError{Err: fmt.Errorf("-%c: unknown flag (mount helper flags: -f -n -s -v -o OPTIONS)", f)}
 				}
 			}
 		default:
@@ -96,30 +96,30 @@ func parseHelper(args []string) (helperCall, error) {
 		}
 	}
 	if len(pos) != 2 {
-		return h, usageError{fmt.Errorf("want SOURCE MOUNTPOINT [-o OPTIONS], got %d arguments %q", len(pos), pos)}
+		return h, usageError{Err: fmt.Errorf("want SOURCE MOUNTPOINT [-o OPTIONS], got %d arguments %q", len(pos), pos)}
 	}
-	h.req = mountRequest{source: strings.TrimPrefix(pos[0], "gdsfs#"), mountpoint: pos[1], daemon: true}
+	h.req = daemon.Request{Source: strings.TrimPrefix(pos[0], "gdsfs#"), Mountpoint: pos[1], Detach: true}
 	var flags []string
 	for _, o := range opts {
-		if err := h.req.addOptions(o, sloppy, &flags); err != nil {
-			return h, usageError{err}
+		if err := addOptions(&h.req, o, sloppy, &flags); err != nil {
+			return h, usageError{Err: err}
 		}
 	}
 	if len(flags) > 0 {
-		h.req.sets = append(h.req.sets, "fuse.mount_flags=["+strings.Join(flags, ",")+"]")
+		h.req.Sets = append(h.req.Sets, "fuse.mount_flags=["+strings.Join(flags, ",")+"]")
 	}
 	return h, nil
 }
 
 // addOptions maps one -o string onto the request; kernel mount flags are
 // added to flags.
-func (r *mountRequest) addOptions(s string, sloppy bool, flags *[]string) error {
+func addOptions(r *daemon.Request, s string, sloppy bool, flags *[]string) error {
 	for _, o := range splitOptions(s) {
 		key, value, hasValue := strings.Cut(o, "=")
 		switch {
 		case o == "" || ignoredOptions[o] || hasIgnoredPrefix(o):
 		case o == "ro":
-			r.sets = append(r.sets, "fuse.read_only=true")
+			r.Sets = append(r.Sets, "fuse.read_only=true")
 			addFlag(flags, o)
 		case flagOptions[o]:
 			addFlag(flags, o)
@@ -128,15 +128,15 @@ func (r *mountRequest) addOptions(s string, sloppy bool, flags *[]string) error 
 		case o == "suid" || o == "dev":
 			return fmt.Errorf("-o %s: gdsfs mounts are always nosuid,nodev", o)
 		case o == "allow_other":
-			r.sets = append(r.sets, "fuse.allow_other=true")
+			r.Sets = append(r.Sets, "fuse.allow_other=true")
 		case o == "debug":
-			r.sets = append(r.sets, "fuse.debug=true")
+			r.Sets = append(r.Sets, "fuse.debug=true")
 		case key == "config" && hasValue:
-			r.config = value
+			r.Config = value
 		case key == "remount":
 			return errors.New("-o remount: gdsfs cannot change a live mount; unmount and mount again")
 		case hasValue && strings.Contains(key, "."):
-			r.sets = append(r.sets, o)
+			r.Sets = append(r.Sets, o)
 		case sloppy:
 		default:
 			return fmt.Errorf("-o %s: unknown option; gdsfs options are config keys as key.sub=value "+
@@ -190,27 +190,24 @@ func runHelper(args []string) error {
 		return err
 	}
 	if h.verbose || h.fake {
-		fmt.Fprintf(os.Stderr, "gdsfs mount --daemon%s%s %s %s\n", h.req.configFlag(), h.req.setFlags(), h.req.source, h.req.mountpoint)
+		fmt.Fprintf(os.Stderr, "gdsfs mount --daemon%s%s %s %s\n", configFlag(h.req), setFlags(h.req), h.req.Source, h.req.Mountpoint)
 	}
 	if h.fake {
-		if _, err := config.Load(h.req.config, h.req.sets); err != nil {
-			return usageError{err}
-		}
-		return nil
+		return h.req.Check()
 	}
-	return h.req.run()
+	return h.req.Run()
 }
 
-func (r mountRequest) configFlag() string {
-	if r.config == "" {
+func configFlag(r daemon.Request) string {
+	if r.Config == "" {
 		return ""
 	}
-	return " --config " + r.config
+	return " --config " + r.Config
 }
 
-func (r mountRequest) setFlags() string {
+func setFlags(r daemon.Request) string {
 	var b strings.Builder
-	for _, s := range r.sets {
+	for _, s := range r.Sets {
 		b.WriteString(" --set " + s)
 	}
 	return b.String()

@@ -66,8 +66,8 @@ func TestParseHelper(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !slices.Equal(h.req.sets, tc.sets) || h.req.config != tc.config || h.req.source != tc.source ||
-				h.req.mountpoint != "/mnt" || !h.req.daemon || h.fake != tc.fake {
+			if !slices.Equal(h.req.Sets, tc.sets) || h.req.Config != tc.config || h.req.Source != tc.source ||
+				h.req.Mountpoint != "/mnt" || !h.req.Detach || h.fake != tc.fake {
 				t.Fatalf("got %+v (fake %v), want sets %q config %q source %q", h.req, h.fake, tc.sets, tc.config, tc.source)
 			}
 		})

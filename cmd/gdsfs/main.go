@@ -14,10 +14,11 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gdsfs/gdsfs"
+	"github.com/gdsfs/gdsfs/daemon"
 )
 
 // usageError marks bad command-line input (exit status 2).
-type usageError struct{ error }
+type usageError = daemon.UsageError
 
 func main() {
 	if helperArgs(os.Args) {
@@ -34,8 +35,8 @@ func rootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.SetVersionTemplate(versionText())
-	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err} })
+	root.SetVersionTemplate(daemon.VersionText())
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{Err: err} })
 	root.AddCommand(mountCmd(), umountCmd(), statsCmd(), warmupCmd(), checkCmd(), versionCmd(), benchCmd(), runCmd(), manCmd())
 	return root
 }
@@ -46,32 +47,18 @@ func exit(err error) {
 	if err == nil {
 		os.Exit(0)
 	}
-	var re reportedError
-	if !errors.As(err, &re) || !re.printed {
+	var re daemon.ReportedError
+	if !errors.As(err, &re) || !re.Printed {
 		fmt.Fprintf(os.Stderr, "gdsfs: %v\n", err)
 	}
-	os.Exit(exitCode(err))
-}
-
-func exitCode(err error) int {
-	var re reportedError
-	var ue usageError
-	switch {
-	case err == nil:
-		return 0
-	case errors.As(err, &re):
-		return re.code
-	case errors.As(err, &ue):
-		return 2
-	}
-	return 1
+	os.Exit(daemon.ExitCode(err))
 }
 
 // exactArgs is cobra.ExactArgs with a message naming what is missing.
 func exactArgs(names ...string) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
 		if len(args) != len(names) {
-			return usageError{fmt.Errorf("%s: want %d arguments (%v), got %d", cmd.CommandPath(), len(names), names, len(args))}
+			return usageError{Err: fmt.Errorf("%s: want %d arguments (%v), got %d", cmd.CommandPath(), len(names), names, len(args))}
 		}
 		return nil
 	}

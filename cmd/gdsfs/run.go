@@ -1,6 +1,7 @@
 package main
 
 import (
+	_ "embed"
 	"fmt"
 	"os"
 	"os/exec"
@@ -10,30 +11,18 @@ import (
 	"github.com/spf13/cobra"
 )
 
+//go:embed run.md
+var runHelp string
+
 func runCmd() *cobra.Command {
 	var zeroCopy bool
 	c := &cobra.Command{
 		Use:   "run [--zero-copy] [--] COMMAND [ARGS...]",
 		Short: "Run COMMAND with the autoloader in every Python process it starts",
-		Long: `Runs COMMAND with gdsfs's autoloader enabled in every Python process it
-starts (children and DataLoader workers too): safetensors and torch.load
-calls on files under a gdsfs mount are served from leases; anything else
-goes to the original function, counted and logged once per reason.
-
-It puts the directory holding the gdsfs Python package and its
-sitecustomize first on PYTHONPATH (the sitecustomize it hides still runs)
-and sets GDSFS_AUTOLOAD=1. The package comes from $GDSFS_PYTHON_DIR, else
-../python or ../share/gdsfs/python beside the binary, else the copy built
-into the binary. A directory that anyone but root and the caller could
-change (it, anything in it, or a directory above it) is refused with a
-line on stderr, and the built-in copy is used. That copy is unpacked once
-per version into a directory private to the caller: $XDG_CACHE_HOME/gdsfs,
-~/.cache/gdsfs, $XDG_RUNTIME_DIR/gdsfs or $TMPDIR/gdsfs-run-UID, the first that
-can be made and is the caller's alone (else a new one under $TMPDIR).
-See docs/run.md.`,
+		Long:  runHelp,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
-				return usageError{fmt.Errorf("%s: want COMMAND [ARGS...]", cmd.CommandPath())}
+				return usageError{Err: fmt.Errorf("%s: want COMMAND [ARGS...]", cmd.CommandPath())}
 			}
 			return nil
 		},

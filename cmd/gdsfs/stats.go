@@ -1,25 +1,20 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"fmt"
-	"io"
+	_ "embed"
 	"os"
 	"os/signal"
-	"path/filepath"
-	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/gdsfs/gdsfs/internal/devices"
-	"github.com/gdsfs/gdsfs/internal/mountinfo"
-	"github.com/gdsfs/gdsfs/staging"
+	"github.com/gdsfs/gdsfs/daemon"
 )
+
+//go:embed stats.md
+var statsHelp string
 
 func statsCmd() *cobra.Command {
 	var asJSON, watch bool
@@ -28,34 +23,17 @@ func statsCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "stats [--json] [--watch [--interval 1s] [--count N]] PATH",
 		Short: "Print the counters of the gdsfs mount holding PATH (its .gdsfs/stats)",
-		Long: `Prints MOUNT/.gdsfs/stats (or stats.json with --json) of the gdsfs mount
-that holds PATH, which may be the mount point or any path under it.
-
---watch prints one line per --interval with the rates since the line before:
-opens, hits and misses, bytes staged per second by each load path, lease
-acquisitions, evictions, and the resident bytes and active leases then. A
-header repeats every 20 lines. --count stops after N lines.`,
-		Args: exactArgs("PATH"),
+		Long:  statsHelp,
+		Args:  exactArgs("PATH"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			mnt, _, err := mountinfo.Root(args[0])
-			if err != nil {
-				return fmt.Errorf("%s: not a gdsfs mount, nor a path under one", args[0])
-			}
 			if watch {
-				if interval <= 0 {
-					return usageError{fmt.Errorf("--interval %s: want a positive duration", interval)}
-				}
 				ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 				defer stop()
-				return watchStats(ctx, os.Stdout, mnt, interval, count)
+				return daemon.WatchStats(ctx, os.Stdout, args[0], interval, count)
 			}
-			name := "stats"
-			if asJSON {
-				name = "stats.json"
-			}
-			data, err := os.ReadFile(filepath.Join(mnt, ".gdsfs", name))
+			data, err := daemon.Stats(args[0], asJSON)
 			if err != nil {
-				return fmt.Errorf("%s: %w", mnt, err)
+				return err
 			}
 			_, err = os.Stdout.Write(data)
 			return err
@@ -66,146 +44,4 @@ header repeats every 20 lines. --count stops after N lines.`,
 	c.Flags().DurationVar(&interval, "interval", time.Second, "time between --watch lines")
 	c.Flags().IntVar(&count, "count", 0, "stop --watch after this many lines (0: until interrupted)")
 	return c
-}
-
-// readStatsJSON reads MOUNT/.gdsfs/stats.json.
-func readStatsJSON(mnt string) (map[string]any, error) {
-	b, err := os.ReadFile(filepath.Join(mnt, ".gdsfs", "stats.json"))
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", mnt, err)
-	}
-	var m map[string]any
-	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, fmt.Errorf("%s/.gdsfs/stats.json: %w", mnt, err)
-	}
-	return m, nil
-}
-
-// watchStats prints a rate line every interval, count lines (0: until ctx
-// ends).
-func watchStats(ctx context.Context, w io.Writer, mnt string, interval time.Duration, count int) error {
-	prev, err := readStatsJSON(mnt)
-	if err != nil {
-		return err
-	}
-	last := time.Now()
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
-	for n := 0; count == 0 || n < count; n++ {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-tick.C:
-		}
-		cur, err := readStatsJSON(mnt)
-		if err != nil {
-			return err
-		}
-		now := time.Now()
-		if n%20 == 0 {
-			fmt.Fprintln(w, watchHeader)
-		}
-		fmt.Fprintln(w, rateLine(prev, cur, now.Sub(last), now))
-		prev, last = cur, now
-	}
-	return nil
-}
-
-// watchColumns are the --watch columns: a rate of a counter, or a gauge.
-var watchColumns = []struct {
-	head string
-	keys []string // summed
-	rate bool
-	unit float64 // divisor
-}{
-	{"opens/s", []string{"opens"}, true, 1},
-	{"hits/s", []string{"hits"}, true, 1},
-	{"misses/s", []string{"misses"}, true, 1},
-	{"posix_MB/s", []string{"bytes_posix"}, true, 1e6},
-	{"cufile_MB/s", []string{"bytes_cufile"}, true, 1e6},
-	{"host_MB/s", []string{"bytes_host"}, true, 1e6},
-	{"leases/s", []string{"leases_total"}, true, 1},
-	{"evict/s", []string{"evictions"}, true, 1},
-	{"errors/s", []string{"load_errors"}, true, 1},
-	{"resident_MB", []string{"resident_bytes"}, false, 1e6},
-	{"leases", []string{"leases_active"}, false, 1},
-}
-
-var watchHeader = func() string {
-	heads := []string{fmt.Sprintf("%-8s", "time")}
-	for _, c := range watchColumns {
-		heads = append(heads, fmt.Sprintf("%11s", c.head))
-	}
-	return strings.Join(heads, " ")
-}()
-
-// rateLine is one --watch line: counters as rates over elapsed, gauges as
-// they are in cur.
-func rateLine(prev, cur map[string]any, elapsed time.Duration, now time.Time) string {
-	cols := []string{now.Format("15:04:05")}
-	sum := func(m map[string]any, keys []string) float64 {
-		t := 0.0
-		for _, k := range keys {
-			if f, ok := m[k].(float64); ok {
-				t += f
-			}
-		}
-		return t
-	}
-	for _, c := range watchColumns {
-		v := sum(cur, c.keys)
-		if c.rate {
-			v = (v - sum(prev, c.keys)) / elapsed.Seconds()
-		}
-		cols = append(cols, fmt.Sprintf("%11.1f", v/c.unit))
-	}
-	return strings.Join(cols, " ")
-}
-
-// cufileAttribution is the daemon's check of its cuFile attribution
-// against cuFile's own counters (it logs the first mismatch).
-var cufileAttribution struct {
-	once sync.Once
-	a    *devices.Attribution
-}
-
-// cufileStats is stats.json's cufile object, decoded as JSON would be.
-func (d *daemon) cufileStats(staged []staging.DeviceStats) map[string]any {
-	cufileAttribution.once.Do(func() { cufileAttribution.a = devices.NewAttribution(d.log) })
-	b, _ := json.Marshal(cufileAttribution.a.Section(d.devs, staged))
-	var m map[string]any
-	json.Unmarshal(b, &m)
-	return m
-}
-
-// writeCuFile writes the [cufile] section of the human stats: the
-// statistics level, the attribution check, cuFile's totals, then one line
-// per GPU.
-func writeCuFile(b *bytes.Buffer, v any) bool {
-	m, ok := v.(map[string]any)
-	if !ok {
-		return false
-	}
-	b.WriteString("\n[cufile]\n")
-	for _, k := range []string{"statistics", "attribution", "read_bytes", "read_ops", "read_errors"} {
-		x := m[k]
-		if f, ok := x.(float64); ok {
-			x = uint64(f)
-		}
-		fmt.Fprintf(b, "%s %v\n", k, x)
-	}
-	gpus, _ := m["gpus"].([]any)
-	for _, g := range gpus {
-		if gm, ok := g.(map[string]any); ok {
-			name := gm["name"]
-			delete(gm, "name")
-			for k, x := range gm {
-				if f, ok := x.(float64); ok {
-					gm[k] = uint64(f)
-				}
-			}
-			fmt.Fprintf(b, "%v %s\n", name, formatMap(gm))
-		}
-	}
-	return true
 }

@@ -2,13 +2,10 @@ package main
 
 import (
 	"fmt"
-	"runtime"
-	"runtime/debug"
-	"strings"
 
 	"github.com/spf13/cobra"
 
-	"github.com/gdsfs/gdsfs"
+	"github.com/gdsfs/gdsfs/daemon"
 )
 
 func versionCmd() *cobra.Command {
@@ -17,34 +14,8 @@ func versionCmd() *cobra.Command {
 		Short: "Print gdsfs, Go and go-fuse versions",
 		Args:  exactArgs(),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			fmt.Print(versionText())
+			fmt.Print(daemon.VersionText())
 			return nil
 		},
 	}
-}
-
-// versionText is what `gdsfs version` prints; the daemon's .gdsfs/version
-// adds the device's driver and cuFile versions.
-func versionText() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "gdsfs %s\n", gdsfs.Version)
-	fmt.Fprintf(&b, "go %s\n", runtime.Version())
-	fmt.Fprintf(&b, "go-fuse %s\n", moduleVersion("github.com/hanwen/go-fuse/v2"))
-	return b.String()
-}
-
-func moduleVersion(path string) string {
-	info, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "unknown"
-	}
-	for _, m := range info.Deps {
-		if m.Path == path {
-			if m.Replace != nil {
-				return m.Replace.Version
-			}
-			return m.Version
-		}
-	}
-	return "unknown"
 }

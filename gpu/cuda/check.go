@@ -141,7 +141,7 @@ func checkCuFile(devices int) CuFileReport {
 }
 
 // String is the report as `name value` lines (the GPU tests log it;
-// `gdsfs check` prints internal/check's report).
+// `gdsfs check` prints tools/check's report).
 func (r Report) String() string {
 	var b strings.Builder
 	line := func(k string, v any) { fmt.Fprintf(&b, "%-22s %v\n", k, v) }

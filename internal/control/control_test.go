@@ -6,7 +6,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/gdsfs/gdsfs/internal/control/controltest"
+	"github.com/gdsfs/gdsfs/internal/testkit/controltest"
 )
 
 // A refused line is the write's error (EAGAIN), and the next line goes

@@ -137,7 +137,7 @@ func collectCuFile(ch chan<- prometheus.Metric, m map[string]any) {
 }
 
 func desc(key string, labels []string) *prometheus.Desc {
-	return prometheus.NewDesc(CounterName(key), "stats.json "+key+" (see README, Control files).", labels, nil)
+	return prometheus.NewDesc(CounterName(key), "stats.json "+key+" (see docs/operations.md, Control files).", labels, nil)
 }
 
 func valueType(key string) prometheus.ValueType {

@@ -2,7 +2,7 @@
 proto/PROTOCOL.md), replayed by the Python client's tests: against a fake
 daemon (test_unit: the client's requests must be the transcript's) and
 against a real daemon (test_leases: its answers must match). The Go tests
-replay the same files with the same rules (internal/golden)."""
+replay the same files with the same rules (internal/testkit/golden)."""
 
 import errno as errno_mod
 import json
@@ -16,7 +16,7 @@ class golden:
     """The lease protocol's transcripts, replayed by the Python client's
     tests: against a fake daemon (the client's requests must be the
     transcript's) and against a real daemon (its answers must match). The
-    Go tests replay the same files (internal/golden has the same rules)."""
+    Go tests replay the same files (internal/testkit/golden has the same rules)."""
 
     DIR = os.path.join(REPO, "proto", "testdata")
 
@@ -263,10 +263,10 @@ class golden:
         setup, steps = cls.load(path)
         name = os.path.basename(path)
         # A fixed capacity, as ipc's replay of the same transcripts has: a
-        # share of the memory free at start, read once per device, gave
+        # share of the memory free at start, read once per device, can give
         # two host devices different capacities on a busy machine, and
-        # placement by room ("where there is most room") then depended on
-        # that (devices.jsonl got host1 for host0 in one CI run of three).
+        # placement by room ("where there is most room") would then depend
+        # on that (devices.jsonl could get host1 for host0).
         sets = ["ipc.sharing=" + setup["sharing"], "ipc.max_request=%d" % setup["max_request"],
                 "staging.prefetch=manual", "staging.capacity=64MiB"]
         if "cache_headroom" in setup:

@@ -239,8 +239,8 @@ class TestSafetensors(AutoloadCase):
                 load_file(mnt, device="cpu", novel_option=True)
         self.assertEqual(list(self.A.fallbacks()), ["arguments"])
         self.assertIn("novel_option", "\n".join(logs.output))
-        # It concerns a file under a mount: the daemon counts it too (a
-        # fallback decided before the lease was reported nowhere).
+        # It concerns a file under a mount: the daemon counts it too, also
+        # for a fallback decided before any lease.
         self.assertGreaterEqual((self.mount.stats().get("autoload_fallback_reasons") or {}).get("arguments", 0), 1)
         self.assertEqual(self.mount.wait_leases(0), 0)
 
@@ -358,11 +358,11 @@ class TestTorchLoad(AutoloadCase):
         self.assertEqual(self.A.fallbacks(), {"not-a-path": 1})
 
     def test_file_object_of_a_replaced_file(self):
-        """(found by an attack) A file object opened before SOURCE's file
-        was renamed over was served from the new file: the kernel answered
-        the path's stat from its cache, and the lease (by path) held the
-        new file. It falls back now, and the original reads the old file
-        through the descriptor."""
+        """A file object opened before SOURCE's file was renamed over must
+        not be served from the new file (the kernel may answer the path's
+        stat from its cache while a lease by path holds the new file): it
+        falls back, and the original reads the old file through the
+        descriptor."""
         torch = self.torch
         mnt, src = self.put("ck/rep.pt", b"")
         torch.save({"who": "old"}, src)
@@ -387,9 +387,9 @@ class TestTorchLoad(AutoloadCase):
         self.compare(self.torch.load(mnt, **kw), want)
 
     def test_bytes_before_the_archive(self):
-        """(found by an attack) Two archives written into one file, or
-        bytes before one: zipfile found the last archive's records where
-        torch reads the first (or refuses the file); such files fall back."""
+        """Two archives written into one file, or bytes before one: zipfile
+        finds the last archive's records where torch reads the first (or
+        refuses the file); such files fall back."""
         torch = self.torch
         b = io.BytesIO()
         torch.save({"a": torch.ones(3)}, b)
@@ -405,9 +405,9 @@ class TestTorchLoad(AutoloadCase):
                 self.assertIn(self.A.fallbacks(), ({"format:zip-prefix": 1}, {"format:not-zip": 1}))
 
     def test_central_directory_offset_out_of_the_file(self):
-        """(found by an attack) A central directory whose offset is past
-        where it lies gave zipfile negative record offsets, and a gdsfs
-        ValueError escaped where torch raises RuntimeError."""
+        """A central directory whose offset is past where it lies gives
+        zipfile negative record offsets: the error is torch's RuntimeError,
+        never a gdsfs ValueError."""
         torch = self.torch
         b = io.BytesIO()
         torch.save(self.checkpoint(), b)
@@ -424,9 +424,9 @@ class TestTorchLoad(AutoloadCase):
         self.assertEqual(sum(self.A.fallbacks().values()), 1, self.A.fallbacks())
 
     def test_version_record(self):
-        """(found by an attack) The archive's version record was not read:
-        files torch refuses (no version, an unparsable or a newer one)
-        loaded. Only the versions torch.save writes are served."""
+        """The archive's version record is read: files torch refuses (no
+        version, an unparsable or a newer one) are not loaded. Only the
+        versions torch.save writes are served."""
         import zipfile
 
         torch = self.torch
@@ -455,9 +455,9 @@ class TestTorchLoad(AutoloadCase):
                 self.assertEqual(self.A.fallbacks(), {reason: 1} if reason else {})
 
     def test_cpu_storages_go_through_torchs_restore(self):
-        """(found by an attack) CPU storages skipped torch's restore
-        function: deserializers registered for "cpu" never ran, and
-        locations torch refuses ("cpu:0") loaded."""
+        """CPU storages go through torch's restore function: deserializers
+        registered for "cpu" run, and locations torch refuses ("cpu:0") are
+        refused."""
         import torch.serialization as ser
 
         torch = self.torch
@@ -644,10 +644,9 @@ class _HelloDaemon:
 class TestCpuTargetOnAGpuMount(AutoloadCase):
     """A CPU load of a file on a GPU mount goes to the original loader
     (GDSFS_AUTOLOAD_CPU=original) without a lease: the daemon's hello says
-    where it stages. Before, the first such load leased the file, so the
-    daemon staged it from disk beside the original loader reading it (on
-    the H200, transformers from_pretrained cold: 11.8 s under gdsfs run
-    against 8.8 s plain)."""
+    where it stages. A lease there would make the daemon stage the file
+    from disk beside the original loader reading it, slowing a cold
+    load."""
 
     def test_no_lease_for_a_cpu_load(self):
         src, _ = self.put("gpu-hello/nometa.safetensors", os.path.join(S.ST_FIXTURES, "nometa.safetensors"))
@@ -670,9 +669,9 @@ class TestCpuTargetOnAGpuMount(AutoloadCase):
 
     def test_hello_without_an_answer_gives_no_shortcut(self):
         """A daemon that never answers hello, or answers nonsense, gives no
-        shortcut and the load goes on as before (found by a review: a
-        malformed answer raised out of safe_open); it is asked again later,
-        as it may answer then."""
+        shortcut and the load goes on without it (a malformed answer must
+        not raise out of safe_open); it is asked again later, as it may
+        answer then."""
         from gdsfs.autoload import _serve
 
         src, _ = self.put("no-hello/nometa.safetensors", os.path.join(S.ST_FIXTURES, "nometa.safetensors"))

@@ -320,6 +320,36 @@ class TestLeases(MovesCase):
         self.assertEqual(m.wait_leases(0), 0)
 
 
+class TestPagemap(unittest.TestCase):
+    def test_a_forked_child_reads_its_own_pagemap(self):
+        """The kept /proc/self/pagemap descriptor is the opener's page
+        tables: a forked child opens its own, and sees the pages it wrote."""
+        import ctypes
+        import mmap
+
+        from gdsfs.autoload import _maps
+
+        p = os.path.join(_support.tmpdir(), "pm.bin")
+        _write(p, b"\0" * (4 * _maps.PAGE))
+        with open(p, "rb") as f:
+            m = mmap.mmap(f.fileno(), 0, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        lo = ctypes.addressof(ctypes.c_char.from_buffer(m))
+        hi = lo + len(m)
+        self.assertEqual(_maps.written_pages(lo, hi), 0)  # the parent's descriptor is open now
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                m[0] = 1
+                m[2 * _maps.PAGE] = 1
+                code = 0 if _maps.written_pages(lo, hi) == 2 else 2
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        self.assertEqual(os.waitstatus_to_exitcode(status), 0, "the child counted other than its 2 written pages")
+        self.assertEqual(_maps.written_pages(lo, hi), 0)
+
+
 class TestFallbacks(MovesCase):
     sets = ("fuse.attr_timeout=0s", "fuse.entry_timeout=0s", "fuse.read_only=false")
 
@@ -509,6 +539,33 @@ class TestFastPath(MovesCase):
         self.assertEqual(self.A.fallbacks(), {})
         self.assertEqual(self.A.served(), {"torch.Tensor.to": 1})
 
+    def test_tensors_outside_the_mappings_never_reach_the_decision(self):
+        """Memory outside the span of the index's mappings costs one
+        comparison: the moves of such tensors never get to _try."""
+        import numpy as np
+
+        torch = self.torch
+        p = self.put("h.npy", lambda d: np.save(d, np.arange(64, dtype=np.float32)))
+        mapped = torch.from_numpy(np.load(p, mmap_mode="r"))
+        self.assertIn(p, [e.path for e in self.maps.entries()])
+        self.maps.discover_at = float("inf")  # a rebuild is not due
+        tried = []
+        orig = self.moves._try
+        self.moves._try = lambda *a: tried.append(a[1]) or orig(*a)
+        try:
+            small = torch.arange(1000, dtype=torch.float32)
+            dst = torch.empty(1000, dtype=torch.float64)
+            es = self.maps.entries()
+            self.assertFalse(es[0].start <= small.data_ptr() < es[-1].end, "the test's tensor lies among the mappings")
+            for _ in range(10):
+                small.to(torch.float64)
+                dst.copy_(small)
+            self.assertEqual(tried, [])
+            mapped.to(torch.float64)
+            self.assertEqual(tried, ["torch.Tensor.to"])
+        finally:
+            self.moves._try = orig
+
     def test_a_hooked_mapping_is_indexed_without_reading_the_maps(self):
         import numpy as np
 
@@ -533,7 +590,7 @@ class TestFastPath(MovesCase):
         p = self.put("u.bin", lambda d: _write(d, S.raw(x)))
         with open(p, "rb") as f:
             m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
-        self.maps._last = 0.0  # the last rebuild was long ago
+        self.maps.discover_at = 0.0  # the last rebuild was long ago
         before = self.maps.refreshes
         import warnings
 

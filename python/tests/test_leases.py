@@ -90,9 +90,9 @@ class FastPathTests(unittest.TestCase):
         self.assertEqual(self.m.wait_leases(0), 0)
 
     def test_epoch_over_more_files_than_were_kept(self):
-        """A second pass over 320 files (more than the 256 mappings the
-        client used to keep, which made every lease of an epoch over them
-        a fresh one) is leased again from kept mappings, on the batches'
+        """A second pass over 320 files (more than 256, so a client keeping
+        fewer mappings would make every lease of an epoch over them a fresh
+        one) is leased again from kept mappings, on the batches'
         connections."""
         datas = [blob(100 + i, 200 + i) for i in range(320)]
         paths = [self.m.write("e%03d.bin" % i, d) for i, d in enumerate(datas)]
@@ -211,8 +211,8 @@ class FastPathTests(unittest.TestCase):
 
     def test_batch_mapping_failure_releases_the_rest(self):
         """A batch whose second file fails to map releases that grant and
-        the ones after it: nothing stays leased (they used to stay leased
-        on the connection the first file's kept mapping holds open)."""
+        the ones after it: nothing stays leased (not even on the connection
+        the first file's kept mapping holds open)."""
         from gdsfs import _registry
 
         paths = [self.m.write("mf%d.bin" % i, blob(4096 + i, 500 + i)) for i in range(3)]

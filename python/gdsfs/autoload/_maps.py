@@ -1,8 +1,9 @@
 """Which file backs an address: an index of this process's mappings of
 files under gdsfs mounts.
 
-find(addr) is the fast path every intercepted tensor move takes: a bisect
-over the sorted starts, no system call. A hooked call that maps a file on
+A move of memory outside span (the lowest start and highest end of the
+entries) is not looked at further: one comparison. find(addr) is the next
+step, a bisect over the sorted starts; neither makes a system call. A hooked call that maps a file on
 a mount (np.memmap, torch.from_file, UntypedStorage.from_file) adds its
 mapping at once (mapped(): confirmed by /proc/self/map_files, dropping the
 entries whose mappings are gone). The whole index is rebuilt from
@@ -22,15 +23,20 @@ from .._mount import FSTYPE, read_mountinfo
 PAGE = os.sysconf("SC_PAGE_SIZE")
 DISCOVER_BYTES = 1 << 20  # a miss of at least this many bytes may rebuild the index ...
 DISCOVER_INTERVAL = 1.0  # ... at most this often (seconds)
+DISCOVER_NUMEL = DISCOVER_BYTES // 16  # elements of the largest dtype in DISCOVER_BYTES: fewer never rebuild
 
 _lock = threading.Lock()
 # The index, one tuple (starts, entries) replaced whole under _lock and
 # read without it: starts[i] is entries[i].start, sorted; the entries do
 # not overlap.
 index = ([], [])
+# (lowest start, highest end) of the index's entries, (0, 0) when empty:
+# the one comparison a move of memory outside every entry pays.
+span = (0, 0)
 dirty = False  # a hooked call made a mapping the index could not add
 refreshes = 0  # rebuilds done by this process (the tests count them)
 _last = 0.0  # time.monotonic() of the last rebuild
+discover_at = 0.0  # _last + DISCOVER_INTERVAL: a large miss after this may rebuild
 # (st_dev, st_ino) -> (size, mtime_ns, ctime_ns) of the file when a hooked
 # call mapped it, or when a rebuild first saw it mapped.
 _idents = {}
@@ -67,11 +73,19 @@ def find(addr):
     return None
 
 
+def _set_index(entries):
+    """Publish entries (sorted by start, not overlapping) as the index.
+    Called under _lock."""
+    global index, span
+    index = ([e.start for e in entries], entries)
+    span = (entries[0].start, entries[-1].end) if entries else (0, 0)
+
+
 def after_miss(addr, t):
     """find(addr) missed for tensor t: rebuild the index and look again when
     a hooked call mapped a file since, or when t is large and the last
     rebuild is a while ago (mappings made by code nobody hooked)."""
-    if dirty or (t.nelement() * t.element_size() >= DISCOVER_BYTES and time.monotonic() - _last >= DISCOVER_INTERVAL):
+    if dirty or (t.nelement() * t.element_size() >= DISCOVER_BYTES and time.monotonic() >= discover_at):
         refresh()
         return find(addr)
     return None
@@ -109,7 +123,7 @@ def mapped(st, start, length, offset, shared, writable):
     """The hooked call that note() returned st for mapped length bytes of
     the file from offset at address start: index it now (confirmed by
     /proc/self/map_files), or leave it to the next rebuild."""
-    global dirty, index
+    global dirty
     if st is None:
         return
     if st is UNKNOWN or not start or length <= 0:
@@ -132,7 +146,7 @@ def mapped(st, start, length, offset, shared, writable):
         entries = [x for x in index[1] if (x.end <= start or x.start >= end) and still_mapped(x)]
         entries.append(e)
         entries.sort(key=lambda x: x.start)
-        index = ([x.start for x in entries], entries)
+        _set_index(entries)
         keys = {x.key for x in entries}
     if after_refresh is not None:
         after_refresh(keys)
@@ -211,11 +225,12 @@ def _lines_with(data, tags):
 def refresh():
     """Rebuild the index from /proc/self/maps. Returns the keys (dev, ino)
     mapped now."""
-    global index, dirty, refreshes, _last
+    global dirty, refreshes, _last, discover_at
     with _lock:
         dirty = False
         refreshes += 1
         _last = time.monotonic()
+        discover_at = _last + DISCOVER_INTERVAL
         devs = _gdsfs_devs()
         found = []
         if devs:
@@ -235,7 +250,7 @@ def refresh():
         if len(_idents) > 4096:  # files noted but never mapped
             for k in [k for k in _idents if k not in keys]:
                 del _idents[k]
-        index = ([e.start for e in found], found)
+        _set_index(found)
     if after_refresh is not None:
         after_refresh(keys)
     return keys
@@ -250,6 +265,25 @@ def still_mapped(e):
         return False
 
 
+_pagemap = (None, None)  # (pid, descriptor of /proc/self/pagemap), kept open
+
+
+def _pagemap_fd():
+    """This process's /proc/self/pagemap, opened once (again after a fork:
+    the parent's descriptor reads the parent's page tables)."""
+    global _pagemap
+    pid, fd = _pagemap
+    if pid != os.getpid():
+        fd = os.open("/proc/self/pagemap", os.O_RDONLY | os.O_CLOEXEC)
+        with _lock:
+            if _pagemap[0] == os.getpid():
+                os.close(fd)
+                fd = _pagemap[1]
+            else:
+                _pagemap = (os.getpid(), fd)
+    return fd
+
+
 def written_pages(lo, hi):
     """How many pages of [lo, hi) of a private file mapping are no longer
     the file's (written in memory: anonymous now, or swapped), by
@@ -257,10 +291,7 @@ def written_pages(lo, hi):
     first, last = lo // PAGE, (hi - 1) // PAGE
     n = last - first + 1
     try:
-        fd = os.open("/proc/self/pagemap", os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
+        fd = _pagemap_fd()
         buf = bytearray(n * 8)
         mv, got = memoryview(buf), 0
         while got < len(buf):
@@ -270,8 +301,6 @@ def written_pages(lo, hi):
             got += k
     except OSError:
         return None
-    finally:
-        os.close(fd)
     # bit 63 present, 62 swapped, 61 a file page (or shared anonymous):
     # written means present and not a file page, or swapped
     if n <= 512:

@@ -16,6 +16,7 @@ backend's tests: a host lease stands in for the GPU there)."""
 
 import os
 import threading
+import time
 
 from . import _maps, _report, _serve
 from ._serve import Fallback
@@ -43,22 +44,43 @@ def install(torch):
     _orig.update(to=orig_to, cuda=orig_cuda, copy_=orig_copy)
     _maps.after_refresh = release
 
+    # The fast path, for every call: the data pointer against the index's
+    # span, and whether a miss may look further (a hooked mapping not
+    # indexed yet, or a rebuild due and a tensor that may be large enough).
+    # Nothing else runs for memory that is not a mapping of a gdsfs file.
+    maps, mono = _maps, time.monotonic
+
     def to(self, *args, **kwargs):
-        if self.is_cpu:
+        try:
+            p = self.data_ptr()
+        except Exception:
+            p = -1
+        lo, hi = maps.span
+        if lo <= p < hi or p > 0 and (maps.dirty or maps.discover_at <= mono() and self.numel() >= maps.DISCOVER_NUMEL):
             out = _try(torch, "torch.Tensor.to", self, _to_target, (torch, self, args, kwargs))
             if out is not None:
                 return out
         return orig_to(self, *args, **kwargs)
 
     def cuda(self, *args, **kwargs):
-        if self.is_cpu:
+        try:
+            p = self.data_ptr()
+        except Exception:
+            p = -1
+        lo, hi = maps.span
+        if lo <= p < hi or p > 0 and (maps.dirty or maps.discover_at <= mono() and self.numel() >= maps.DISCOVER_NUMEL):
             out = _try(torch, "torch.Tensor.cuda", self, _cuda_target, (torch, self, args, kwargs))
             if out is not None:
                 return out
         return orig_cuda(self, *args, **kwargs)
 
     def copy_(self, src, *args, **kwargs):
-        if type(src) is torch.Tensor and src.is_cpu or type(src) is torch.nn.Parameter and src.is_cpu:
+        try:
+            p = src.data_ptr()
+        except Exception:
+            p = -1
+        lo, hi = maps.span
+        if lo <= p < hi or p > 0 and (maps.dirty or maps.discover_at <= mono() and src.numel() >= maps.DISCOVER_NUMEL):
             out = _try(torch, "torch.Tensor.copy_", src, _copy_target, (torch, self, src, args, kwargs, orig_copy))
             if out is not None:
                 return out
@@ -166,7 +188,7 @@ def _wrap_mapper(hooks, owner, name, describe, static=False):
 def _try(torch, loader, src, target_fn, targs):
     """The served result, or None for the original call (a fallback is
     counted where src is a mapping of a gdsfs file)."""
-    if type(src) is not torch.Tensor and type(src) is not torch.nn.Parameter:
+    if type(src) is not torch.Tensor and type(src) is not torch.nn.Parameter or not src.is_cpu:
         return None
     try:
         p = src.data_ptr()
@@ -307,9 +329,12 @@ def _source(torch, src, e, lease_ok):
     if src.layout != torch.strided or src.is_quantized or src.is_conj() or src.is_neg():
         raise Fallback(None)
     item = src.element_size()
-    if any(s < 0 for s in src.stride()):
+    if src.is_contiguous():
+        span = src.numel() * item
+    elif any(s < 0 for s in src.stride()):
         raise Fallback(None)
-    span = (sum((n - 1) * s for n, s in zip(src.shape, src.stride())) + 1) * item
+    else:
+        span = (sum((n - 1) * s for n, s in zip(src.shape, src.stride())) + 1) * item
     lo = src.data_ptr()
     hi = lo + span
     if not _maps.still_mapped(e):
@@ -331,10 +356,12 @@ def _source(torch, src, e, lease_ok):
             raise Fallback("pagemap-unreadable")
         if w:
             raise Fallback("private-pages-written", None, "%d of the pages under the tensor" % w)
-    gpu = _serve.mount_is_gpu(e.path)  # known without a lease, which would stage the file
-    if gpu is not None and not lease_ok(gpu):
-        raise Fallback("host-staged" if not gpu else "device")
-    kept = _lease(e, ident)
+    kept = _kept(e, ident)
+    if kept is None:
+        gpu = _serve.mount_is_gpu(e.path)  # known without a lease, which would stage the file
+        if gpu is not None and not lease_ok(gpu):
+            raise Fallback("host-staged" if not gpu else "device")
+        kept = _lease(e, ident)
     lease = kept.lease
     if not lease_ok(lease.is_gpu):
         raise Fallback("host-staged" if not lease.is_gpu else "device", _serve.socket_of(lease))
@@ -400,15 +427,23 @@ def _forked_locked():
         _gens.clear()
 
 
-def _lease(e, ident):
-    """The _Kept of e's file, leased on first use."""
+def _kept(e, ident):
+    """The _Kept of e's file if it is leased already, else None."""
     key = e.key + (ident,)
     with _lock:
         _forked_locked()
         kept = _leases.pop(key, None)
         if kept is not None:
             _leases[key] = kept  # most recently used last
-            return kept
+        return kept
+
+
+def _lease(e, ident):
+    """The _Kept of e's file, leased on first use."""
+    kept = _kept(e, ident)
+    if kept is not None:
+        return kept
+    key = e.key + (ident,)
     lease = _serve.acquire(e.path)
     gen = _gens.setdefault(key, lease.generation)
     if lease.size != ident[0] or lease.generation != gen:

@@ -142,7 +142,7 @@ func (d *daemon) start(source, mnt string) error {
 		return err
 	}
 	d.fs, err = fs.Mount(fs.Config{
-		Source: source, Mountpoint: mnt, Options: cfg.FUSE, Stager: d.cache,
+		Source: source, Mountpoint: mnt, Options: cfg.FUSE, Stager: d.cache, Watch: d.cache.Watcher(),
 		Controls: d.controls, Log: d.log,
 	})
 	return err

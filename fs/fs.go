@@ -66,7 +66,10 @@ type Config struct {
 	// Controls returns the control files; it is called before the mount
 	// answers any request, with the server the files may report on.
 	Controls func(*Server) []Control
-	Log      *zap.Logger
+	// Watch reports changes to SOURCE (nil: none are; the kernel caches
+	// for fuse.entry_timeout and fuse.attr_timeout).
+	Watch Watcher
+	Log   *zap.Logger
 }
 
 // Stats are the FUSE-side counters.
@@ -111,6 +114,7 @@ type Server struct {
 	opens, reads, readBytes atomic.Uint64
 	drain                   drain    // open files, and refusing new opens on shutdown (drain.go)
 	fds                     fdBudget // descriptors held per caller uid (fdbudget.go)
+	meta                    metaCache
 }
 
 // Mount mounts SOURCE on MOUNTPOINT. Errors name the path or key at fault.
@@ -163,16 +167,20 @@ func Mount(cfg Config) (*Server, error) {
 		s.log.Warn("SOURCE has its own .gdsfs; the control directory hides it", zap.String("source", source))
 	}
 	syscall.Umask(0)
+	s.probeMeta(cfg.Watch)
 	if err := s.serve(mnt); err != nil {
+		s.meta.close()
 		root.Close()
 		return nil, fmt.Errorf("mount %s: %w", mnt, err)
 	}
 	if err := s.settlePassthrough(); err != nil {
 		s.fuse.Unmount()
+		s.meta.close()
 		root.Close()
 		return nil, err
 	}
 	s.raiseReadAhead()
+	s.startMeta()
 	return s, nil
 }
 
@@ -362,6 +370,7 @@ func (s *Server) raiseReadAhead() {
 // Wait blocks until the file system is unmounted, then lets SOURCE go.
 func (s *Server) Wait() {
 	s.fuse.Wait()
+	s.meta.close()
 	s.closeRoot.Do(func() { s.root.Close() })
 }
 

@@ -27,10 +27,12 @@ type node struct {
 	srv *Server
 	id  fileID // the backing inode this node stands for; fixed
 
-	mu   sync.Mutex
-	seen fileVersion        // the file's version at the last open; guarded by mu
-	open map[*file]struct{} // handles open on the node; guarded by mu
-	kept *os.File           // the file, O_PATH, once unlinked or renamed over through the mount (replaced.go); guarded by mu
+	mu       sync.Mutex
+	seen     fileVersion        // the file's version at the last open; guarded by mu
+	open     map[*file]struct{} // handles open on the node; guarded by mu
+	kept     *os.File           // the file, O_PATH, once unlinked or renamed over through the mount (replaced.go); guarded by mu
+	noXattr  map[string]bool    // security.* names the file has none of (xattr.go); guarded by mu
+	xattrGen uint64             // counts forgetXattrs; guarded by mu
 }
 
 // anyOpen returns one handle open on the node, or nil.
@@ -142,8 +144,13 @@ func (n *node) dir(ctx context.Context, fn func(dirfd int) error) syscall.Errno 
 
 // newChild makes the node for the entry st (a child of n) and fills out.
 func (n *node) newChild(ctx context.Context, st *syscall.Stat_t, id fileID, out *fuse.EntryOut) *gofs.Inode {
-	ch := n.NewInode(ctx, &node{srv: n.srv, id: id}, n.srv.stableAttr(st, id))
+	attr := n.srv.stableAttr(st, id)
+	ch := n.NewInode(ctx, &node{srv: n.srv, id: id}, attr)
 	out.Attr.FromStat(st)
+	if n.srv.meta.cached(id) {
+		n.srv.meta.add(attr.Ino, ch)
+		n.srv.meta.entryTimeouts(id, out)
+	}
 	return ch
 }
 
@@ -182,10 +189,12 @@ func (n *node) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut
 			return n.srv.errs.toErrno(err)
 		}
 		out.Attr.FromStat(st)
+		n.attrTimeout(out)
 		return 0
 	}
 	return n.self(ctx, func(fd int, st *syscall.Stat_t) error {
 		out.Attr.FromStat(st)
+		n.attrTimeout(out)
 		return nil
 	})
 }
@@ -246,7 +255,11 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (gofs.FileHandle
 		ch.release()
 		return nil, 0, syscall.EIO
 	}
-	return &dirHandle{dirStream: stream, charge: ch}, 0, 0
+	var cache uint32
+	if n.cachedMeta() {
+		cache = fuse.FOPEN_CACHE_DIR | fuse.FOPEN_KEEP_CACHE
+	}
+	return &dirHandle{dirStream: stream, charge: ch}, cache, 0
 }
 
 // dirStream is what go-fuse's loopback directory stream does.

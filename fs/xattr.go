@@ -74,8 +74,45 @@ func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 		errno := n.srv.errs.toErrno(get())
 		return uint32(max(size, 0)), errno
 	}
+	if strings.HasPrefix(attr, "security.") && n.cachedMeta() {
+		return n.securityXattr(ctx, attr, get, &size)
+	}
 	errno := n.srv.as(ctx, get)
 	return uint32(max(size, 0)), errno
+}
+
+// securityXattr answers a security.* name that the node's file is known
+// not to have without asking SOURCE (`ls -l` asks for security.selinux of
+// every file). Reading a security.* name needs no right on the file, only
+// on the path to it, which the kernel walked as the caller. What is known
+// is forgotten when SOURCE reports a change to the file's attributes.
+func (n *node) securityXattr(ctx context.Context, attr string, get func() error, size *int) (uint32, syscall.Errno) {
+	n.mu.Lock()
+	absent, gen := n.noXattr[attr], n.xattrGen
+	n.mu.Unlock()
+	if absent {
+		return 0, syscall.ENODATA
+	}
+	errno := n.srv.as(ctx, get)
+	if errno == syscall.ENODATA {
+		n.mu.Lock()
+		if n.xattrGen == gen {
+			if n.noXattr == nil {
+				n.noXattr = map[string]bool{}
+			}
+			n.noXattr[attr] = true
+		}
+		n.mu.Unlock()
+	}
+	return uint32(max(*size, 0)), errno
+}
+
+// forgetXattrs forgets what securityXattr knew.
+func (n *node) forgetXattrs() {
+	n.mu.Lock()
+	n.noXattr = nil
+	n.xattrGen++
+	n.mu.Unlock()
 }
 
 const (

@@ -82,10 +82,11 @@ func TestSymlinkSwapRace(t *testing.T) {
 	os.Symlink(rootDir, filepath.Join(u, "dalt"))
 	sh(t, "chown -hR 65534:65534 "+u)
 	before := snapshot(t, outside)
-	// No caching: every change is looked up anew, so the swap lands
-	// between the lookup and the call as often as it can.
+	// No caching (and no change events, which would let the kernel
+	// cache): every change is looked up anew, so the swap lands between
+	// the lookup and the call as often as it can.
 	m := startMount(t, src, "fuse.read_only=false", "fuse.allow_other=true",
-		"fuse.entry_timeout=0s", "fuse.attr_timeout=0s")
+		"fuse.entry_timeout=0s", "fuse.attr_timeout=0s", "staging.watch=timestamps")
 	os.Chmod(filepath.Dir(m.mnt), 0o755)
 	out := fsuser(t, user(), "race", src, m.mnt, "300")
 	t.Logf("through the mount while swapping (kind, succeeded, failed):\n%s", out)

@@ -72,15 +72,16 @@ func benchRows() []benchRow {
 }
 
 func benchMount() benchRow {
-	o := bench.MountOptions{Size: 1 << 30}
+	o := bench.MountOptions{Size: 1 << 30, MetaFiles: 100000}
 	var asJSON bool
 	return benchRow{
-		use:   "mount [--size 1GiB] [--files 10000] [--runs 5] [--dir DIR] [--loopback BINARY] [--json]",
+		use:   "mount [--size 1GiB] [--files 10000] [--meta-files 100000] [--runs 5] [--dir DIR] [--loopback BINARY] [--json]",
 		short: "Read throughput and stat rate: native vs gdsfs vs go-fuse loopback",
 		long:  bench.MountDoc,
 		flags: func(f *pflag.FlagSet) {
 			f.Var(sizeFlag{&o.Size}, "size", "size of the file read sequentially")
 			f.IntVar(&o.Files, "files", 10000, "number of 1 KiB files to lstat")
+			f.IntVar(&o.MetaFiles, "meta-files", o.MetaFiles, "files in the tree find and ls -lR walk (0: not measured)")
 			f.IntVar(&o.Runs, "runs", 5, "timed passes per measurement; the best is reported")
 			f.StringVar(&o.Dir, "dir", "", "work directory, kept afterwards (default: a new directory under /var/tmp, removed at the end)")
 			f.StringVar(&o.Loopback, "loopback", "", "go-fuse example/loopback `BINARY` (default: loopback beside this binary, if there)")

@@ -22,15 +22,16 @@ type mountRow struct {
 	Passthrough *bool `json:"passthrough,omitempty"`
 	// DaemonReads during the timed read passes: gdsfs reads_served, or the
 	// loopback's read system calls.
-	DaemonReads   uint64    `json:"daemon_reads"`
-	ReadGBps      float64   `json:"read_gbps"`
-	ReadRunsGBps  []float64 `json:"read_runs_gbps"`
-	ReadXNative   float64   `json:"read_x_native"`
-	StatPerSec    float64   `json:"stat_files_per_s"`
-	StatRuns      []float64 `json:"stat_runs_files_per_s"`
-	StatXNative   float64   `json:"stat_x_native"`
-	StatXLoopback float64   `json:"stat_x_loopback,omitempty"` // gdsfs rows
-	Notes         []string  `json:"notes,omitempty"`
+	DaemonReads   uint64       `json:"daemon_reads"`
+	ReadGBps      float64      `json:"read_gbps"`
+	ReadRunsGBps  []float64    `json:"read_runs_gbps"`
+	ReadXNative   float64      `json:"read_x_native"`
+	StatPerSec    float64      `json:"stat_files_per_s"`
+	StatRuns      []float64    `json:"stat_runs_files_per_s"`
+	StatXNative   float64      `json:"stat_x_native"`
+	StatXLoopback float64      `json:"stat_x_loopback,omitempty"` // gdsfs rows
+	Meta          *metaFigures `json:"metadata,omitempty"`        // native and gdsfs rows (mount_meta.go)
+	Notes         []string     `json:"notes,omitempty"`
 }
 
 // mountTarget is one goal with its verdict: PASS, MISS, "not checked" or
@@ -50,6 +51,7 @@ type MountReport struct {
 	SizeBytes      int64         `json:"size_bytes"`
 	ReadBlockBytes int           `json:"read_block_bytes"`
 	Files          int           `json:"files"`
+	MetaFiles      int           `json:"meta_files"`
 	FileBytes      int           `json:"file_bytes"`
 	Runs           int           `json:"runs"`
 	Statistic      string        `json:"statistic"`
@@ -63,7 +65,7 @@ func (b *mountBench) newReport() *MountReport {
 	return &MountReport{
 		Kernel: unix.ByteSliceToString(u.Release[:]), Dir: b.dir,
 		SizeBytes: int64(b.opts.Size), ReadBlockBytes: readBlock,
-		Files: b.opts.Files, FileBytes: smallSize, Runs: b.opts.Runs, Statistic: "reads: best of runs; stat: median of runs",
+		Files: b.opts.Files, MetaFiles: b.opts.MetaFiles, FileBytes: smallSize, Runs: b.opts.Runs, Statistic: "reads: best of runs; stat: median of runs",
 	}
 }
 
@@ -76,8 +78,9 @@ func (r *MountReport) row(key string) *mountRow {
 	return nil
 }
 
-// evaluate fills in the ratios and the targets.
-func (r *MountReport) evaluate() {
+// evaluate fills in the ratios and the targets; metaWhy says why the
+// metadata case was not measured ("" when it was).
+func (r *MountReport) evaluate(metaWhy string) {
 	native, lb := r.row("native"), r.row("loopback")
 	for _, row := range r.Rows {
 		if row.Unavailable != "" {
@@ -94,6 +97,8 @@ func (r *MountReport) evaluate() {
 		r.readTarget("gdsfs-no-passthrough", 0.5),
 		r.statTarget(),
 	}
+	r.metaRatios()
+	r.Targets = append(r.Targets, r.metaTargets(metaWhy)...)
 }
 
 func ratio(a, b float64) float64 {
@@ -211,6 +216,7 @@ func (r *MountReport) WriteText(w io.Writer) error {
 		fmt.Fprintf(&b, "%-22s %9.2f %8.2f %13.0f %8.2f %10s  %s\n", row.Name, row.ReadGBps, row.ReadXNative,
 			row.StatPerSec, row.StatXNative, optRatio(row.StatXLoopback), passthroughText(row))
 	}
+	r.writeMeta(&b)
 	b.WriteString("\ntargets\n")
 	for _, t := range r.Targets {
 		fmt.Fprintf(&b, "target  %-4s  %-26s %-20s %s\n", t.Result, t.Name, t.Want, t.Detail)

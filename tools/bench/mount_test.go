@@ -81,7 +81,8 @@ func TestMountBenchTargets(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := &MountReport{Rows: tc.rows}
-			r.evaluate()
+			r.evaluate("--meta-files 0")
+			tc.want = append(tc.want, "not measured here", "not measured here")
 			var got []string
 			for _, tg := range r.Targets {
 				got = append(got, tg.Result)
@@ -100,6 +101,38 @@ func TestMountBenchTargets(t *testing.T) {
 			}
 			if err := r.Verdict(); (err == nil) != ok {
 				t.Errorf("verdict %v, want ok=%v", err, ok)
+			}
+		})
+	}
+}
+
+func TestMountBenchMetaTargets(t *testing.T) {
+	row := func(key string, find, ls float64) *mountRow {
+		return &mountRow{Key: key, Name: key, ReadGBps: 1, StatPerSec: 1, Meta: &metaFigures{FindSeconds: find, ListSeconds: ls}}
+	}
+	for _, tc := range []struct {
+		name string
+		rows []*mountRow
+		want string
+	}{
+		{"within 3x", []*mountRow{row("native", 0.1, 1), row("gdsfs-passthrough", 0.29, 3)}, "PASS PASS"},
+		{"past 3x", []*mountRow{row("native", 0.1, 1), row("gdsfs-passthrough", 0.31, 2)}, "MISS PASS"},
+		{"no passthrough row", []*mountRow{row("native", 0.1, 1), {Key: "gdsfs-passthrough", Unavailable: "no kernel"},
+			row("gdsfs-no-passthrough", 0.2, 3.5)}, "PASS MISS"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &MountReport{Rows: tc.rows, MetaFiles: 100}
+			r.evaluate("")
+			var got []string
+			for _, tg := range r.Targets[3:] {
+				got = append(got, tg.Result)
+			}
+			if strings.Join(got, " ") != tc.want {
+				t.Fatalf("metadata targets %v, want %s: %+v", got, tc.want, r.Targets[3:])
+			}
+			var b strings.Builder
+			if err := r.WriteText(&b); err != nil || !strings.Contains(b.String(), "ls -lR s") {
+				t.Fatalf("text: %v\n%s", err, b.String())
 			}
 		})
 	}

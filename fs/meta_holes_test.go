@@ -1,0 +1,90 @@
+package fs
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gdsfs/gdsfs/staging/watch"
+)
+
+func inoOf(t *testing.T, p string) uint64 {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Lstat(p, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Ino
+}
+
+// reusedDir removes directory old in SOURCE while the kernel holds its
+// node (an O_PATH descriptor through the mount, as a process whose
+// working directory it is would), then makes directory new until SOURCE's
+// filesystem gives it old's inode number, and looks new up through the
+// mount.
+func reusedDir(t *testing.T, src, mnt string, settle func()) (ino uint64) {
+	t.Helper()
+	s, m := func(p string) string { return filepath.Join(src, p) }, func(p string) string { return filepath.Join(mnt, p) }
+	os.Mkdir(s("top"), 0o755)
+	os.Mkdir(s("top/old"), 0o755)
+	settle()
+	fd, err := unix.Open(m("top/old"), unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	ino = inoOf(t, s("top/old"))
+	os.Remove(s("top/old"))
+	for i := 0; ; i++ {
+		os.Remove(s("top/new"))
+		os.Mkdir(s("top/new"), 0o755)
+		if inoOf(t, s("top/new")) == ino {
+			break
+		}
+		if i == 1000 {
+			t.Skipf("SKIPPED: %s's filesystem gave no new directory inode number %d again", src, ino)
+		}
+	}
+	settle()
+	if _, err := os.Lstat(m("top/new")); err != nil {
+		t.Fatal(err)
+	}
+	return ino
+}
+
+// TestDirectoryChmodSeenOnReusedInodeNumber: a directory made in SOURCE
+// with the inode number of a removed one the kernel still holds a node of
+// has its mode changes seen through the mount.
+func TestDirectoryChmodSeenOnReusedInodeNumber(t *testing.T) {
+	src, mnt, _, settle := mountWatched(t, watch.Auto)
+	ino := reusedDir(t, src, mnt, settle)
+	os.Chmod(filepath.Join(src, "top/new"), 0o700)
+	settle()
+	fi, err := os.Lstat(filepath.Join(mnt, "top/new"))
+	if err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("chmod 700 of top/new (inode %d reused) in SOURCE not seen through the mount: %v %v", ino, fi.Mode(), err)
+	}
+}
+
+// TestSecurityXattrSeenOnReusedInodeNumber: a security.* attribute added
+// in SOURCE to a directory with the inode number of a removed one the
+// kernel still holds a node of is seen through the mount, though the
+// directory had none when asked before.
+func TestSecurityXattrSeenOnReusedInodeNumber(t *testing.T) {
+	src, mnt, _, settle := mountWatched(t, watch.Auto)
+	ino := reusedDir(t, src, mnt, settle)
+	buf := make([]byte, 64)
+	if _, err := unix.Getxattr(filepath.Join(mnt, "top/new"), "security.gdsfstest", buf); err != unix.ENODATA {
+		t.Fatalf("security.gdsfstest of a new directory: %v, want ENODATA", err)
+	}
+	if err := unix.Setxattr(filepath.Join(src, "top/new"), "security.gdsfstest", []byte("label"), 0); err != nil {
+		t.Skipf("SKIPPED: %s takes no security.gdsfstest: %v", src, err)
+	}
+	settle()
+	n, err := unix.Getxattr(filepath.Join(mnt, "top/new"), "security.gdsfstest", buf)
+	if err != nil || string(buf[:n]) != "label" {
+		t.Errorf("security.gdsfstest set on top/new (inode %d reused) in SOURCE not seen through the mount: %q %v", ino, buf[:max(n, 0)], err)
+	}
+}

@@ -88,3 +88,28 @@ func TestSecurityXattrSeenOnReusedInodeNumber(t *testing.T) {
 		t.Errorf("security.gdsfstest set on top/new (inode %d reused) in SOURCE not seen through the mount: %q %v", ino, buf[:max(n, 0)], err)
 	}
 }
+
+// TestFilesystemMountedInSourceSeen: a filesystem mounted in SOURCE on a
+// directory the kernel has cached (no change event is raised) is seen
+// through the mount: its root's mode, and not the entries it hides.
+func TestFilesystemMountedInSourceSeen(t *testing.T) {
+	src, mnt, _, settle := mountWatched(t, watch.Auto)
+	s, m := func(p string) string { return filepath.Join(src, p) }, func(p string) string { return filepath.Join(mnt, p) }
+	os.Mkdir(s("d"), 0o755)
+	os.WriteFile(s("d/under"), nil, 0o644)
+	settle()
+	if _, err := os.Lstat(m("d/under")); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("gdsfs-test", s("d"), "tmpfs", 0, "mode=0700"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Unmount(s("d"), unix.MNT_DETACH) })
+	settle()
+	if fi, err := os.Lstat(m("d")); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("d after a tmpfs of mode 0700 was mounted on it in SOURCE: %v %v, want mode 0700", fi.Mode(), err)
+	}
+	if _, err := os.Lstat(m("d/under")); !os.IsNotExist(err) {
+		t.Errorf("d/under, hidden by the tmpfs mounted in SOURCE: %v, want not found", err)
+	}
+}

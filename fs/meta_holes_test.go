@@ -1,11 +1,17 @@
 package fs
 
 import (
+	"encoding/binary"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 	"golang.org/x/sys/unix"
+
+	"github.com/gdsfs/gdsfs/internal/units"
 
 	"github.com/gdsfs/gdsfs/staging/watch"
 )
@@ -111,5 +117,58 @@ func TestFilesystemMountedInSourceSeen(t *testing.T) {
 	}
 	if _, err := os.Lstat(m("d/under")); !os.IsNotExist(err) {
 		t.Errorf("d/under, hidden by the tmpfs mounted in SOURCE: %v, want not found", err)
+	}
+}
+
+// fidOf is p's FID as fanotify reports it (the filesystem id is not
+// needed to open a handle).
+func fidOf(t *testing.T, p string) watch.FID {
+	t.Helper()
+	h, _, err := unix.NameToHandleAt(unix.AT_FDCWD, p, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 16, 16+h.Size())
+	binary.NativeEndian.PutUint32(b[8:], uint32(h.Size()))
+	binary.NativeEndian.PutUint32(b[12:], uint32(h.Type()))
+	return watch.FID(append(b, h.Bytes()...))
+}
+
+// TestChangesOutsideSourceLoseNothing: a flood of changes to files
+// outside SOURCE on SOURCE's filesystem (any local user's, in /tmp or a
+// home directory, while the handler is busy) never counts as lost events
+// of SOURCE, which would invalidate everything every user has cached.
+func TestChangesOutsideSourceLoseNothing(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("SKIPPED: mounting FUSE needs root (run make test as root)")
+	}
+	q := &quietWatcher{}
+	core, logs := observer.New(zap.WarnLevel)
+	src, mnt := t.TempDir(), t.TempDir()
+	srv, err := Mount(Config{Source: src, Mountpoint: mnt, Watch: q, Log: zap.New(core), Options: Options{
+		Passthrough: PassthroughAuto, MaxRead: units.Size(1 << 20), EntryTimeout: time.Second, AttrTimeout: time.Second,
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := srv.Unmount(); err != nil {
+			t.Error(err)
+		}
+		srv.Wait()
+	})
+	outside := filepath.Join(t.TempDir(), "f")
+	os.WriteFile(outside, nil, 0o644)
+	id := fidOf(t, outside)
+	// The handler stops at its first change until the flood is queued,
+	// as when users' changes come faster than it handles them.
+	srv.meta.nodesMu.Lock()
+	for range 2*maxQueued + 1 {
+		q.sub.Entries(watch.Change{Mask: unix.FAN_ATTRIB, Self: id})
+	}
+	srv.meta.nodesMu.Unlock()
+	srv.settle(q)
+	if n := logs.FilterMessageSnippet("events lost").Len(); n != 0 {
+		t.Errorf("%d changes to %s, outside SOURCE, invalidated everything cached %d times", 2*maxQueued+1, outside, n)
 	}
 }

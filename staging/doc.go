@@ -2,10 +2,10 @@
 // (SOURCE-relative path plus dev, ino, size, mtime, ctime), their states
 // (loading -> resident -> absent, loading -> failed; state.go), capacity
 // and LRU eviction per device, leases that pin entries, single-flight
-// loads, and the bounded best-effort prefetch queue. The loader splits a
-// file into tasks and runs them on the cuFile path or the POSIX path
-// (pread into two bounce buffers per worker, overlapping the copy to the
-// device).
+// loads, and the bounded best-effort prefetch queue. Each device's loader
+// (staging/loader) splits a file into tasks and runs them on the cuFile
+// path or the POSIX path (pread into two bounce buffers per worker,
+// overlapping the copy to the device); it never sees the cache.
 //
 // It must never hand out stale bytes: an entry whose file changed is
 // invalidated before anyone sees it again, and an entry is resident only
@@ -24,8 +24,8 @@
 //     moves; entry.go: the entry and what describes it (Info).
 //   - life1_lookup.go: a request finds or starts an entry (ensure,
 //     lookupOrStart); life2_load.go: room is reserved (admitLocked in
-//     room.go) and the file read onto the device by loader.go's workers
-//     (autotune.go sizes them, racy.go waits out the racy window,
+//     room.go) and the file read onto the device by the slot's
+//     staging/loader (racy.go waits out the racy window first,
 //     fdbudget.go counts descriptors); life3_publish.go: the load's end
 //     made visible; life4_evict.go: the entry leaves (evicted,
 //     invalidated, freed; unlockFree frees regions after the lock).

@@ -53,17 +53,20 @@ type Config struct {
 //  2. Cache.mu: the entries, their states, the slots' accounting, the
 //     readers, the prefetch bookkeeping, the waiters for room.
 //  3. Leaves, taken with or without Cache.mu and never holding another
-//     lock: events.mu and subscription.mu (events.go), loader.Loader.mu
-//     and its jobs' errMu (staging/loader, one per slot), counters.errMu
+//     lock: events.mu and subscription.mu (events.go), counters.errMu
 //     (stats.go), watcher.mu (watch.go), and the read-ahead runner's and
 //     planner's locks (readahead.Runner.mu, ReadAhead.mu, Recorder.mu,
 //     the replay's wantMu): the cache tells the runner of accesses, loads
 //     and evictions with Cache.mu held; the runner calls back into the
 //     cache (readAhead) only from its own goroutine with none of its
 //     locks held.
+//  4. staging/loader's locks (Loader.mu, a job's errMu), one loader per
+//     slot: never taken with Cache.mu held. The cache calls Loader.Load
+//     unlocked; under Cache.mu it only clears a load's Background.Low (an
+//     atomic) and calls Loader.Signal (a channel send that never blocks).
 //
 // No I/O or device call is made with Cache.mu held: regions leave the
-// books under the lock and are freed after it (freeAfter).
+// books under the lock and are freed after it (unlockFree).
 //
 // Take Cache.mu with c.lock and release it with c.unlock: in tests the
 // unlock checks the invariants (checkInvariantsLocked) first.

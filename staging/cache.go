@@ -15,6 +15,7 @@ import (
 	"github.com/gdsfs/gdsfs/gpu"
 	"github.com/gdsfs/gdsfs/internal/access"
 	"github.com/gdsfs/gdsfs/internal/units"
+	"github.com/gdsfs/gdsfs/staging/loader"
 	"github.com/gdsfs/gdsfs/staging/triggers/readahead"
 )
 
@@ -38,7 +39,7 @@ type Config struct {
 //
 // An entry's life, one file each, read in this order: life1_lookup.go (a
 // request finds or starts an entry), life2_load.go (room is reserved and
-// the file is read onto the device, by loader.go's workers),
+// the file is read onto the device, by the slot's staging/loader),
 // life3_publish.go (the load's end is made visible), life4_evict.go (the
 // entry leaves: evicted, invalidated, freed). Leases (lease.go) pin
 // resident entries in between.
@@ -52,17 +53,20 @@ type Config struct {
 //  2. Cache.mu: the entries, their states, the slots' accounting, the
 //     readers, the prefetch bookkeeping, the waiters for room.
 //  3. Leaves, taken with or without Cache.mu and never holding another
-//     lock: events.mu and subscription.mu (events.go), loader.mu
-//     (loader.go, one per slot), job.errMu (loader.go), counters.errMu
+//     lock: events.mu and subscription.mu (events.go), counters.errMu
 //     (stats.go), watcher.mu (watch.go), and the read-ahead runner's and
 //     planner's locks (readahead.Runner.mu, ReadAhead.mu, Recorder.mu,
 //     the replay's wantMu): the cache tells the runner of accesses, loads
 //     and evictions with Cache.mu held; the runner calls back into the
 //     cache (readAhead) only from its own goroutine with none of its
 //     locks held.
+//  4. staging/loader's locks (Loader.mu, a job's errMu), one loader per
+//     slot: never taken with Cache.mu held. The cache calls Loader.Load
+//     unlocked; under Cache.mu it only clears a load's Background.Low (an
+//     atomic) and calls Loader.Signal (a channel send that never blocks).
 //
 // No I/O or device call is made with Cache.mu held: regions leave the
-// books under the lock and are freed after it (freeAfter).
+// books under the lock and are freed after it (unlockFree).
 //
 // Take Cache.mu with c.lock and release it with c.unlock: in tests the
 // unlock checks the invariants (checkInvariantsLocked) first.
@@ -89,7 +93,7 @@ type Cache struct {
 	events *events
 	watch  *watcher
 	ra     *readahead.Runner // read-ahead and the access trace (readahead.go)
-	wg     sync.WaitGroup    // prefetch workers, loads, loader workers
+	wg     sync.WaitGroup    // prefetch workers, loads (each slot's loader waits for its own workers)
 
 	// Mutable, guarded by mu.
 	mu         sync.Mutex
@@ -202,7 +206,7 @@ func New(ctx context.Context, cfg Config) (*Cache, error) {
 	c.watchSource()
 	if err := c.openSlots(cfg.Devices); err != nil {
 		cancel()
-		c.wg.Wait() // the loaders of the slots made so far
+		c.wg.Wait()
 		c.watch.close()
 		c.events.close()
 		if ownRoot {
@@ -226,11 +230,14 @@ func (c *Cache) openSlots(devs []gpu.Device) error {
 	for i, d := range devs {
 		free, _, err := d.MemInfo()
 		if err != nil {
+			for _, s := range slots {
+				s.loader.Close() // the loaders of the slots made so far
+			}
 			return fmt.Errorf("staging: %s: %w", d.Name(), err)
 		}
 		capacity := c.opts.Capacity.Resolve(free)
 		s := &slot{dev: d, index: i, capacity: capacity, lru: list.New(), peer: make([]bool, len(devs))}
-		s.loader = newLoader(c, s)
+		s.loader = loader.New(c.ctx, d, c.io.loaderOptions(), loader.Hooks{Queued: c.hookQueued})
 		slots = append(slots, s)
 		c.log.Info("device slot", zap.String("device", d.Name()), zap.Int64("capacity_bytes", capacity))
 	}
@@ -256,6 +263,9 @@ func (c *Cache) Close() error {
 	c.unlock()
 	c.cancel()
 	c.wg.Wait()
+	for _, s := range c.slots {
+		s.loader.Close()
+	}
 	c.watch.close()
 	c.lock()
 	var regions []gpu.Region
@@ -281,6 +291,14 @@ func (c *Cache) Close() error {
 		return c.root.Close()
 	}
 	return nil
+}
+
+// hookQueued tells the test hook, when one is set, that a load's tasks
+// were queued for a loader's workers.
+func (c *Cache) hookQueued(rel string, low bool) {
+	if c.hooks.queued != nil {
+		c.hooks.queued(rel, low)
+	}
 }
 
 // openRegular opens rel beneath SOURCE (symlinks may not leave it) as

@@ -14,6 +14,7 @@ import (
 	"github.com/gdsfs/gdsfs/gpu"
 	"github.com/gdsfs/gdsfs/gpu/host"
 	"github.com/gdsfs/gdsfs/staging"
+	"github.com/gdsfs/gdsfs/staging/loader"
 )
 
 // TestDefaultStagesColdFilesBuffered: a file out of the page cache is
@@ -56,7 +57,7 @@ func TestDefaultStagesColdFilesBuffered(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	if share := staging.ResidentShare(f, int64(len(data))); share < 0.9 {
+	if share := loader.ResidentShare(f, int64(len(data))); share < 0.9 {
 		t.Fatalf("after staging only %.0f%% of the file is in the page cache: it was not read buffered (note %q)", share*100, info.Note)
 	}
 	staging.CheckStaged(t, c, "cold.bin", data)

@@ -2,10 +2,10 @@
 // (SOURCE-relative path plus dev, ino, size, mtime, ctime), their states
 // (loading -> resident -> absent, loading -> failed; state.go), capacity
 // and LRU eviction per device, leases that pin entries, single-flight
-// loads, and the bounded best-effort prefetch queue. The loader splits a
-// file into tasks and runs them on the cuFile path or the POSIX path
-// (pread into two bounce buffers per worker, overlapping the copy to the
-// device).
+// loads, and the bounded best-effort prefetch queue. Each device's loader
+// (staging/loader) splits a file into tasks and runs them on the cuFile
+// path or the POSIX path (pread into two bounce buffers per worker,
+// overlapping the copy to the device); it never sees the cache.
 //
 // It must never hand out stale bytes: an entry whose file changed is
 // invalidated before anyone sees it again, and an entry is resident only
@@ -24,8 +24,8 @@
 //     moves; entry.go: the entry and what describes it (Info).
 //   - life1_lookup.go: a request finds or starts an entry (ensure,
 //     lookupOrStart); life2_load.go: room is reserved (admitLocked in
-//     room.go) and the file read onto the device by loader.go's workers
-//     (autotune.go sizes them, racy.go waits out the racy window,
+//     room.go) and the file read onto the device by the slot's
+//     staging/loader (racy.go waits out the racy window first,
 //     fdbudget.go counts descriptors); life3_publish.go: the load's end
 //     made visible; life4_evict.go: the entry leaves (evicted,
 //     invalidated, freed; unlockFree frees regions after the lock).
@@ -37,11 +37,24 @@
 //   - prefetch.go (the prefetch queue and its workers), readers.go
 //     (staging after the last reader through the mount closes),
 //     readahead.go (staging the files a reader opens next, planned by
-//     staging/triggers/readahead, at a priority below every demand and within room
-//     no demand needs): the triggers.
+//     staging/triggers/readahead, at a priority below every demand and
+//     within room no demand needs): the triggers. They read and change
+//     entries under Cache.mu (a read-ahead load's room and victims, a
+//     yielding load cancelled by a new reader, a queued file reading as
+//     loading), so they are part of the core; the planner is not, and is
+//     told under Cache.mu.
 //   - events.go: every state change told to subscribers (Subscribe);
 //     stats.go: counters and checkInvariantsLocked; watch.go: change
 //     events (fanotify); filter.go, options.go, errors.go.
+//
+// Sub-packages, which never see *Cache:
+//
+//   - staging/loader: a device's load workers and the load paths
+//     (cuFile, POSIX with pinned bounce buffers, O_DIRECT, the measured
+//     rule sizing the workers, peer copies, split-ingest shares). The
+//     core hands it a Request and gets back the path taken and why.
+//   - staging/triggers/readahead: the read-ahead planner, its runner and
+//     the access traces.
 //
 // # Locking
 //
@@ -51,8 +64,9 @@
 // checks the invariants first). The change watcher's drainMu is the only
 // lock taken before it; every other lock of the package and of
 // staging/triggers/readahead is a leaf taken after it or alone (events.mu,
-// subscription.mu, loader.mu, job.errMu, counters.errMu, watcher.mu, the
-// read-ahead runner's and planner's locks). The header of Cache
+// subscription.mu, counters.errMu, watcher.mu, the read-ahead runner's
+// and planner's locks); staging/loader's locks are never taken with it
+// held. The header of Cache
 // (cache.go) lists them. Methods named ...Locked need Cache.mu held; no
 // other method may be called with it held. Nothing blocks, does I/O or
 // calls a device with Cache.mu held: regions are taken off the books

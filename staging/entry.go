@@ -10,15 +10,16 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gdsfs/gdsfs/gpu"
+	"github.com/gdsfs/gdsfs/staging/loader"
 )
 
 // Load paths, as counted in bytes_cufile, bytes_posix and bytes_host.
 const (
-	PathCuFile = "cufile"
-	PathPOSIX  = "posix"
-	PathHost   = "host"
+	PathCuFile = loader.PathCuFile
+	PathPOSIX  = loader.PathPOSIX
+	PathHost   = loader.PathHost
 	// PathPeer: copied device to device from a replica on another device.
-	PathPeer = "peer"
+	PathPeer = loader.PathPeer
 )
 
 // identity is what makes staged bytes valid for a file: if any field
@@ -53,8 +54,8 @@ type entry struct {
 	events bool // its filesystem's changes raise fanotify events
 	slot   *slot
 	gen    uint64
-	done   chan struct{} // closed when the load finished (resident or failed)
-	ra     *raLoad       // started by read-ahead (readahead.go); nil: by a demand
+	done   chan struct{}      // closed when the load finished (resident or failed)
+	ra     *loader.Background // started by read-ahead (readahead.go) or yielding (readers.go); nil: by a demand
 	// src is the replica on another device this one is copied from
 	// (peers.go), pinned by it until its load ends; nil: read from SOURCE.
 	src *entry

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"syscall"
 	"time"
+
+	"github.com/gdsfs/gdsfs/staging/loader"
 )
 
 // Errors wrap an errno so callers (the FUSE layer, the lease socket) can
@@ -55,7 +57,7 @@ func errNotStaged(rel string) error {
 // errFileChanged is wrapped by a load that saw its file change under it
 // (an event, new attributes, a shorter file): the request retries, and
 // answers EAGAIN after maxAttempts.
-var errFileChanged = fmt.Errorf("changed while it was loading: %w", syscall.EAGAIN)
+var errFileChanged = loader.ErrChanged
 
 // maxAttempts bounds the loads one request starts for a file that keeps
 // changing (or keeps being evicted) under it.

@@ -1,7 +1,5 @@
 package staging
 
-import "os"
-
 // Every unlock of Cache.mu in the package's tests checks the invariants.
 func init() { checkOnUnlock = true }
 
@@ -13,7 +11,3 @@ var (
 	CheckStaged = checkStaged
 	RandomBytes = randomBytes
 )
-
-// ResidentShare is residentShare: the share of a sample of f's pages in
-// the page cache.
-func ResidentShare(f *os.File, size int64) float64 { return residentShare(f, size) }

@@ -2,7 +2,7 @@ package staging
 
 // An entry's life, step 2: room is reserved on a slot (evicting unleased
 // entries in LRU order), the region allocated, and the file read into it
-// on the cuFile or the POSIX path by the slot's loader (loader.go). The
+// on the cuFile or the POSIX path by the slot's loader (staging/loader). The
 // load checks at its end that the file did not change under it, then
 // publishes (life3_publish.go).
 
@@ -13,11 +13,9 @@ import (
 	"os"
 	"syscall"
 	"time"
-	"unsafe"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/gdsfs/gdsfs/gpu"
+	"github.com/gdsfs/gdsfs/staging/loader"
 )
 
 // startLocked creates a loading entry on want, or (nil) on the slot
@@ -60,9 +58,9 @@ func (c *Cache) startLocked(rel string, o *opened, w *waiter, want *slot, at uin
 	if yield {
 		// Its tasks yield to demand loads, and a new reader through the
 		// mount cancels it (readers.go).
-		e.yielding, e.ra = true, &raLoad{gentle: true}
-		e.ra.ctx, e.ra.cancel = context.WithCancel(c.ctx)
-		e.ra.low.Store(true)
+		e.yielding, e.ra = true, &loader.Background{Gentle: true}
+		e.ra.Ctx, e.ra.Cancel = context.WithCancel(c.ctx)
+		e.ra.Low.Store(true)
 	}
 	if src := c.sourceLocked(rel, o, best); src != nil {
 		e.src = src
@@ -119,7 +117,7 @@ func (c *Cache) loadInto(e *entry, f *os.File) (path, note string, region gpu.Re
 		return "", note, region, err
 	}
 	p, n, err := c.fill(e, f, region)
-	return p, joinNote(note, n), region, err
+	return p, loader.JoinNote(note, n), region, err
 }
 
 // alloc allocates e's region. When the device is out of memory (other
@@ -159,105 +157,24 @@ func (c *Cache) alloc(e *entry) (gpu.Region, error) {
 // It returns the path taken and, when that is not cuFile although cuFile
 // exists, why.
 func (c *Cache) fill(e *entry, f *os.File, region gpu.Region) (path, note string, err error) {
-	return c.fillSpan(e, f, region, span{0, e.id.size})
+	return c.fillSpan(e, f, region, loader.Span{Off: 0, End: e.id.size})
 }
-
-// span is a byte range of a file: [off, end).
-type span struct{ off, end int64 }
 
 // fillSpan is fill for the bytes of sp only (a share of a split ingest,
-// peers.go).
-func (c *Cache) fillSpan(e *entry, f *os.File, region gpu.Region, sp span) (path, note string, err error) {
-	dev := e.slot.dev
-	posix := PathPOSIX
-	if dev.Kind() == gpu.KindHost {
-		posix = PathHost
-	}
-	cf, why := dev.CuFile()
-	switch {
-	case c.io.CompatMode == CompatOn:
-		note = "io.compat_mode is on"
-	case cf == nil && c.io.CompatMode == CompatOff:
-		return PathCuFile, "", fmt.Errorf("io.compat_mode is off and cuFile is unavailable: %s", why)
-	case cf == nil:
-		note = "cuFile unavailable: " + why
-	case c.io.CompatMode == CompatAuto && e.id.size < int64(c.io.GDSThreshold):
-		note = fmt.Sprintf("smaller than io.gds_threshold (%s)", c.io.GDSThreshold)
-	case c.io.CompatMode == CompatAuto && cf.Mode() != "gds":
-		// cuFile's compat mode is POSIX reads through its own bounce
-		// buffers, slower than the POSIX path's pinned bounce buffers
-		// (`gdsfs bench loader` shows both). Without GPUDirect Storage
-		// proper, the POSIX path.
+// peers.go): the slot's loader reads them, and the cuFile fallbacks it
+// reports are counted.
+func (c *Cache) fillSpan(e *entry, f *os.File, region gpu.Region, sp loader.Span) (path, note string, err error) {
+	res, err := e.slot.loader.Load(loader.Request{
+		Rel: e.rel, File: f, Size: e.id.size, Span: sp, Region: region, Background: e.ra,
+		OpenDirect: func() (*os.File, error) { return c.openDirect(e) },
+	})
+	if res.CuFileFallback {
 		c.stats.cufileFallbacks.Add(1)
-		note = "cuFile runs only in its compat mode here (no GPUDirect Storage: nvidia-fs not in use); the POSIX path is faster"
-	default:
-		done, cfNote, err := c.fillCuFile(e, f, region, cf, sp)
-		if done || err != nil {
-			return PathCuFile, cfNote, err
-		}
-		note = cfNote
 	}
-	j := &job{rel: e.rel, region: region, start: sp.off, size: sp.end, f: f, ra: e.ra}
-	if c.wantDirect(f, e.id.size) {
-		df, derr := c.openDirect(e)
-		switch {
-		case errors.Is(derr, errFileChanged):
-			return posix, note, derr
-		case derr == nil:
-			defer df.Close()
-			j.f, j.direct = df, true
-			note = joinNote(note, "read with O_DIRECT")
-		default:
-			note = joinNote(note, "O_DIRECT refused, buffered reads: "+derr.Error())
-		}
+	if res.CuFileError != "" {
+		c.stats.setCuFileError(res.CuFileError)
 	}
-	if !j.direct {
-		// Parallel tasks on one descriptor defeat the kernel's sequential
-		// read-ahead; this starts a read-ahead at the span's start. The
-		// kernel caps it at the device's read-ahead window
-		// (force_page_cache_ra: max of io_pages and ra_pages), so it does
-		// not read the whole span ahead.
-		unix.Fadvise(int(f.Fd()), sp.off, sp.end-sp.off, unix.FADV_WILLNEED)
-	}
-	return posix, note, e.slot.loader.run(j)
-}
-
-// fillCuFile loads e with cuFile when it registers the file. In gds mode
-// cuFile gets an O_DIRECT descriptor (GPUDirect Storage proper reads only
-// through one; KvikIO's FileHandle keeps the same pair), checked to name
-// the inode f names. In compat mode cuFile reads with POSIX calls on the
-// descriptor it is given, so it gets the O_DIRECT one where io.direct_io
-// wants O_DIRECT (on, or auto and the file mostly out of the page cache)
-// and the buffered f otherwise, as KvikIO's compat mode reads through the
-// page cache. Where the filesystem refuses O_DIRECT, f. done is false when
-// registration was refused and the POSIX path should run; note then says
-// why.
-func (c *Cache) fillCuFile(e *entry, f *os.File, region gpu.Region, cf gpu.CuFile, sp span) (done bool, note string, err error) {
-	reg := f
-	if cf.Mode() == "gds" || c.wantDirect(f, e.id.size) {
-		df, derr := c.openDirect(e)
-		switch {
-		case errors.Is(derr, errFileChanged):
-			return true, "", derr
-		case derr == nil:
-			defer df.Close()
-			reg = df
-			note = "read with O_DIRECT"
-		default:
-			note = "O_DIRECT refused, cuFile given the buffered descriptor: " + derr.Error()
-		}
-	}
-	h, rerr := cf.Register(int(reg.Fd()))
-	if rerr == nil {
-		defer h.Close()
-		return true, note, e.slot.loader.run(&job{rel: e.rel, region: region, start: sp.off, size: sp.end, cf: h, ra: e.ra})
-	}
-	if c.io.CompatMode == CompatOff {
-		return true, "", fmt.Errorf("io.compat_mode is off: %w", rerr)
-	}
-	c.stats.cufileFallbacks.Add(1)
-	c.stats.setCuFileError(rerr.Error())
-	return false, rerr.Error(), nil
+	return res.Path, res.Note, err
 }
 
 // openDirect opens e's file again with O_DIRECT. Opened again by path, it
@@ -276,46 +193,4 @@ func (c *Cache) openDirect(e *entry) (*os.File, error) {
 		return nil, fmt.Errorf("the path names another file than the one opened: %w", errFileChanged)
 	}
 	return df, nil
-}
-
-// wantDirect says whether to read with O_DIRECT: io.direct_io on, or auto
-// and most of a sample of the file's pages are not in the page cache (cold
-// data: reading it through the cache would only evict others).
-func (c *Cache) wantDirect(f *os.File, size int64) bool {
-	switch c.io.DirectIO {
-	case DirectOn:
-		return true
-	case DirectOff:
-		return false
-	}
-	return size >= 1<<20 && residentShare(f, size) < 0.5
-}
-
-// residentShare samples 64 pages of f with mincore and returns the share
-// found in the page cache (1 when it cannot tell).
-func residentShare(f *os.File, size int64) float64 {
-	m, err := unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_READ, unix.MAP_SHARED)
-	if err != nil {
-		return 1
-	}
-	defer unix.Munmap(m)
-	const samples = 64
-	page := int64(os.Getpagesize())
-	vec := make([]byte, 1)
-	in := 0
-	for k := int64(0); k < samples; k++ {
-		off := (size - 1) * k / (samples - 1) / page * page
-		_, _, errno := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&m[off])), 1, uintptr(unsafe.Pointer(&vec[0])))
-		if errno == 0 && vec[0]&1 != 0 {
-			in++
-		}
-	}
-	return float64(in) / samples
-}
-
-func joinNote(a, b string) string {
-	if a == "" {
-		return b
-	}
-	return a + "; " + b
 }

@@ -57,7 +57,7 @@ func (c *Cache) publish(e *entry, region gpu.Region, path, note string, err erro
 	seq := c.published
 	c.unlockFree(free)
 	if e.ra != nil {
-		e.ra.cancel() // the load is over: release its context
+		e.ra.Cancel() // the load is over: release its context
 	}
 	switch {
 	case err != nil && ahead:

@@ -16,6 +16,7 @@ import (
 
 	"github.com/gdsfs/gdsfs/gpu"
 	"github.com/gdsfs/gdsfs/internal/units"
+	"github.com/gdsfs/gdsfs/staging/loader"
 )
 
 func TestLoadPathChoice(t *testing.T) {
@@ -112,7 +113,7 @@ func dropCache(t *testing.T, path string, size int64) {
 	defer f.Close()
 	f.Sync()
 	unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
-	if share := residentShare(f, size); share > 0.1 {
+	if share := loader.ResidentShare(f, size); share > 0.1 {
 		t.Fatalf("TMPDIR's filesystem keeps the file in the page cache (%.0f%% after FADV_DONTNEED): use a disk filesystem", share*100)
 	}
 }
@@ -135,7 +136,7 @@ func TestDirectIO(t *testing.T) {
 	}
 	f, _ := os.Open(filepath.Join(src, "f"))
 	defer f.Close()
-	if share := residentShare(f, int64(len(data))); share > 0.1 || !strings.Contains(info.Note, "read with O_DIRECT") {
+	if share := loader.ResidentShare(f, int64(len(data))); share > 0.1 || !strings.Contains(info.Note, "read with O_DIRECT") {
 		t.Fatalf("after an O_DIRECT load %.0f%% of the file is in the page cache (note %q)", share*100, info.Note)
 	}
 	checkStaged(t, c, "f", data)
@@ -381,7 +382,7 @@ func TestDirectIOAuto(t *testing.T) {
 	defer f.Close()
 	f.Sync()
 	unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
-	if share := residentShare(f, int64(len(data))); share >= 0.5 {
+	if share := loader.ResidentShare(f, int64(len(data))); share >= 0.5 {
 		t.Skipf("SKIPPED the cold half: this filesystem keeps the file cached (%.0f%% resident after FADV_DONTNEED)", share*100)
 	}
 	info, err = c.Stage(context.Background(), "f")
@@ -392,74 +393,4 @@ func TestDirectIOAuto(t *testing.T) {
 		t.Fatalf("a file out of the page cache was not read with O_DIRECT: %q", info.Note)
 	}
 	checkStaged(t, c, "f", data)
-}
-
-// TestGentleLoadsTakeTwoWorkers: the staging after a plain read shares
-// the host link with the reader, which may still be copying its mapping
-// to the device. Such loads have at most gentleTasks tasks in flight
-// together on a device's loader while nobody has joined them (several
-// files closed one after another count together); a demand load gets
-// every task it asks for, and a joined one is not capped.
-func TestGentleLoadsTakeTwoWorkers(t *testing.T) {
-	opts, io := testOptions()
-	c := newCache(t, t.TempDir(), opts, io)
-	l := &loader{c: c, wake: make(chan struct{}, 1)}
-	ts := int64(c.io.TaskSize)
-	var gentle []*job
-	for _, rel := range []string{"a", "b", "c"} {
-		j := &job{rel: rel, size: 10 * ts, ra: &raLoad{gentle: true}, l: l, done: make(chan struct{})}
-		j.ra.low.Store(true)
-		j.left.Store(10)
-		gentle = append(gentle, j)
-		l.jobs = append(l.jobs, j)
-	}
-
-	var held []*task
-	for range 4 {
-		if tk := l.take(); tk != nil {
-			held = append(held, tk)
-		}
-	}
-	if len(held) != gentleTasks {
-		t.Fatalf("three gentle loads got %d tasks at once, want %d in all", len(held), gentleTasks)
-	}
-	demand := &job{rel: "demand", size: 3 * ts, l: l}
-	l.jobs = append(l.jobs, demand)
-	for i := range 3 {
-		if tk := l.take(); tk == nil || tk.j != demand {
-			t.Fatalf("demand task %d not handed out beside capped gentle loads", i)
-		}
-	}
-	if tk := l.take(); tk != nil {
-		t.Fatalf("a third gentle task (%s) was handed out", tk.j.rel)
-	}
-	held[0].end(nil)
-	select {
-	case <-l.wake:
-	default:
-		t.Fatal("the end of a gentle task woke no worker")
-	}
-	next := l.take()
-	if next == nil || !next.gentle {
-		t.Fatal("no gentle task handed out after one ended")
-	}
-	if tk := l.take(); tk != nil {
-		t.Fatalf("a third gentle task (%s) was handed out", tk.j.rel)
-	}
-	for _, j := range gentle {
-		j.ra.low.Store(false) // a lease joined them (entry.keepLocked)
-	}
-	for i := range 3 {
-		if tk := l.take(); tk == nil || tk.gentle {
-			t.Fatalf("joined loads: task %d not handed out, or counted as gentle", i)
-		}
-	}
-	held[1].end(nil) // handed out while gentle: still counted as such
-	next.end(nil)
-	l.mu.Lock()
-	n := l.gentle
-	l.mu.Unlock()
-	if n != 0 {
-		t.Fatalf("%d gentle tasks counted in flight after all ended", n)
-	}
 }

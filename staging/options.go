@@ -2,9 +2,11 @@ package staging
 
 import (
 	"fmt"
+	"runtime"
 	"time"
 
 	"github.com/gdsfs/gdsfs/internal/units"
+	"github.com/gdsfs/gdsfs/staging/loader"
 	"github.com/gdsfs/gdsfs/staging/triggers/readahead"
 )
 
@@ -44,16 +46,16 @@ const (
 
 // Compat modes (io.compat_mode), KvikIO's names.
 const (
-	CompatAuto = "auto"
-	CompatOn   = "on"
-	CompatOff  = "off"
+	CompatAuto = loader.CompatAuto
+	CompatOn   = loader.CompatOn
+	CompatOff  = loader.CompatOff
 )
 
 // O_DIRECT choices (io.direct_io).
 const (
-	DirectAuto = "auto" // O_DIRECT when most of the file is not in the page cache
-	DirectOn   = "on"
-	DirectOff  = "off" // the default: buffered reads, as a plain reader's
+	DirectAuto = loader.DirectAuto // O_DIRECT when most of the file is not in the page cache
+	DirectOn   = loader.DirectOn
+	DirectOff  = loader.DirectOff // the default: buffered reads, as a plain reader's
 )
 
 // Options is the staging section of config.yaml; errors name its keys.
@@ -111,8 +113,8 @@ type IOOptions struct {
 	CompatMode   string          `yaml:"compat_mode"`
 	GDSThreshold units.Size      `yaml:"gds_threshold"`
 	TaskSize     units.Size      `yaml:"task_size"`
-	BounceSize   units.AutoSize  `yaml:"bounce_size"` // 0: auto (autotune.go)
-	NumThreads   units.AutoCount `yaml:"num_threads"` // 0: auto (autotune.go)
+	BounceSize   units.AutoSize  `yaml:"bounce_size"` // 0: auto (loader.AutoBounce)
+	NumThreads   units.AutoCount `yaml:"num_threads"` // 0: auto (loader.AutoThreads)
 	DirectIO     string          `yaml:"direct_io"`
 }
 
@@ -208,4 +210,23 @@ func (o *IOOptions) Validate() error {
 		return fmt.Errorf("io.gds_threshold: negative")
 	}
 	return nil
+}
+
+// resolved is o with auto values replaced by the loader's rule.
+func (o IOOptions) resolved() IOOptions {
+	if o.NumThreads.Auto() {
+		o.NumThreads = units.AutoCount(loader.AutoThreads(runtime.NumCPU()))
+	}
+	if o.BounceSize.Auto() {
+		o.BounceSize = units.AutoSize(loader.AutoBounce(int(o.NumThreads)))
+	}
+	return o
+}
+
+// loaderOptions is o, resolved, as the loader takes it.
+func (o IOOptions) loaderOptions() loader.Options {
+	return loader.Options{
+		NumThreads: int(o.NumThreads), BounceSize: int(units.Size(o.BounceSize)), TaskSize: int64(o.TaskSize),
+		CompatMode: o.CompatMode, GDSThreshold: int64(o.GDSThreshold), DirectIO: o.DirectIO,
+	}
 }

@@ -26,6 +26,7 @@ import (
 
 	"github.com/gdsfs/gdsfs/gpu"
 	"github.com/gdsfs/gdsfs/internal/units"
+	"github.com/gdsfs/gdsfs/staging/loader"
 )
 
 // openPeers learns which pairs of slots copy device to device, enabling
@@ -36,7 +37,7 @@ func (c *Cache) openPeers() {
 			b := c.slots[j]
 			ok, why := false, "staging.peer_copy is off"
 			if c.opts.PeerCopy != PeerOff {
-				ok, why = peerAccess(a.dev, b.dev)
+				ok, why = loader.PeerAccess(a.dev, b.dev)
 			}
 			a.peer[j], b.peer[i] = ok, ok
 			if ok {
@@ -46,32 +47,6 @@ func (c *Cache) openPeers() {
 			}
 		}
 	}
-}
-
-// peerAccess asks both devices whether they copy between each other.
-func peerAccess(a, b gpu.Device) (bool, string) {
-	pa, ok1 := a.(gpu.Peer)
-	pb, ok2 := b.(gpu.Peer)
-	if !ok1 || !ok2 {
-		return false, "the device cannot copy to another device"
-	}
-	if ok, why := pa.PeerAccess(b); !ok {
-		return false, why
-	}
-	return pb.PeerAccess(a)
-}
-
-// copyShare copies sp of the file from region src (on from) into dst,
-// e's region.
-func copyShare(e *entry, dst gpu.Region, from *slot, src gpu.Region, sp span) error {
-	p, ok := e.slot.dev.(gpu.Peer)
-	if !ok {
-		return fmt.Errorf("%s cannot copy from another device", e.slot.dev.Name())
-	}
-	if err := p.CopyRange(dst, sp.off, src, sp.off, sp.end-sp.off); err != nil {
-		return fmt.Errorf("copy %s from %s: %w", units.HumanBytes(sp.end-sp.off), from.dev.Name(), err)
-	}
-	return nil
 }
 
 // fillFromPeer copies e's file into region from e.src once that is
@@ -94,7 +69,7 @@ func (c *Cache) fillFromPeer(e *entry, region gpu.Region) (path, note string, do
 	if !ok {
 		return "", "the replica on " + from + " to copy from was not staged; read from SOURCE", false, nil
 	}
-	if err := copyShare(e, region, src.slot, r, span{0, e.id.size}); err != nil {
+	if err := loader.CopyPeer(e.slot.dev, region, src.slot.dev, r, loader.Span{Off: 0, End: e.id.size}); err != nil {
 		return PathPeer, "", true, err
 	}
 	e.peerBytes = e.id.size
@@ -198,16 +173,6 @@ func (c *Cache) startSplitLocked(rel string, o *opened, on []*slot, at uint64) (
 	return sl, regions
 }
 
-// shares splits size bytes into n contiguous shares of whole tasks.
-func shares(size, task int64, n int) []span {
-	tasks := (size + task - 1) / task
-	out := make([]span, n)
-	for i := range out {
-		out[i] = span{min(size, tasks*int64(i)/int64(n)*task), min(size, tasks*int64(i+1)/int64(n)*task)}
-	}
-	return out
-}
-
 // loadSplit runs a split ingest and publishes every replica; then drops
 // the load's pins.
 func (c *Cache) loadSplit(sl *splitLoad) {
@@ -250,7 +215,7 @@ func (c *Cache) loadSplit(sl *splitLoad) {
 // path of the reads and a note per replica.
 func (c *Cache) fillSplit(sl *splitLoad, regions []gpu.Region) (string, []string, error) {
 	es := sl.es
-	sp := shares(es[0].id.size, int64(c.io.TaskSize), len(es))
+	sp := loader.Shares(es[0].id.size, int64(c.io.TaskSize), len(es))
 	paths, notes, errs := make([]string, len(es)), make([]string, len(es)), make([]error, len(es))
 	var wg sync.WaitGroup
 	for i := range es {
@@ -260,7 +225,7 @@ func (c *Cache) fillSplit(sl *splitLoad, regions []gpu.Region) (string, []string
 			paths[i], notes[i], errs[i] = c.fillSpan(es[i], sl.f, regions[i], sp[i])
 			for j := range es {
 				if j != i && errs[i] == nil {
-					errs[i] = copyShare(es[j], regions[j], es[i].slot, regions[i], sp[i])
+					errs[i] = loader.CopyPeer(es[j].slot.dev, regions[j], es[i].slot.dev, regions[i], sp[i])
 				}
 			}
 		}()
@@ -270,9 +235,9 @@ func (c *Cache) fillSplit(sl *splitLoad, regions []gpu.Region) (string, []string
 		return paths[0], notes, err
 	}
 	for i, e := range es {
-		n := sp[i].end - sp[i].off
+		n := sp[i].End - sp[i].Off
 		e.peerBytes = e.id.size - n
-		notes[i] = joinNote(fmt.Sprintf("split ingest: %s of %s read here from SOURCE, the rest copied from %d other devices",
+		notes[i] = loader.JoinNote(fmt.Sprintf("split ingest: %s of %s read here from SOURCE, the rest copied from %d other devices",
 			units.HumanBytes(n), units.HumanBytes(e.id.size), len(es)-1), notes[i])
 	}
 	return paths[0], notes, nil

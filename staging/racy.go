@@ -45,7 +45,7 @@ func (c *Cache) waitRacy(e *entry) error {
 	defer t.Stop()
 	ctx, what := c.ctx, "cache closing"
 	if e.ra != nil {
-		ctx, what = e.ra.ctx, "read-ahead cancelled"
+		ctx, what = e.ra.Ctx, "read-ahead cancelled"
 	}
 	select {
 	case <-t.C:

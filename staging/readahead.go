@@ -11,7 +11,7 @@ package staging
 //     it takes free room or the room of entries readahead.MayEvict allows
 //     (never a leased or pinned entry, never one used since the access
 //     that planned it, never one of the window);
-//   - yields the loader's workers to demand loads (loader.go), and runs
+//   - yields the loader's workers to demand loads (staging/loader), and runs
 //     with a context of its own, cancelled when its file falls out of the
 //     window before it loaded;
 //   - is promoted by the first demand that meets it (an open, a lease, a
@@ -29,25 +29,14 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync/atomic"
 
 	"go.uber.org/zap"
 
 	"github.com/gdsfs/gdsfs/gpu"
 	"github.com/gdsfs/gdsfs/internal/access"
+	"github.com/gdsfs/gdsfs/staging/loader"
 	"github.com/gdsfs/gdsfs/staging/triggers/readahead"
 )
-
-// raLoad is what a load started by read-ahead carries beyond a demand
-// load: its cancellation and its priority.
-type raLoad struct {
-	ctx    context.Context // cancelled when its item leaves the window, or the cache closes
-	cancel context.CancelFunc
-	low    atomic.Bool // its tasks yield to demand tasks; cleared by a demand use
-	// gentle: a staging after a plain read (readers.go), at most
-	// gentleTasks tasks in flight while low.
-	gentle bool
-}
 
 // newRunner makes the detector and its runner for cfg; directories are
 // listed beneath root as the daemon.
@@ -114,7 +103,7 @@ func (c *Cache) usedLocked(e *entry, at uint64) {
 	e.lastUse = max(e.lastUse, at)
 	if e.readahead {
 		e.readahead = false
-		e.ra.low.Store(false)
+		e.ra.Low.Store(false)
 	}
 }
 
@@ -136,7 +125,7 @@ func (c *Cache) readAhead(p readahead.Plan) {
 	for _, rel := range p.Cancel {
 		for _, e := range c.replicasLocked(rel) {
 			if e.readahead && e.state == stLoading {
-				e.ra.cancel()
+				e.ra.Cancel()
 				free = append(free, c.dropLocked(e, "read-ahead cancelled"))
 			}
 		}
@@ -222,10 +211,10 @@ func (c *Cache) startReadAheadLocked(it readahead.Item, o *opened) (*entry, []gp
 	e := &entry{
 		rel: rel, id: o.id, fid: o.fid, events: o.events, slot: s, gen: c.genLocked(rel, o.id),
 		done: make(chan struct{}), state: stLoading, reserved: need, fds: fds,
-		lastUse: it.Heat, readahead: true, ra: &raLoad{},
+		lastUse: it.Heat, readahead: true, ra: &loader.Background{},
 	}
-	e.ra.ctx, e.ra.cancel = context.WithCancel(c.ctx)
-	e.ra.low.Store(true)
+	e.ra.Ctx, e.ra.Cancel = context.WithCancel(c.ctx)
+	e.ra.Low.Store(true)
 	c.attachLocked(e)
 	c.indexLocked(e)
 	c.ra.Started(rel) // with the entry: an access racing with it finds it loading, a hit
@@ -280,7 +269,7 @@ func (c *Cache) readAheadVictimsLocked(s *slot, need int64, fds int, window []re
 func (c *Cache) publishReadAheadLocked(e *entry, region gpu.Region, note string, err error) gpu.Region {
 	// The runner hears first, subscribers after: whoever waits for an
 	// event finds the runner told.
-	cancelled := e.ra.ctx.Err() != nil
+	cancelled := e.ra.Ctx.Err() != nil
 	if err == nil && !e.detached && !cancelled {
 		c.ra.Loaded(e.rel)
 		c.residentLocked(e, region, note)

@@ -109,7 +109,7 @@ func (c *Cache) openedDeferred(rel string, rd Reader) {
 	for _, e := range c.replicasLocked(rel) {
 		if e.yielding && e.state == stLoading {
 			e.yielding, e.yielded = false, true
-			e.ra.cancel()
+			e.ra.Cancel()
 			c.stats.yielded.Add(1)
 			c.dropLocked(e, "yielded to a reader") // loading: its region is freed by the load's end
 		}
@@ -122,9 +122,9 @@ func (c *Cache) openedDeferred(rel string, rd Reader) {
 func (e *entry) keepLocked() {
 	if e.yielding {
 		e.yielding = false
-		e.ra.low.Store(false)
+		e.ra.Low.Store(false)
 		if e.slot != nil && e.slot.loader != nil {
-			e.slot.loader.signal() // its tasks are no longer capped (loader.go)
+			e.slot.loader.Signal() // its tasks are no longer capped (staging/loader)
 		}
 	}
 }

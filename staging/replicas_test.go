@@ -373,23 +373,3 @@ func TestLeaseOnUnknownDevice(t *testing.T) {
 		t.Errorf("slotsFor(HOST1, 1, all): %v %v, want every device", s, err)
 	}
 }
-
-// shares cover the file in whole tasks, one contiguous share per device.
-func TestShares(t *testing.T) {
-	for _, tc := range []struct {
-		size, task int64
-		n          int
-	}{{100, 10, 2}, {101, 10, 3}, {1 << 20, 4096, 8}, {5, 10, 1}} {
-		sp := shares(tc.size, tc.task, tc.n)
-		at := int64(0)
-		for _, s := range sp {
-			if s.off != at || s.end < s.off || (s.end != tc.size && s.end%tc.task != 0) {
-				t.Errorf("%+v: shares %v", tc, sp)
-			}
-			at = s.end
-		}
-		if at != tc.size {
-			t.Errorf("%+v: shares %v end at %d", tc, sp, at)
-		}
-	}
-}

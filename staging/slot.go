@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 
 	"github.com/gdsfs/gdsfs/gpu"
+	"github.com/gdsfs/gdsfs/staging/loader"
 )
 
 // slot is one device's share of the cache: its capacity, the bytes held
@@ -15,7 +16,7 @@ type slot struct {
 	dev      gpu.Device
 	index    int // in Cache.slots (staging.gpus order)
 	capacity int64
-	loader   *loader
+	loader   *loader.Loader
 	// peer[j]: replicas are copied device to device between this slot
 	// and slot j (the pair has peer access and staging.peer_copy allows).
 	peer []bool

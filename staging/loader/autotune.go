@@ -1,8 +1,7 @@
-package staging
+package loader
 
 import (
 	"math/bits"
-	"runtime"
 
 	"github.com/gdsfs/gdsfs/internal/units"
 )
@@ -27,24 +26,13 @@ import (
 // The rule is here, in one place, to be changed by what `gdsfs bench
 // stage` shows.
 
-// autoThreads is io.num_threads=auto for cpus usable cores.
-func autoThreads(cpus int) int { return min(16, max(4, cpus)) }
+// AutoThreads is io.num_threads=auto for cpus usable cores.
+func AutoThreads(cpus int) int { return min(16, max(4, cpus)) }
 
-// autoBounce is io.bounce_size=auto for threads workers.
-func autoBounce(threads int) units.Size {
+// AutoBounce is io.bounce_size=auto for threads workers.
+func AutoBounce(threads int) units.Size {
 	const inFlight = 96 << 20
 	per := inFlight / (2 * threads)
 	per = 1 << (bits.Len(uint(per)) - 1) // round down to a power of two
 	return units.Size(min(4<<20, max(1<<20, per)))
-}
-
-// resolved is o with auto values replaced by the rule's.
-func (o IOOptions) resolved() IOOptions {
-	if o.NumThreads.Auto() {
-		o.NumThreads = units.AutoCount(autoThreads(runtime.NumCPU()))
-	}
-	if o.BounceSize.Auto() {
-		o.BounceSize = units.AutoSize(autoBounce(int(o.NumThreads)))
-	}
-	return o
 }

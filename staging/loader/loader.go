@@ -1,4 +1,4 @@
-package staging
+package loader
 
 import (
 	"context"
@@ -12,10 +12,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gdsfs/gdsfs/gpu"
-	"github.com/gdsfs/gdsfs/internal/units"
 )
 
-// job is one file's load: its tasks run on the slot's workers.
+// job is one file's load: its tasks run on the loader's workers.
 type job struct {
 	rel    string // for hooks and logs
 	region gpu.Region
@@ -24,18 +23,18 @@ type job struct {
 	f      *os.File         // POSIX path
 	direct bool             // f has O_DIRECT
 	cf     gpu.CuFileHandle // cuFile path when not nil
-	ra     *raLoad          // a read-ahead load's priority and cancellation; nil: demand
-	next   int64            // offset of the next task to hand out; guarded by loader.mu
+	bg     *Background      // a background load's priority and cancellation; nil: demand
+	next   int64            // offset of the next task to hand out; guarded by Loader.mu
 	left   atomic.Int64     // tasks not finished
 	done   chan struct{}    // closed when every task finished
 	failed atomic.Bool      // a task failed: skip the rest
 	errMu  sync.Mutex       // guards err
 	err    error            // the first task error
-	l      *loader          // the loader running it (run sets it)
+	l      *Loader          // the loader running it (run sets it)
 }
 
 // gentleTasks bounds the tasks of gentle loads in flight on one loader
-// (one device's link): a staging after a plain read (readers.go) may run
+// (one device's link): a staging after a plain read may run
 // beside a reader still copying the file to the device itself, so such
 // stagings take two of the workers together, not all of them, until a
 // demand joins them.
@@ -43,7 +42,7 @@ const gentleTasks = 2
 
 // gentle reports whether j's tasks count against gentleTasks: a staging
 // after a read nobody has joined.
-func (j *job) gentle() bool { return j.ra != nil && j.ra.gentle && j.low() }
+func (j *job) gentle() bool { return j.bg != nil && j.bg.Gentle && j.low() }
 
 // end ends task t (handed out by take).
 func (t *task) end(err error) {
@@ -72,56 +71,72 @@ func (j *job) finish(err error) {
 	}
 }
 
-// low reports whether j's tasks yield to demand tasks: a read-ahead load
+// low reports whether j's tasks yield to demand tasks: a background load
 // nobody has joined.
-func (j *job) low() bool { return j.ra != nil && j.ra.low.Load() }
+func (j *job) low() bool { return j.bg != nil && j.bg.Low.Load() }
 
-// ctx is what ends j early: the cache closing, or a read-ahead load's
+// ctx is what ends j early: the loader closing, or a background load's
 // cancellation.
-func (j *job) ctx(c *Cache) context.Context {
-	if j.ra != nil {
-		return j.ra.ctx
+func (j *job) ctx(l *Loader) context.Context {
+	if j.bg != nil {
+		return j.bg.Ctx
 	}
-	return c.ctx
+	return l.ctx
 }
 
 type task struct {
 	j      *job
-	gentle bool // counted in loader.gentle
+	gentle bool // counted in Loader.gentle
 	off    int64
 	n      int
 	err    error // the first error of its pieces; owned by the worker running it
 }
 
-// loader runs tasks on io.num_threads workers, each owning a gpu.Worker
-// (a stream and two bounce buffers of io.bounce_size) made when it starts.
-// Jobs take turns, one task each; a job at demand priority always goes
-// before a read-ahead job (job.low), so a read-ahead load only uses
-// workers demand leaves idle.
-type loader struct {
-	c    *Cache
-	slot *slot
-	wake chan struct{} // capacity 1: tasks are waiting
+// Loader runs one device's loads: tasks on io.num_threads workers, each
+// owning a gpu.Worker (a stream and two bounce buffers of io.bounce_size)
+// made when it starts. Jobs take turns, one task each; a job at demand
+// priority always goes before a background job (job.low), so a
+// background load only uses workers demand leaves idle.
+type Loader struct {
+	// Constant once New returns.
+	dev    gpu.Device
+	opts   Options
+	hooks  Hooks
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // the workers
+	wake   chan struct{}  // capacity 1: tasks are waiting
 
+	// mu is a leaf lock: nothing else is taken while it is held.
 	mu     sync.Mutex
 	jobs   []*job // jobs with tasks not handed out yet, in turn order
 	gentle int    // tasks of gentle jobs in flight
 }
 
-func newLoader(c *Cache, s *slot) *loader {
-	l := &loader{c: c, slot: s, wake: make(chan struct{}, 1)}
-	for range int(c.io.NumThreads) {
-		c.wg.Add(1)
+// New starts a loader of opts.NumThreads workers onto dev; they stop when
+// ctx is done or Close is called.
+func New(ctx context.Context, dev gpu.Device, opts Options, hooks Hooks) *Loader {
+	l := &Loader{dev: dev, opts: opts, hooks: hooks, wake: make(chan struct{}, 1)}
+	l.ctx, l.cancel = context.WithCancel(ctx)
+	for range opts.NumThreads {
+		l.wg.Add(1)
 		go l.work()
 	}
 	return l
 }
 
+// Close stops the workers and waits for them. Loads still running fail
+// their remaining tasks ("cache closing").
+func (l *Loader) Close() {
+	l.cancel()
+	l.wg.Wait()
+}
+
 // run splits j into tasks, queues them and waits for all of them. When j's
 // context ends first (the cache closes, a read-ahead load is cancelled),
 // the tasks not handed out yet fail with its error.
-func (l *loader) run(j *job) error {
-	ts := int64(l.c.io.TaskSize)
+func (l *Loader) run(j *job) error {
+	ts := l.opts.TaskSize
 	n := (j.size - j.start + ts - 1) / ts
 	if n <= 0 {
 		return nil
@@ -134,10 +149,10 @@ func (l *loader) run(j *job) error {
 	l.jobs = append(l.jobs, j)
 	l.mu.Unlock()
 	l.signal()
-	if l.c.hooks.queued != nil {
-		l.c.hooks.queued(j.rel, j.low())
+	if l.hooks.Queued != nil {
+		l.hooks.Queued(j.rel, j.low())
 	}
-	ctx := j.ctx(l.c)
+	ctx := j.ctx(l)
 	select {
 	case <-j.done:
 	case <-ctx.Done():
@@ -148,16 +163,16 @@ func (l *loader) run(j *job) error {
 }
 
 // withdraw fails j's tasks not handed out yet with err.
-func (l *loader) withdraw(j *job, err error) {
+func (l *Loader) withdraw(j *job, err error) {
 	what := "cache closing"
-	if j.ra != nil {
+	if j.bg != nil {
 		what = "read-ahead cancelled"
 	}
 	l.mu.Lock()
 	left := int64(0)
 	if i := slices.Index(l.jobs, j); i >= 0 {
 		l.jobs = slices.Delete(l.jobs, i, i+1)
-		ts := int64(l.c.io.TaskSize)
+		ts := l.opts.TaskSize
 		left = (j.size - j.next + ts - 1) / ts
 		j.next = j.size
 	}
@@ -168,10 +183,10 @@ func (l *loader) withdraw(j *job, err error) {
 }
 
 // take hands out the next task: of the first job in turn at demand
-// priority, else of the first read-ahead job (a gentle one only below
+// priority, else of the first background job (a gentle one only below
 // gentleTasks in flight). That job goes to the back of the turn. nil: no
 // task may start now.
-func (l *loader) take() *task {
+func (l *Loader) take() *task {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	i := slices.IndexFunc(l.jobs, func(j *job) bool { return !j.low() })
@@ -182,7 +197,7 @@ func (l *loader) take() *task {
 		return nil
 	}
 	j := l.jobs[i]
-	t := &task{j: j, off: j.next, n: int(min(int64(l.c.io.TaskSize), j.size-j.next)), gentle: j.gentle()}
+	t := &task{j: j, off: j.next, n: int(min(l.opts.TaskSize, j.size-j.next)), gentle: j.gentle()}
 	j.next += int64(t.n)
 	if t.gentle {
 		l.gentle++
@@ -197,7 +212,11 @@ func (l *loader) take() *task {
 	return t
 }
 
-func (l *loader) signal() {
+// Signal wakes a worker: a job's priority rose (its Background.Low was
+// cleared), so a task held back may start now.
+func (l *Loader) Signal() { l.signal() }
+
+func (l *Loader) signal() {
 	select {
 	case l.wake <- struct{}{}:
 	default:
@@ -246,11 +265,11 @@ func (wk *worker) flush() {
 	}
 }
 
-func (l *loader) work() {
-	defer l.c.wg.Done()
-	bounce := int(min(units.Size(l.c.io.BounceSize), l.c.io.TaskSize))
+func (l *Loader) work() {
+	defer l.wg.Done()
+	bounce := int(min(int64(l.opts.BounceSize), l.opts.TaskSize))
 	wk := &worker{size: bounce}
-	wk.w, wk.err = l.slot.dev.NewWorker(bounce)
+	wk.w, wk.err = l.dev.NewWorker(bounce)
 	defer func() {
 		if wk.w != nil {
 			wk.flush()
@@ -266,15 +285,15 @@ func (l *loader) work() {
 			select {
 			case <-l.wake:
 				continue
-			case <-l.c.ctx.Done():
+			case <-l.ctx.Done():
 				return
 			}
 		}
 		switch {
 		case t.j.failed.Load():
 			t.end(nil)
-		case t.j.ra != nil && t.j.ra.ctx.Err() != nil:
-			t.end(fmt.Errorf("read-ahead cancelled: %w", t.j.ra.ctx.Err()))
+		case t.j.bg != nil && t.j.bg.Ctx.Err() != nil:
+			t.end(fmt.Errorf("read-ahead cancelled: %w", t.j.bg.Ctx.Err()))
 		case t.j.cf != nil:
 			t.end(t.readCuFile())
 		case wk.err != nil:
@@ -324,7 +343,7 @@ func (t *task) read(buf []byte, off int64, n int) error {
 		case err != nil:
 			return fmt.Errorf("pread at %d: %w", off+int64(got), err)
 		case k == 0:
-			return fmt.Errorf("pread at %d: end of file: it shrank: %w", off+int64(got), errFileChanged)
+			return fmt.Errorf("pread at %d: end of file: it shrank: %w", off+int64(got), ErrChanged)
 		}
 		got += k
 	}
@@ -339,7 +358,7 @@ func (t *task) readCuFile() error {
 		case err != nil:
 			return fmt.Errorf("cuFileRead at %d: %w", off, err)
 		case k == 0:
-			return fmt.Errorf("cuFileRead at %d: end of file: it shrank: %w", off, errFileChanged)
+			return fmt.Errorf("cuFileRead at %d: end of file: it shrank: %w", off, ErrChanged)
 		}
 		done += k
 	}

@@ -149,7 +149,7 @@ func (w *Watcher) Probe(f *os.File, dev uint64) (id FID, events bool, why string
 	if !fs.events {
 		return "", false, fs.why
 	}
-	id, err := fileFID(f, fs.fsid)
+	id, err := FileFID(int(f.Fd()), fs.fsid)
 	if err != nil {
 		return "", false, err.Error()
 	}
@@ -191,10 +191,7 @@ func (w *Watcher) mark(f *os.File) *fsWatch {
 	if err != nil {
 		return &fsWatch{why: fmt.Sprintf("fanotify_mark: %v", err)}
 	}
-	fs := &fsWatch{events: true}
-	binary.NativeEndian.PutUint32(fs.fsid[0:], uint32(sfs.Fsid.Val[0]))
-	binary.NativeEndian.PutUint32(fs.fsid[4:], uint32(sfs.Fsid.Val[1]))
-	return fs
+	return &fsWatch{events: true, fsid: fsidOf(&sfs)}
 }
 
 // Mode describes change detection on dev for stats: "fanotify" or

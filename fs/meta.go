@@ -3,6 +3,7 @@ package fs
 import (
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -45,13 +46,13 @@ type metaCache struct {
 
 	// mu and nodesMu are never held together.
 	mu      sync.Mutex
-	cond    *sync.Cond     // queued, handled or stop changed
-	queue   []watch.Change // guarded by mu
-	lost    bool           // events were lost: invalidate everything; guarded by mu
-	queued  uint64         // changes queued so far (a lost counts one); guarded by mu
-	handled uint64         // changes handled so far; guarded by mu
-	stop    bool           // guarded by mu
-	done    chan struct{}  // closed when run returns; nil when it never ran
+	cond    *sync.Cond    // queued, handled or stop changed
+	queue   []metaEvent   // guarded by mu
+	lost    bool          // events were lost: invalidate everything; guarded by mu
+	queued  uint64        // changes queued so far (a lost counts one); guarded by mu
+	handled uint64        // changes handled so far; guarded by mu
+	stop    bool          // guarded by mu
+	done    chan struct{} // closed when run returns; nil when it never ran
 
 	// nodesMu serializes changes of nodes and guards keys. nodes is read
 	// without it: the watcher's subscriber looks every event up there.
@@ -86,7 +87,7 @@ func (s *Server) probeMeta(w Watcher) {
 	}
 	if m.on {
 		m.source = f
-		w.Subscribe(watch.Subscriber{Entries: m.enqueue, Lost: m.enqueueLost})
+		w.Subscribe(watch.Subscriber{Entries: m.enqueue, Lost: m.enqueueLost, Mounts: m.enqueueMount})
 		return
 	}
 	f.Close()
@@ -191,11 +192,42 @@ func (m *metaCache) enqueue(c watch.Change) {
 	if m.held(c.Dir) == nil && m.held(c.Self) == nil {
 		return
 	}
+	m.push(metaEvent{c: c})
+}
+
+// metaEvent is what the handler is told: a change c, or a filesystem
+// mounted on or unmounted from mountedOn (a path beneath SOURCE).
+type metaEvent struct {
+	c         watch.Change
+	mountedOn string
+}
+
+// enqueueMount queues the mount point p when it lies beneath SOURCE (as
+// SOURCE's path is now: it may have been renamed).
+func (m *metaCache) enqueueMount(p string) {
+	m.mu.Lock()
+	if m.stop { // source is closed or being closed
+		m.mu.Unlock()
+		return
+	}
+	src, err := os.Readlink(procPath(int(m.source.Fd())))
+	m.mu.Unlock()
+	if err != nil {
+		return
+	}
+	rel, ok := strings.CutPrefix(p, strings.TrimSuffix(src, "/")+"/")
+	if !ok || rel == "" {
+		return
+	}
+	m.push(metaEvent{mountedOn: rel})
+}
+
+func (m *metaCache) push(e metaEvent) {
 	m.mu.Lock()
 	if len(m.queue) >= maxQueued {
 		m.queue, m.lost = nil, true
 	} else {
-		m.queue = append(m.queue, c)
+		m.queue = append(m.queue, e)
 	}
 	m.queued++
 	m.cond.Broadcast()
@@ -228,8 +260,12 @@ func (m *metaCache) run() {
 		if lost {
 			m.invalidateAll()
 		} else {
-			for _, c := range q {
-				m.invalidate(c)
+			for _, e := range q {
+				if e.mountedOn != "" {
+					m.invalidateMount(e.mountedOn)
+				} else {
+					m.invalidate(e.c)
+				}
 			}
 		}
 		m.mu.Lock()
@@ -288,6 +324,26 @@ func (m *metaCache) invalidate(c watch.Change) {
 			forgetXattrs(n)
 			n.NotifyContent(-1, 0)
 		}
+	}
+}
+
+// invalidateMount tells the kernel that the entry at rel (beneath
+// SOURCE) names another directory: a filesystem was mounted there or
+// unmounted.
+func (m *metaCache) invalidateMount(rel string) {
+	dir := m.srv.tree.EmbeddedInode()
+	names := strings.Split(rel, "/")
+	for _, name := range names[:len(names)-1] {
+		if dir = dir.GetChild(name); dir == nil {
+			return
+		}
+	}
+	name := names[len(names)-1]
+	ch := dir.GetChild(name)
+	dir.NotifyEntry(name)
+	if ch != nil {
+		forgetXattrs(ch)
+		ch.NotifyContent(-1, 0)
 	}
 }
 

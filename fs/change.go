@@ -10,6 +10,8 @@ import (
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
+
+	"github.com/gdsfs/gdsfs/staging/watch"
 )
 
 // Every method that changes SOURCE runs as the caller on descriptors
@@ -203,18 +205,19 @@ func (n *node) make(ctx context.Context, name string, out *fuse.EntryOut, mk fun
 	}
 	var st *syscall.Stat_t
 	var id fileID
+	var fid watch.FID
 	errno := n.dir(ctx, func(dirfd int) (err error) {
 		if err = mk(dirfd); err != nil {
 			return err
 		}
-		st, id, err = statx(dirfd, name, unix.AT_SYMLINK_NOFOLLOW)
+		st, id, fid, err = n.statEntry(dirfd, name)
 		return err
 	})
 	if errno != 0 {
 		return nil, errno
 	}
 	n.srv.changed(n.relName(name))
-	return n.newChild(ctx, st, id, out), 0
+	return n.newChild(ctx, st, id, fid, out), 0
 }
 
 var (

@@ -1,7 +1,9 @@
 package fs
 
 import (
+	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -40,18 +42,23 @@ type metaCache struct {
 	srv    *Server
 	source *os.File // SOURCE, opened for reading: open_by_handle_at refuses O_PATH descriptors
 
+	fsid [8]byte // SOURCE's filesystem's id, as events name it
+
 	// mu and nodesMu are never held together.
 	mu      sync.Mutex
-	cond    *sync.Cond     // queued, handled or stop changed
-	queue   []watch.Change // guarded by mu
-	lost    bool           // events were lost: invalidate everything; guarded by mu
-	queued  uint64         // changes queued so far (a lost counts one); guarded by mu
-	handled uint64         // changes handled so far; guarded by mu
-	stop    bool           // guarded by mu
-	done    chan struct{}  // closed when run returns; nil when it never ran
+	cond    *sync.Cond    // queued, handled or stop changed
+	queue   []metaEvent   // guarded by mu
+	lost    bool          // events were lost: invalidate everything; guarded by mu
+	queued  uint64        // changes queued so far (a lost counts one); guarded by mu
+	handled uint64        // changes handled so far; guarded by mu
+	stop    bool          // guarded by mu
+	done    chan struct{} // closed when run returns; nil when it never ran
 
+	// nodesMu serializes changes of nodes and guards keys. nodes is read
+	// without it: the watcher's subscriber looks every event up there.
 	nodesMu sync.Mutex
-	nodes   map[uint64]*gofs.Inode // by stable inode number, the nodes the kernel may cache; guarded by nodesMu
+	nodes   sync.Map                    // watch.FID -> *gofs.Inode: the nodes the kernel may cache, by the FID events name their file with
+	keys    map[*gofs.Inode][]watch.FID // each node's keys in nodes; guarded by nodesMu
 }
 
 // maxQueued bounds the queue: past it, everything is invalidated at once.
@@ -62,7 +69,7 @@ const maxQueued = 1 << 16
 // mount serves.
 func (s *Server) probeMeta(w Watcher) {
 	m := &s.meta
-	m.srv, m.nodes = s, map[uint64]*gofs.Inode{}
+	m.srv, m.keys = s, map[*gofs.Inode][]watch.FID{}
 	m.cond = sync.NewCond(&m.mu)
 	if w == nil {
 		m.why = "no change detection"
@@ -75,8 +82,12 @@ func (s *Server) probeMeta(w Watcher) {
 	}
 	m.on, m.why = w.ProbeEntries(f, s.dev)
 	if m.on {
+		m.fsid, err = watch.FSID(int(f.Fd()))
+		m.on, m.why = err == nil, fmt.Sprint(err)
+	}
+	if m.on {
 		m.source = f
-		w.Subscribe(watch.Subscriber{Entries: m.enqueue, Lost: m.enqueueLost})
+		w.Subscribe(watch.Subscriber{Entries: m.enqueue, Lost: m.enqueueLost, Mounts: m.enqueueMount})
 		return
 	}
 	f.Close()
@@ -91,11 +102,8 @@ func (s *Server) startMeta() {
 	if !m.on {
 		return
 	}
-	m.add(s.tree.StableAttr().Ino, s.tree.EmbeddedInode())
-	var st *syscall.Stat_t
-	var id fileID
-	if s.root.At(func(dirfd int) (err error) { st, id, err = fstatx(dirfd); return err }) == nil {
-		m.add(s.stableAttr(st, id).Ino, s.tree.EmbeddedInode())
+	if id, err := watch.FileFID(int(m.source.Fd()), m.fsid); err == nil {
+		m.add(id, s.tree.EmbeddedInode())
 	}
 	m.done = make(chan struct{})
 	go m.run()
@@ -104,10 +112,23 @@ func (s *Server) startMeta() {
 // cached reports whether the kernel may cache the node id for long.
 func (m *metaCache) cached(id fileID) bool { return m.on && id.dev == m.srv.dev }
 
+// fid is the FID change events name the file fd refers to with, when the
+// kernel may cache the node id for long; "" when it may not.
+func (m *metaCache) fid(fd int, id fileID) watch.FID {
+	if !m.cached(id) {
+		return ""
+	}
+	fid, err := watch.FileFID(fd, m.fsid)
+	if err != nil {
+		return ""
+	}
+	return fid
+}
+
 // cachedMeta reports whether the kernel may cache n's entry, attributes
 // and listing for long.
 func (n *node) cachedMeta() bool {
-	return n.srv.meta.on && (n.IsRoot() || n.id.dev == n.srv.dev)
+	return n.srv.meta.on && (n.IsRoot() || n.fid != "")
 }
 
 // settle hands every change reported before it to the kernel.
@@ -116,43 +137,97 @@ func (s *Server) settle(w Watcher) {
 	s.meta.settle()
 }
 
-// entryTimeouts sets out's timeouts for a node of id.
-func (m *metaCache) entryTimeouts(id fileID, out *fuse.EntryOut) {
-	if m.cached(id) {
-		out.SetEntryTimeout(cachedTimeout)
-		out.SetAttrTimeout(cachedTimeout)
-	}
-}
-
-// add records n as the node of ino. A node made by a lookup is not the
-// one go-fuse answers with when the kernel still holds another of the
-// same inode (a hard link, or a lookup racing another): that one stays.
-func (m *metaCache) add(ino uint64, n *gofs.Inode) {
-	if !m.on {
+// cacheEntry records n as the node of the file events name fid and lets
+// the kernel cache its entry and attributes for long; with fid "", it
+// does neither.
+func (m *metaCache) cacheEntry(fid watch.FID, n *gofs.Inode, out *fuse.EntryOut) {
+	if fid == "" || !m.on {
 		return
 	}
+	m.add(fid, n)
+	out.SetEntryTimeout(cachedTimeout)
+	out.SetAttrTimeout(cachedTimeout)
+}
+
+// add records n as the node of the file events name fid. A node the
+// kernel still holds stays the one of its fid.
+func (m *metaCache) add(fid watch.FID, n *gofs.Inode) {
 	m.nodesMu.Lock()
+	defer m.nodesMu.Unlock()
+	old := m.held(fid)
 	//lint:ignore SA1019 the kernel's reference is what matters here, not a callback
-	if old := m.nodes[ino]; old == nil || old.Forgotten() {
-		m.nodes[ino] = n
+	if old == n || old != nil && !old.Forgotten() {
+		return
 	}
-	m.nodesMu.Unlock()
+	m.nodes.Store(fid, n)
+	m.keys[n] = append(m.keys[n], fid)
 }
 
-func (m *metaCache) forget(ino uint64, n *gofs.Inode) {
+// forget drops n: the kernel holds it no longer.
+func (m *metaCache) forget(n *gofs.Inode) {
 	m.nodesMu.Lock()
-	if m.nodes[ino] == n {
-		delete(m.nodes, ino)
+	for _, fid := range m.keys[n] {
+		m.nodes.CompareAndDelete(fid, n)
 	}
+	delete(m.keys, n)
 	m.nodesMu.Unlock()
 }
 
+// held is the node of the file events name fid, or nil when the kernel
+// holds none.
+func (m *metaCache) held(fid watch.FID) *gofs.Inode {
+	if fid == "" {
+		return nil
+	}
+	if v, ok := m.nodes.Load(fid); ok {
+		return v.(*gofs.Inode)
+	}
+	return nil
+}
+
+// enqueue queues c for the handler when it is about a node the kernel
+// holds (the directory of its name, or the file itself): changes to
+// anything else on SOURCE's filesystem are none of the mount's business.
 func (m *metaCache) enqueue(c watch.Change) {
+	if m.held(c.Dir) == nil && m.held(c.Self) == nil {
+		return
+	}
+	m.push(metaEvent{c: c})
+}
+
+// metaEvent is what the handler is told: a change c, or a filesystem
+// mounted on or unmounted from mountedOn (a path beneath SOURCE).
+type metaEvent struct {
+	c         watch.Change
+	mountedOn string
+}
+
+// enqueueMount queues the mount point p when it lies beneath SOURCE (as
+// SOURCE's path is now: it may have been renamed).
+func (m *metaCache) enqueueMount(p string) {
+	m.mu.Lock()
+	if m.stop { // source is closed or being closed
+		m.mu.Unlock()
+		return
+	}
+	src, err := os.Readlink(procPath(int(m.source.Fd())))
+	m.mu.Unlock()
+	if err != nil {
+		return
+	}
+	rel, ok := strings.CutPrefix(p, strings.TrimSuffix(src, "/")+"/")
+	if !ok || rel == "" {
+		return
+	}
+	m.push(metaEvent{mountedOn: rel})
+}
+
+func (m *metaCache) push(e metaEvent) {
 	m.mu.Lock()
 	if len(m.queue) >= maxQueued {
 		m.queue, m.lost = nil, true
 	} else {
-		m.queue = append(m.queue, c)
+		m.queue = append(m.queue, e)
 	}
 	m.queued++
 	m.cond.Broadcast()
@@ -185,8 +260,12 @@ func (m *metaCache) run() {
 		if lost {
 			m.invalidateAll()
 		} else {
-			for _, c := range q {
-				m.invalidate(c)
+			for _, e := range q {
+				if e.mountedOn != "" {
+					m.invalidateMount(e.mountedOn)
+				} else {
+					m.invalidate(e.c)
+				}
 			}
 		}
 		m.mu.Lock()
@@ -224,12 +303,12 @@ const entryEvents = unix.FAN_CREATE | unix.FAN_DELETE | unix.FAN_MOVED_FROM | un
 // directory's listing and attributes, and the attributes of the object
 // (every name of it: hard links are one node).
 func (m *metaCache) invalidate(c watch.Change) {
-	dir, _ := m.node(c.Dir)
+	dir := m.held(c.Dir)
 	if dir != nil && c.Name != "." && c.Mask&entryEvents != 0 {
 		dir.NotifyEntry(c.Name)
 		dir.NotifyContent(0, 0)
 	}
-	self, st := m.node(c.Self)
+	self := m.held(c.Self)
 	named := dir
 	if dir != nil && c.Name != "." {
 		named = dir.GetChild(c.Name)
@@ -237,7 +316,7 @@ func (m *metaCache) invalidate(c watch.Change) {
 	if named == self {
 		named = nil
 	}
-	if self != nil && toldAtOpen(self, st) {
+	if self != nil && m.toldAtOpen(self, c.Self) {
 		self = nil
 	}
 	for _, n := range []*gofs.Inode{self, named} {
@@ -248,20 +327,45 @@ func (m *metaCache) invalidate(c watch.Change) {
 	}
 }
 
-// toldAtOpen reports whether the kernel was told of the version st of
-// i's file by an open through the mount since it changed (open.go drops
+// invalidateMount tells the kernel that the entry at rel (beneath
+// SOURCE) names another directory: a filesystem was mounted there or
+// unmounted.
+func (m *metaCache) invalidateMount(rel string) {
+	dir := m.srv.tree.EmbeddedInode()
+	names := strings.Split(rel, "/")
+	for _, name := range names[:len(names)-1] {
+		if dir = dir.GetChild(name); dir == nil {
+			return
+		}
+	}
+	name := names[len(names)-1]
+	ch := dir.GetChild(name)
+	dir.NotifyEntry(name)
+	if ch != nil {
+		forgetXattrs(ch)
+		ch.NotifyContent(-1, 0)
+	}
+}
+
+// toldAtOpen reports whether the kernel was told of the version of i's
+// file (fid) now by an open through the mount since it changed (open.go drops
 // the kernel's attributes and pages of a changed file before the open
 // returns). Telling it again would race the attributes that open's
 // caller is reading: the kernel discards a reply that crosses an
 // invalidation, keeping the size it had.
-func toldAtOpen(i *gofs.Inode, st *syscall.Stat_t) bool {
+func (m *metaCache) toldAtOpen(i *gofs.Inode, fid watch.FID) bool {
 	n := asNode(i.Operations())
-	if n == nil || !isRegular(st.Mode) {
+	if n == nil || !isRegular(i.StableAttr().Mode) {
 		return false
 	}
 	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.seen != (fileVersion{}) && n.seen == versionOf(st)
+	seen := n.seen
+	n.mu.Unlock()
+	if seen == (fileVersion{}) {
+		return false
+	}
+	st := m.stat(fid)
+	return st != nil && versionOf(st) == seen
 }
 
 // forgetXattrs forgets the security.* names known absent on i.
@@ -275,13 +379,9 @@ func forgetXattrs(i *gofs.Inode) {
 // may hold: events were lost.
 func (m *metaCache) invalidateAll() {
 	m.srv.log.Warn("change events lost: invalidating every cached entry and attribute")
-	m.nodesMu.Lock()
-	nodes := make([]*gofs.Inode, 0, len(m.nodes))
-	for _, n := range m.nodes {
-		nodes = append(nodes, n)
-	}
-	m.nodesMu.Unlock()
-	for _, n := range nodes {
+	nodes := map[*gofs.Inode]bool{}
+	m.nodes.Range(func(_, v any) bool { nodes[v.(*gofs.Inode)] = true; return true })
+	for n := range nodes {
 		if n.IsDir() {
 			for name := range n.Children() {
 				n.NotifyEntry(name)
@@ -293,28 +393,23 @@ func (m *metaCache) invalidateAll() {
 	}
 }
 
-// node is the node of the file id names, with the file's attributes, or
-// nil when the kernel holds none (or the file is gone).
-func (m *metaCache) node(id watch.FID) (*gofs.Inode, *syscall.Stat_t) {
-	h, ok := id.Handle()
+// stat is the attributes of the file events name fid, or nil when it is
+// gone.
+func (m *metaCache) stat(fid watch.FID) *syscall.Stat_t {
+	h, ok := fid.Handle()
 	if !ok {
-		return nil, nil
+		return nil
 	}
 	fd, err := unix.OpenByHandleAt(int(m.source.Fd()), h, unix.O_PATH)
 	if err != nil {
-		return nil, nil
+		return nil
 	}
-	st, fid, err := fstatx(fd)
-	unix.Close(fd)
+	defer unix.Close(fd)
+	st, _, err := fstatx(fd)
 	if err != nil {
-		return nil, nil
+		return nil
 	}
-	m.nodesMu.Lock()
-	defer m.nodesMu.Unlock()
-	if n := m.nodes[m.srv.stableAttr(st, fid).Ino]; n != nil {
-		return n, st
-	}
-	return nil, nil
+	return st
 }
 
 // attrTimeout sets out's timeout when the kernel may cache n's

@@ -160,15 +160,47 @@ func TestChangesOutsideSourceLoseNothing(t *testing.T) {
 	outside := filepath.Join(t.TempDir(), "f")
 	os.WriteFile(outside, nil, 0o644)
 	id := fidOf(t, outside)
-	// The handler stops at its first change until the flood is queued,
-	// as when users' changes come faster than it handles them.
-	srv.meta.nodesMu.Lock()
+	// None of the flood may reach the queue: however fast the handler
+	// is, users' changes can come faster.
 	for range 2*maxQueued + 1 {
 		q.sub.Entries(watch.Change{Mask: unix.FAN_ATTRIB, Self: id})
 	}
-	srv.meta.nodesMu.Unlock()
 	srv.settle(q)
+	srv.meta.mu.Lock()
+	queued := srv.meta.queued
+	srv.meta.mu.Unlock()
+	if queued != 0 {
+		t.Errorf("%d of %d changes to %s, outside SOURCE, were queued for the handler", queued, 2*maxQueued+1, outside)
+	}
 	if n := logs.FilterMessageSnippet("events lost").Len(); n != 0 {
 		t.Errorf("%d changes to %s, outside SOURCE, invalidated everything cached %d times", 2*maxQueued+1, outside, n)
+	}
+}
+
+// TestFilesystemUnmountedInSourceSeen: once a filesystem mounted in
+// SOURCE on a directory is unmounted, the directory beneath is seen
+// through the mount again, though the mounted one was looked up.
+func TestFilesystemUnmountedInSourceSeen(t *testing.T) {
+	src, mnt, _, settle := mountWatched(t, watch.Auto)
+	s, m := func(p string) string { return filepath.Join(src, p) }, func(p string) string { return filepath.Join(mnt, p) }
+	os.MkdirAll(s("a/d"), 0o755)
+	os.WriteFile(s("a/d/under"), nil, 0o644)
+	if err := unix.Mount("gdsfs-test", s("a/d"), "tmpfs", 0, "mode=0700"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Unmount(s("a/d"), unix.MNT_DETACH) })
+	settle()
+	if fi, err := os.Lstat(m("a/d")); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("a/d with a tmpfs of mode 0700 mounted on it: %v %v", fi.Mode(), err)
+	}
+	if err := unix.Unmount(s("a/d"), 0); err != nil {
+		t.Fatal(err)
+	}
+	settle()
+	if fi, err := os.Lstat(m("a/d")); err != nil || fi.Mode().Perm() != 0o755 {
+		t.Errorf("a/d after the tmpfs on it was unmounted in SOURCE: %v %v, want mode 0755", fi.Mode(), err)
+	}
+	if _, err := os.Lstat(m("a/d/under")); err != nil {
+		t.Errorf("a/d/under, no longer hidden: %v", err)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gdsfs/gdsfs/internal/access"
+	"github.com/gdsfs/gdsfs/staging/watch"
 )
 
 // node is a file, directory or other entry of SOURCE. It never acts by
@@ -25,7 +26,8 @@ import (
 type node struct {
 	gofs.Inode
 	srv *Server
-	id  fileID // the backing inode this node stands for; fixed
+	id  fileID    // the backing inode this node stands for; fixed
+	fid watch.FID // what change events name the file by, when the kernel may cache it for long (meta.go); fixed
 
 	mu       sync.Mutex
 	seen     fileVersion        // the file's version at the last open; guarded by mu
@@ -142,16 +144,34 @@ func (n *node) dir(ctx context.Context, fn func(dirfd int) error) syscall.Errno 
 	return n.srv.as(ctx, func() error { return n.dirAs(fn) })
 }
 
-// newChild makes the node for the entry st (a child of n) and fills out.
-func (n *node) newChild(ctx context.Context, st *syscall.Stat_t, id fileID, out *fuse.EntryOut) *gofs.Inode {
-	attr := n.srv.stableAttr(st, id)
-	ch := n.NewInode(ctx, &node{srv: n.srv, id: id}, attr)
+// newChild makes the node for the entry st (a child of n) and fills out;
+// fid is what change events name the file by ("" when the kernel may not
+// cache it for long).
+func (n *node) newChild(ctx context.Context, st *syscall.Stat_t, id fileID, fid watch.FID, out *fuse.EntryOut) *gofs.Inode {
+	ch := n.NewInode(ctx, &node{srv: n.srv, id: id, fid: fid}, n.srv.stableAttr(st, id))
 	out.Attr.FromStat(st)
-	if n.srv.meta.cached(id) {
-		n.srv.meta.add(attr.Ino, ch)
-		n.srv.meta.entryTimeouts(id, out)
-	}
+	n.srv.meta.cacheEntry(fid, ch, out)
 	return ch
+}
+
+// statEntry is statx of name in dirfd (not following a symbolic link),
+// with what change events name the file by when the kernel may cache it
+// for long.
+func (n *node) statEntry(dirfd int, name string) (*syscall.Stat_t, fileID, watch.FID, error) {
+	if !n.srv.meta.on {
+		st, id, err := statx(dirfd, name, unix.AT_SYMLINK_NOFOLLOW)
+		return st, id, "", err
+	}
+	fd, err := unix.Openat(dirfd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fileID{}, "", err
+	}
+	defer unix.Close(fd)
+	st, id, err := fstatx(fd)
+	if err != nil {
+		return nil, fileID{}, "", err
+	}
+	return st, id, n.srv.meta.fid(fd, id), nil
 }
 
 // stableAttr is go-fuse's identity of a backing inode: its number, mixed
@@ -168,14 +188,15 @@ var _ = (gofs.NodeLookuper)((*node)(nil))
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	var st *syscall.Stat_t
 	var id fileID
+	var fid watch.FID
 	errno := n.dir(ctx, func(dirfd int) (err error) {
-		st, id, err = statx(dirfd, name, unix.AT_SYMLINK_NOFOLLOW)
+		st, id, fid, err = n.statEntry(dirfd, name)
 		return err
 	})
 	if errno != 0 {
 		return nil, errno
 	}
-	return n.newChild(ctx, st, id, out), 0
+	return n.newChild(ctx, st, id, fid, out), 0
 }
 
 var _ = (gofs.NodeGetattrer)((*node)(nil))

@@ -175,7 +175,7 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 		return nil, nil, 0, errno
 	}
 	rel := n.relName(name)
-	ch := n.newChild(ctx, st, id, out)
+	ch := n.newChild(ctx, st, id, n.srv.meta.fid(int(f.Fd()), id), out)
 	h, fl, errno := ch.Operations().(*node).opened(f, st, chg, rel, 0, flags, true)
 	return ch, h, fl, errno
 }
@@ -346,7 +346,7 @@ func (n *node) Tmpfile(ctx context.Context, flags, mode uint32, out *fuse.EntryO
 		chg.release()
 		return nil, nil, 0, errno
 	}
-	ch := n.newChild(ctx, st, id, out)
+	ch := n.newChild(ctx, st, id, n.srv.meta.fid(int(f.Fd()), id), out)
 	h, fl, errno := ch.Operations().(*node).opened(f, st, chg, "", 0, flags, true)
 	return ch, h, fl, errno
 }

@@ -93,7 +93,7 @@ var _ = (gofs.NodeOnForgetter)((*node)(nil))
 
 // OnForget lets the kept file go: the kernel will not name the node again.
 func (n *node) OnForget() {
-	n.srv.meta.forget(n.StableAttr().Ino, &n.Inode)
+	n.srv.meta.forget(&n.Inode)
 	n.mu.Lock()
 	f := n.kept
 	n.kept = nil

@@ -18,6 +18,9 @@ func (w *Watcher) Drain() {
 	}
 	w.drainMu.Lock()
 	defer w.drainMu.Unlock()
+	if w.mounts != nil && !w.stopped {
+		w.drainMounts()
+	}
 	for !w.stopped {
 		n, err := unix.Read(w.fd, w.buf)
 		switch {
@@ -33,6 +36,25 @@ func (w *Watcher) Drain() {
 			return
 		}
 		w.parse(w.buf[:n])
+	}
+}
+
+// drainMounts tells subscribers of the mount points whose mounts changed.
+// drainMu must be held.
+func (w *Watcher) drainMounts() {
+	points, err := w.mounts.changed()
+	if err != nil {
+		w.log.Error("mount table: trusting nothing seen before", zap.Error(err))
+		w.lost()
+		return
+	}
+	subs := w.subscribers()
+	for _, p := range points {
+		for _, s := range subs {
+			if s.Mounts != nil {
+				s.Mounts(p)
+			}
+		}
 	}
 }
 
@@ -118,6 +140,9 @@ func (w *Watcher) read() {
 	defer w.wg.Done()
 	for {
 		fds := []unix.PollFd{{Fd: int32(w.fd), Events: unix.POLLIN}, {Fd: int32(w.wake), Events: unix.POLLIN}}
+		if w.mounts != nil {
+			fds = append(fds, unix.PollFd{Fd: int32(w.mounts.wake), Events: unix.POLLPRI})
+		}
 		_, err := unix.Poll(fds, -1)
 		if errors.Is(err, unix.EINTR) {
 			continue
@@ -125,7 +150,7 @@ func (w *Watcher) read() {
 		if err != nil || fds[1].Revents != 0 {
 			return
 		}
-		if fds[0].Revents&unix.POLLIN != 0 {
+		if fds[0].Revents&unix.POLLIN != 0 || len(fds) > 2 && fds[2].Revents != 0 {
 			w.Drain()
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
 
 	"golang.org/x/sys/unix"
 )
@@ -29,12 +28,12 @@ var otherFS = map[int64]string{
 // localFS without it.
 const atHandleFID = 0x200
 
-// fileFID is f's FID as a fanotify FID record spells it: fsid, then a
-// struct file_handle (length, type, bytes).
-func fileFID(f *os.File, fsid [8]byte) (FID, error) {
-	h, _, err := unix.NameToHandleAt(int(f.Fd()), "", unix.AT_EMPTY_PATH|atHandleFID)
+// FileFID is the FID fanotify reports for the file fd refers to (an
+// O_PATH descriptor will do) on the filesystem whose id is fsid (FSID).
+func FileFID(fd int, fsid [8]byte) (FID, error) {
+	h, _, err := unix.NameToHandleAt(fd, "", unix.AT_EMPTY_PATH|atHandleFID)
 	if errors.Is(err, unix.EINVAL) {
-		h, _, err = unix.NameToHandleAt(int(f.Fd()), "", unix.AT_EMPTY_PATH)
+		h, _, err = unix.NameToHandleAt(fd, "", unix.AT_EMPTY_PATH)
 	}
 	if err != nil {
 		return "", fmt.Errorf("name_to_handle_at: %v", err)
@@ -44,4 +43,19 @@ func fileFID(f *os.File, fsid [8]byte) (FID, error) {
 	binary.NativeEndian.PutUint32(b[8:], uint32(h.Size()))
 	binary.NativeEndian.PutUint32(b[12:], uint32(h.Type()))
 	return FID(append(b, h.Bytes()...)), nil
+}
+
+// FSID is the id fanotify reports for the filesystem fd's file lives on.
+func FSID(fd int) ([8]byte, error) {
+	var sfs unix.Statfs_t
+	if err := unix.Fstatfs(fd, &sfs); err != nil {
+		return [8]byte{}, fmt.Errorf("fstatfs: %v", err)
+	}
+	return fsidOf(&sfs), nil
+}
+
+func fsidOf(sfs *unix.Statfs_t) (id [8]byte) {
+	binary.NativeEndian.PutUint32(id[0:], uint32(sfs.Fsid.Val[0]))
+	binary.NativeEndian.PutUint32(id[4:], uint32(sfs.Fsid.Val[1]))
+	return id
 }

@@ -50,6 +50,10 @@ type Subscriber struct {
 	Modified func(FID)    // a file's bytes changed (FAN_MODIFY, FAN_CLOSE_WRITE)
 	Entries  func(Change) // anything else: entries and attributes
 	Lost     func()       // events were lost (queue overflow): trust nothing
+	// Mounts: a filesystem was mounted on mountpoint or unmounted from
+	// it (a path as this process sees it), in this process's mount
+	// namespace.
+	Mounts func(mountpoint string)
 }
 
 // Events a mark asks for. Entry events are reported only when the group
@@ -69,10 +73,12 @@ const (
 type Watcher struct {
 	log *zap.Logger
 
-	fd      int    // the fanotify group; -1 when there is none
-	why     string // why there is none
-	entries bool   // the group reports entry events (FAN_REPORT_DFID_NAME)
-	wake    int    // eventfd that stops the reader; -1 with no group
+	fd      int         // the fanotify group; -1 when there is none
+	why     string      // why there is none
+	entries bool        // the group reports entry events (FAN_REPORT_DFID_NAME)
+	wake    int         // eventfd that stops the reader; -1 with no group
+	mounts  *mountTable // nil when mount changes are not followed
+	noMount string      // why they are not
 
 	// Lock order: drainMu, then subMu or mu.
 	drainMu sync.Mutex // serializes reads of fd and their handling
@@ -122,6 +128,10 @@ func New(mode string, log *zap.Logger) *Watcher {
 		return w
 	}
 	w.fd, w.wake = fd, wake
+	if w.mounts, err = openMounts(); err != nil {
+		w.noMount = err.Error()
+		log.Warn("mounts and unmounts in SOURCE are not followed", zap.Error(err))
+	}
 	w.wg.Add(1)
 	go w.read()
 	return w
@@ -149,7 +159,7 @@ func (w *Watcher) Probe(f *os.File, dev uint64) (id FID, events bool, why string
 	if !fs.events {
 		return "", false, fs.why
 	}
-	id, err := fileFID(f, fs.fsid)
+	id, err := FileFID(int(f.Fd()), fs.fsid)
 	if err != nil {
 		return "", false, err.Error()
 	}
@@ -163,6 +173,9 @@ func (w *Watcher) ProbeEntries(f *os.File, dev uint64) (events bool, why string)
 	_, events, why = w.Probe(f, dev)
 	if events && !w.entries {
 		return false, "fanotify cannot name directory entries (FAN_REPORT_DFID_NAME needs Linux 5.9)"
+	}
+	if events && w.mounts == nil {
+		return false, "mounts are not followed: " + w.noMount
 	}
 	return events, why
 }
@@ -191,10 +204,7 @@ func (w *Watcher) mark(f *os.File) *fsWatch {
 	if err != nil {
 		return &fsWatch{why: fmt.Sprintf("fanotify_mark: %v", err)}
 	}
-	fs := &fsWatch{events: true}
-	binary.NativeEndian.PutUint32(fs.fsid[0:], uint32(sfs.Fsid.Val[0]))
-	binary.NativeEndian.PutUint32(fs.fsid[4:], uint32(sfs.Fsid.Val[1]))
-	return fs
+	return &fsWatch{events: true, fsid: fsidOf(&sfs)}
 }
 
 // Mode describes change detection on dev for stats: "fanotify" or
@@ -226,6 +236,9 @@ func (w *Watcher) Close() {
 	w.drainMu.Lock()
 	w.stopped = true
 	unix.Close(w.fd)
+	if w.mounts != nil {
+		w.mounts.close()
+	}
 	unix.Close(w.wake)
 	w.drainMu.Unlock()
 }

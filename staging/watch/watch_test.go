@@ -3,6 +3,7 @@ package watch
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 
@@ -114,5 +115,51 @@ func TestTimestampsModeReportsNothing(t *testing.T) {
 	}
 	if m := w.Mode(1); m != "timestamps: staging.watch is timestamps" {
 		t.Errorf("Mode = %q", m)
+	}
+}
+
+// TestMountsReported: a filesystem mounted on a directory, and unmounted
+// from it, is reported to the mounts subscriber by the next Drain.
+func TestMountsReported(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("SKIPPED: mounting needs root (run make test as root)")
+	}
+	w := New(Auto, nil)
+	defer w.Close()
+	if w.mounts == nil {
+		t.Fatalf("mount table not followed: %s", w.noMount)
+	}
+	var mu sync.Mutex
+	var got []string
+	w.Subscribe(Subscriber{Mounts: func(p string) { mu.Lock(); got = append(got, p); mu.Unlock() }})
+	dir := filepath.Join(t.TempDir(), "a dir")
+	os.Mkdir(dir, 0o755)
+	heard := func(what string) {
+		t.Helper()
+		w.Drain()
+		mu.Lock()
+		defer mu.Unlock()
+		if !slices.Contains(got, dir) {
+			t.Errorf("%s %q: heard %q", what, dir, got)
+		}
+		got = nil
+	}
+	if err := unix.Mount("gdsfs-test", dir, "tmpfs", 0, ""); err != nil {
+		t.Fatal(err)
+	}
+	heard("mount on")
+	if err := unix.Unmount(dir, 0); err != nil {
+		t.Fatal(err)
+	}
+	heard("unmount from")
+}
+
+func TestUnescape(t *testing.T) {
+	for in, want := range map[string]string{
+		"/plain": "/plain", `/a\040b`: "/a b", `/t\011\134`: "/t\t\\", `/short\04`: `/short\04`,
+	} {
+		if got := unescape(in); got != want {
+			t.Errorf("unescape(%q) = %q, want %q", in, got, want)
+		}
 	}
 }

@@ -66,6 +66,19 @@ func TestBenchWorkDirOfAnotherUser(t *testing.T) {
 			t.Errorf("root's %s was rewritten through uid %d's link (%d bytes now, %v)\n%s", victim, nobody, len(b), err, out)
 		}
 	})
+	t.Run("lease does not write its daemon's log through a planted link", func(t *testing.T) {
+		dir := benchWorkDir(t)
+		victim := filepath.Join(t.TempDir(), "root-only")
+		if err := os.WriteFile(victim, []byte("root's file\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		plant(t, dir, filepath.Join(dir, "lease.log"), "", victim)
+		out, _ := exec.Command(bins.gdsfs, "bench", "lease", "--dir", dir, "--sizes", "1MiB", "--runs", "1", "--first", "1",
+			"--python", "../python", "--set", "staging.device=host").CombinedOutput()
+		if b, err := os.ReadFile(victim); err != nil || string(b) != "root's file\n" {
+			t.Errorf("root's %s was rewritten through uid %d's link (%d bytes now, %v)\n%s", victim, nobody, len(b), err, out)
+		}
+	})
 	t.Run("autoload does not import a planted module", func(t *testing.T) {
 		dir := benchWorkDir(t)
 		marker := filepath.Join(t.TempDir(), "ran")

@@ -44,6 +44,41 @@ func TestBenchScriptsOutputDirOfAnotherUser(t *testing.T) {
 	}
 }
 
+// TestBenchGPUKvikbenchOfAnotherUser: scripts/bench-gpu.sh, run as root,
+// hands the stage step no KvikIO reader but one it built: where its build
+// fails, a /tmp/kvikbench another user left is not run as root. In a
+// mount namespace with fresh /tmp and /var/tmp; the gdsfs binary is a
+// stand-in that records its arguments, nvidia-smi one that names a GPU.
+func TestBenchGPUKvikbenchOfAnotherUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("SKIPPED: needs root (a mount namespace, files of uid 65534)")
+	}
+	need(t, "unshare")
+	script := strings.Join([]string{
+		"set -e",
+		"mount -t tmpfs tmpfs /tmp && mount -t tmpfs tmpfs /var/tmp",
+		"mkdir -p /tmp/repo/scripts /tmp/repo/.bin /tmp/fake /tmp/kv",
+		"cp ../scripts/bench-gpu.sh ../scripts/step-verdict.py /tmp/repo/scripts/",
+		`printf '#!/bin/sh\necho "$*" >> /tmp/gdsfs-args\n' > /tmp/repo/.bin/gdsfs`,
+		`printf '#!/bin/sh\necho "GPU 0: stand-in"\n' > /tmp/fake/nvidia-smi`,
+		`printf 'echo no CUDA 13.0 here; exit 1\n' > /tmp/kv/build.sh`,
+		`printf '#!/bin/sh\nid -u > /tmp/kvikbench-ran\n' > /tmp/kvikbench`,
+		"chmod 755 /tmp/repo/.bin/gdsfs /tmp/fake/nvidia-smi /tmp/kvikbench",
+		"chown 65534:65534 /tmp/kvikbench",
+		"set +e",
+		"PATH=/tmp/fake:$PATH KVIKIO_SRC=/tmp/kv GDSFS_BENCH_STEPS=stage sh /tmp/repo/scripts/bench-gpu.sh >/dev/null 2>&1",
+		"grep -h -- --kvikio /tmp/gdsfs-args",
+		"true",
+	}, "\n")
+	out, err := exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c", script).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if strings.Contains(string(out), "--kvikio /tmp/kvikbench") {
+		t.Errorf("bench-gpu.sh, its kvikbench build failed, ran the stage step with uid %d's /tmp/kvikbench as root's KvikIO reader: %s", nobody, firstLine(out))
+	}
+}
+
 func firstLine(b []byte) string {
 	s, _, _ := strings.Cut(string(b), "\n")
 	return s

@@ -93,3 +93,15 @@ func TestCacheJSON(t *testing.T) {
 		t.Errorf("uid %d's cache.json: %+v, want the two replicas of pub/a b.bin", nobody, got)
 	}
 }
+
+// TestWarmupGPUsNameNotUTF8: warmup --gpus checks the replicas of a file
+// whose name is not UTF-8 (any byte but / and NUL names a file) as it
+// checks any other: cache.json names it so that warmup finds it.
+func TestWarmupGPUsNameNotUTF8(t *testing.T) {
+	needMount(t)
+	src := t.TempDir()
+	randomFile(t, filepath.Join(src, "data", "shard-\xff.bin"), 5000, 1)
+	randomFile(t, filepath.Join(src, "data", "shard-a.bin"), 5000, 2)
+	m := startMount(t, src, "staging.prefetch=manual", "staging.device=host", "staging.host_devices=2", "staging.capacity=64MiB")
+	sh(t, fmt.Sprintf("%s warmup --wait --gpus all %q", bins.gdsfs, m.path("data")))
+}

@@ -32,6 +32,13 @@ def _write(path, data):
         f.write(data)
 
 
+def ctypes_array(addr, n):
+    """n writable bytes at addr."""
+    import ctypes
+
+    return (ctypes.c_char * n).from_address(addr)
+
+
 def write_safetensors(path, tensors):
     """A safetensors file of {name: CPU tensor} (header padded to 8 bytes,
     as the library writes it)."""
@@ -402,6 +409,49 @@ class TestFallbacks(MovesCase):
         t = torch.from_numpy(np.load(p, mmap_mode="r+"))
         self.assertSame(t.to(torch.float16), _plain(lambda: t.to(torch.float16)))
         self.assertEqual(self.A.fallbacks(), {"mapping-shared-writable": 1})
+
+    def remap_fixed(self, t, path, offset, private):
+        """Maps path's bytes from offset over t's whole mapping, at the same
+        address and length (mmap MAP_FIXED): /proc/self/map_files still
+        names path for that range."""
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long)
+        e = self.maps.find(t.data_ptr())
+        self.assertIsNotNone(e, "the mapping is not indexed")
+        prot, flags = (3, 0x02) if private else (1, 0x01)  # PROT_READ|PROT_WRITE, MAP_PRIVATE; PROT_READ, MAP_SHARED
+        fd = os.open(path, os.O_RDWR if private else os.O_RDONLY)
+        try:
+            got = libc.mmap(e.start, e.end - e.start, prot, flags | 0x10, fd, offset)  # MAP_FIXED
+        finally:
+            os.close(fd)
+        self.assertEqual(got, e.start, "mmap MAP_FIXED: errno %d" % ctypes.get_errno())
+
+    def test_mapping_replaced_by_another_part_of_the_file_is_not_served_stale(self):
+        import numpy as np
+
+        torch = self.torch
+        half = 4 * os.sysconf("SC_PAGE_SIZE")
+        p = self.put("fixed.bin", lambda d: _write(d, S.raw(torch.arange(2 * half // 4, dtype=torch.float32))))
+        t = torch.from_numpy(np.memmap(p, dtype=np.float32, mode="r", shape=(half // 4,)))
+        self.assertSame(t.to(torch.float64), _plain(lambda: t.to(torch.float64)))
+        self.remap_fixed(t, p, half, private=False)  # the file's second half, where its first was
+        self.assertSame(t.to(torch.float64), _plain(lambda: t.to(torch.float64)))
+
+    def test_mapping_replaced_by_a_written_private_one_is_not_served_stale(self):
+        import numpy as np
+
+        torch = self.torch
+        n = os.sysconf("SC_PAGE_SIZE")  # float32 elements: 4 pages
+        p = self.put("fixedp.bin", lambda d: _write(d, S.raw(torch.arange(n, dtype=torch.float32))))
+        t = torch.from_numpy(np.memmap(p, dtype=np.float32, mode="r", shape=(n,)))
+        self.assertSame(t.to(torch.float64), _plain(lambda: t.to(torch.float64)))
+        self.remap_fixed(t, p, 0, private=True)  # the same bytes, now private and writable
+        torch.from_numpy(np.frombuffer((ctypes_array(t.data_ptr(), 4 * n)), dtype=np.float32))[3] = -1.0
+        self.assertEqual(_plain(lambda: t.to(torch.float64))[3].item(), -1.0)
+        self.assertSame(t.to(torch.float64), _plain(lambda: t.to(torch.float64)))
 
     def assert_original_move(self, t, move):
         """move(t) ran the original call: without CUDA it raised as the

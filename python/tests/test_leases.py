@@ -69,6 +69,23 @@ class FastPathTests(unittest.TestCase):
                 self.assertFalse(l.reused)
                 self.assertEqual((l.size, l.read()), (len(want), want), "round %d: old bytes after a change" % i)
 
+    def test_name_not_utf8_is_leased_as_itself(self):
+        """A file whose name is not UTF-8 is leased as itself or not at
+        all, never as the file whose name has U+FFFD for its bad bytes
+        (which another user may make beside it)."""
+        own, twin = blob(CHUNK + 7, 40), blob(CHUNK + 7, 41)
+        src = os.fsencode(self.m.src)
+        for name, data in ((b"m-\xff.bin", own), (b"m-\xef\xbf\xbd.bin", twin)):
+            with open(os.path.join(src, name), "wb") as f:
+                f.write(data)
+        p = os.path.join(self.m.mnt, os.fsdecode(b"m-\xff.bin"))
+        try:
+            lease = gdsfs.open(p)
+        except OSError:
+            return  # refused: allowed
+        with lease:
+            self.assertEqual(lease.read(), own, "leased the bytes of m-\ufffd.bin")
+
     def test_open_many(self):
         datas = [blob(1000 + 7000 * i, 40 + i) for i in range(12)]
         paths = [self.m.write("m%02d.bin" % i, d) for i, d in enumerate(datas)]

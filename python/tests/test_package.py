@@ -116,6 +116,31 @@ class CheckDaemonTests(unittest.TestCase):
         with self.assertRaisesRegex(gdsfs.VersionMismatchError, "protocol version 0; .* needs 1"):
             gdsfs.check_daemon("/x", socket=f.path)
 
+    def test_answers_of_another_type_are_protocol_errors(self):
+        """A version or release that is not what hello answers (a number,
+        a string) is the daemon's protocol error (EPROTO), named."""
+        import errno
+
+        for field, value in (("release", 123), ("release", ["0.2.0"]), ("version", "1")):
+            with self.subTest(field=field, value=value):
+                answer = {"ok": True, "epoch": 7, "version": 1, "release": gdsfs.__version__}
+                answer[field] = value
+                f = self.hello(lambda req, answer=answer: answer)
+                with self.assertRaises(OSError) as cm:
+                    self.check(f)
+                self.assertEqual(cm.exception.errno, errno.EPROTO, cm.exception)
+                self.assertIn(field, str(cm.exception))
+
+    def test_release_is_shown_without_control_characters(self):
+        """The daemon's release reaches the user's terminal in the warning:
+        escape sequences and line breaks in it are not passed through."""
+        f = self.hello(lambda req: {"ok": True, "epoch": 7, "version": 1, "release": "9.9\x1b]0;owned\x07\nFAKE LINE"})
+        _, warned = self.check(f)
+        self.assertEqual(len(warned), 1)
+        msg = str(warned[0].message)
+        self.assertNotIn("\x1b", msg)
+        self.assertNotIn("\n", msg)
+
     def test_real_daemon_matches(self):
         m = _support.start_mount(self)
         with warnings.catch_warnings():

@@ -22,7 +22,7 @@ class Counts:
     connections opened, and the system calls of deciding provenance."""
 
     def __init__(self):
-        self.n = dict(request=0, release=0, connect=0, readlink=0, stat=0, pagemap=0)
+        self.n = dict(request=0, release=0, connect=0, readlink=0, stat=0, getpid=0, pagemap=0)
 
     @contextlib.contextmanager
     def counting(self):
@@ -30,7 +30,7 @@ class Counts:
         from gdsfs.autoload import _maps
 
         saved = [(_proto.Conn, "request"), (_proto.Conn, "release"), (_proto.Conn, "__init__"),
-                 (os, "readlink"), (os, "stat"), (_maps, "written_pages")]
+                 (os, "readlink"), (os, "stat"), (os, "getpid"), (_maps, "written_pages")]
         old = [getattr(o, a) for o, a in saved]
         n = self.n
 
@@ -40,7 +40,7 @@ class Counts:
                 return fn(*a, **k)
             return w
 
-        for (o, a), fn, name in zip(saved, old, ("request", "release", "connect", "readlink", "stat", "pagemap")):
+        for (o, a), fn, name in zip(saved, old, ("request", "release", "connect", "readlink", "stat", "getpid", "pagemap")):
             setattr(o, a, wrap(name, fn))
         try:
             yield n
@@ -56,8 +56,9 @@ class TestFixedCosts(MovesCase):
     def test_repeated_moves_from_one_mapping(self):
         """N moves out of one mapped file: no daemon round trip and no new
         connection after the first, no /proc/self/map_files lookup while the
-        mapping's owner lives, one identity stat per move, and the pagemap
-        read only for the private mapping."""
+        mapping's owner lives, no getpid (forks are seen by a fork handler),
+        one identity stat per move, and the pagemap read only for the
+        private mapping."""
         import numpy as np
 
         torch = self.torch
@@ -81,7 +82,7 @@ class TestFixedCosts(MovesCase):
                         got = src[i].to(torch.float64)
                         self.assertSame(got, _plain(lambda: src[i].to(torch.float64)), "row %d" % i)
                 self.assertEqual((n["request"], n["release"], n["connect"]), (0, 0, 0), n)
-                self.assertEqual(n["readlink"], 0, n)
+                self.assertEqual((n["readlink"], n["getpid"]), (0, 0), n)
                 self.assertEqual(n["stat"], N, n)
                 self.assertEqual(n["pagemap"], N if private else 0, n)
         self.assertEqual(self.A.served(), {"torch.Tensor.to": 2 * N + 2}, self.A.fallbacks())

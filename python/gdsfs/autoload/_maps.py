@@ -286,23 +286,37 @@ def still_mapped(e):
         return False
 
 
-_pagemap = (None, None)  # (pid, descriptor of /proc/self/pagemap), kept open
+_pagemap = None  # descriptor of /proc/self/pagemap, kept open
 
 
 def _pagemap_fd():
     """This process's /proc/self/pagemap, opened once (again after a fork:
     the parent's descriptor reads the parent's page tables)."""
     global _pagemap
-    pid, fd = _pagemap
-    if pid != os.getpid():
+    fd = _pagemap
+    if fd is None:
         fd = os.open("/proc/self/pagemap", os.O_RDONLY | os.O_CLOEXEC)
         with _lock:
-            if _pagemap[0] == os.getpid():
+            if _pagemap is not None:
                 os.close(fd)
-                fd = _pagemap[1]
+                fd = _pagemap
             else:
-                _pagemap = (os.getpid(), fd)
+                _pagemap = fd
     return fd
+
+
+def _forget_pagemap():
+    global _pagemap, _lock
+    _lock = threading.Lock()  # another thread of the parent may have held it
+    fd, _pagemap = _pagemap, None
+    if fd is not None:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+os.register_at_fork(after_in_child=_forget_pagemap)
 
 
 def written_pages(lo, hi):

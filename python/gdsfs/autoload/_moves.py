@@ -27,7 +27,6 @@ MAX_LEASES = 64  # leases kept open, least recently used closed first
 
 _lock = threading.Lock()
 _leases = {}  # (dev, ino, ident) -> _Kept, least recently used first
-_pid = os.getpid()  # the process _leases belongs to
 _orig = {}  # name -> the Tensor method wrapped
 _gens = {}  # (dev, ino, ident) -> the generation first leased: a file staged again has changed
 
@@ -421,21 +420,23 @@ class _Kept:
         self.lease.close()
 
 
-def _forked_locked():
+def _after_fork_in_child():
     """In a forked child the parent's kept leases are not ours to use or
-    close (registry.py does the same with its mappings): start afresh."""
-    global _pid
-    if _pid != os.getpid():
-        _pid = os.getpid()
-        _leases.clear()
-        _gens.clear()
+    close (the registry closes the child's copies of their connections):
+    start afresh."""
+    global _lock
+    _lock = threading.Lock()  # another thread of the parent may have held it
+    _leases.clear()
+    _gens.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _kept(e, ident):
     """The _Kept of e's file if it is leased already, else None."""
     key = e.key + (ident,)
     with _lock:
-        _forked_locked()
         kept = _leases.pop(key, None)
         if kept is not None:
             _leases[key] = kept  # most recently used last
@@ -469,7 +470,6 @@ def _lease(e, ident):
         raise Fallback("file-changed", _serve.socket_of(lease))
     old = []
     with _lock:
-        _forked_locked()
         kept = _leases.get(key)
         if kept is not None:  # another thread leased it meanwhile: keep one
             old.append(_Kept(lease))
@@ -484,7 +484,6 @@ def _lease(e, ident):
 def _drop(key, keep=None, path=None):
     """Close the kept leases of file key (dev, ino), or of path, but keep's."""
     with _lock:
-        _forked_locked()
         ks = [k for k in _leases if k != keep and (k[:2] == key or _leases[k].lease.path == path)]
         gone = [_leases.pop(k) for k in ks]
         for k in [k for k in _gens if k[:2] == key and k != keep] + ks:
@@ -496,7 +495,6 @@ def release():
     """Close every kept lease, once the copies queued from them are done
     (disable(), the process's exit)."""
     with _lock:
-        _forked_locked()
         gone = list(_leases.values())
         _leases.clear()
         _gens.clear()

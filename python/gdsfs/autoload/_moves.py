@@ -19,6 +19,7 @@ import os
 import threading
 import time
 
+from .._registry import registry
 from . import _maps, _report, _serve
 from ._serve import Fallback
 
@@ -459,6 +460,7 @@ def _lease(e, ident):
         if f.reason not in ("refused:ENOSPC", "refused:EDQUOT") or not leases_kept():
             raise
         release()
+        registry.flush()  # the mappings gdsfs.open keeps hold their bytes too
         lease = _serve.acquire(e.path)
     if len(_gens) > 4096:  # files leased once, long ago
         with _lock:

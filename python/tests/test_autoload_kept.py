@@ -169,6 +169,28 @@ class TestFixedCosts(MovesCase):
         self.assertEqual(self.moves.leases_kept(), 1)
 
 
+class TestKeptUnderPressure(MovesCase):
+    sets = ("ipc.cache_headroom=100%",)  # every grant says the daemon is short of room
+
+    def test_a_daemon_short_of_room_keeps_one(self):
+        """A grant saying the daemon is short of room ("cache": false) ends
+        the other kept leases: one file is kept at a time."""
+        import numpy as np
+
+        torch = self.torch
+        self.moves.release()
+        ts = []
+        for i in range(3):
+            p = self.put("p%d.npy" % i, lambda d, i=i: np.save(d, np.arange(256, dtype=np.float32) + i))
+            ts.append(torch.from_numpy(np.load(p, mmap_mode="r")))
+        for t in ts:
+            self.assertSame(t.to(torch.float64), _plain(lambda: t.to(torch.float64)))
+        self.assertEqual(self.A.served(), {"torch.Tensor.to": 3}, self.A.fallbacks())
+        self.assertEqual(self.moves.leases_kept(), 1)
+        self.assertEqual(self.mount.wait_leases(1), 1)
+        self.moves.release()
+
+
 class TestKeptAtExit(unittest.TestCase):
     def test_kept_leases_end_before_the_interpreter_does(self):
         """At exit the kept leases are closed by the autoloader itself

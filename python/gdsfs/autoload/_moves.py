@@ -448,7 +448,9 @@ def _lease(e, ident):
     """The _Kept of e's file, leased on first use. Where the daemon refuses
     it for room (the capacity, or the uid's bound on held bytes) while this
     process keeps other leases, those are closed and it is asked once more:
-    the kept leases never stand in the way of a file being moved now."""
+    the kept leases never stand in the way of a file being moved now. A
+    grant that says the daemon is short of room ("cache": false) closes the
+    other kept leases too."""
     kept = _kept(e, ident)
     if kept is not None:
         return kept
@@ -472,6 +474,8 @@ def _lease(e, ident):
         raise Fallback("file-changed", _serve.socket_of(lease))
     old = []
     with _lock:
+        if not lease._m.cache:  # the daemon is short of room: keep no other file
+            old += [_leases.pop(k) for k in list(_leases) if k != key]
         kept = _leases.get(key)
         if kept is not None:  # another thread leased it meanwhile: keep one
             old.append(_Kept(lease))

@@ -301,15 +301,16 @@ class TestTargets(unittest.TestCase):
 
 
 class TestLeases(MovesCase):
-    def test_lease_kept_while_the_file_is_mapped(self):
-        """One lease serves every move out of a mapped file; it ends once
-        the file is no longer mapped (seen at the next rebuild of the
-        index)."""
+    def test_lease_kept_across_mappings(self):
+        """One lease serves every move out of a file, and is kept once the
+        file is no longer mapped: the next mapping of it is served from the
+        same lease. release() ends the kept leases."""
         import gc
 
         import numpy as np
 
         torch = self.torch
+        self.moves.release()
         m = start_mount(self, device="host")
         for name in ("k1.npy", "k2.npy"):
             np.save(os.path.join(m.src, name), np.arange(64, dtype=np.float32))
@@ -317,12 +318,16 @@ class TestLeases(MovesCase):
         t.to(torch.float64)
         t[1:].to(torch.float16)
         self.assertEqual(m.wait_leases(1), 1)
+        ids = [k.lease.id for k in self.moves._leases.values()]
         del t
         gc.collect()
         u = torch.from_numpy(np.load(m.path("k2.npy"), mmap_mode="r"))
         self.assertSame(u.to(torch.float64), _plain(lambda: u.to(torch.float64)))
-        self.assertEqual(self.A.served(), {"torch.Tensor.to": 3})
-        self.assertEqual(m.wait_leases(1), 1, "k1's lease outlived its mapping")
+        self.assertEqual(m.wait_leases(2), 2)
+        t = torch.from_numpy(np.load(m.path("k1.npy"), mmap_mode="r"))
+        self.assertSame(t.to(torch.float64), _plain(lambda: t.to(torch.float64)))
+        self.assertEqual(self.A.served(), {"torch.Tensor.to": 4})
+        self.assertEqual([k.lease.id for k in self.moves._leases.values()][-1:], ids)
         self.moves.release()
         self.assertEqual(m.wait_leases(0), 0)
 

@@ -10,13 +10,15 @@ entries whose mappings are gone). The whole index is rebuilt from
 /proc/self/maps when that cannot be done, and, for mappings nobody hooked,
 on a miss of a large tensor at most once per DISCOVER_INTERVAL seconds. An
 entry found is a candidate only: the caller checks that the mapping is
-still there, maps the same file, and that the bytes at those addresses are
-still the file's."""
+still there (alive(): no system call while the object that owns a hooked
+mapping lives, else /proc/self/map_files), maps the same file, and that the
+bytes at those addresses are still the file's."""
 
 import bisect
 import os
 import threading
 import time
+import weakref
 
 from .._mount import FSTYPE, read_mountinfo
 
@@ -40,18 +42,20 @@ discover_at = 0.0  # _last + DISCOVER_INTERVAL: a large miss after this may rebu
 # (st_dev, st_ino) -> (size, mtime_ns, ctime_ns) of the file when a hooked
 # call mapped it, or when a rebuild first saw it mapped.
 _idents = {}
-after_refresh = None  # fn(keys mapped now), called after each change of the index
 
 
 class Mapping:
     """One VMA of a file under a gdsfs mount."""
 
-    __slots__ = ("start", "end", "offset", "dev", "ino", "path", "shared", "writable")
+    __slots__ = ("start", "end", "offset", "dev", "ino", "path", "shared", "writable", "owner")
 
-    def __init__(self, start, end, offset, dev, ino, path, shared, writable):
+    def __init__(self, start, end, offset, dev, ino, path, shared, writable, owner=None):
         self.start, self.end, self.offset = start, end, offset
         self.dev, self.ino, self.path = dev, ino, path
         self.shared, self.writable = shared, writable
+        # a weak reference to the object whose life the mapping lasts (an
+        # mmap.mmap, a storage), for hooked mappings: None when unknown
+        self.owner = owner
 
     @property
     def key(self):
@@ -119,10 +123,11 @@ def note(path=None):
     return st
 
 
-def mapped(st, start, length, offset, shared, writable):
+def mapped(st, start, length, offset, shared, writable, owner=None):
     """The hooked call that note() returned st for mapped length bytes of
     the file from offset at address start: index it now (confirmed by
-    /proc/self/map_files), or leave it to the next rebuild."""
+    /proc/self/map_files), or leave it to the next rebuild. owner: the
+    object that unmaps it when it is collected (or closed), if any."""
     global dirty
     if st is None:
         return
@@ -139,17 +144,20 @@ def mapped(st, start, length, offset, shared, writable):
     if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
         dirty = True
         return
-    e = Mapping(start, end, offset, st.st_dev, st.st_ino, path, shared, writable)
+    ref = None
+    if owner is not None:
+        try:
+            ref = weakref.ref(owner)
+        except TypeError:
+            pass
+    e = Mapping(start, end, offset, st.st_dev, st.st_ino, path, shared, writable, ref)
     with _lock:
         # entries overlapping the new mapping are gone (it replaced them),
         # and so are those whose mapping is no longer there
-        entries = [x for x in index[1] if (x.end <= start or x.start >= end) and still_mapped(x)]
+        entries = [x for x in index[1] if (x.end <= start or x.start >= end) and alive(x)]
         entries.append(e)
         entries.sort(key=lambda x: x.start)
         _set_index(entries)
-        keys = {x.key for x in entries}
-    if after_refresh is not None:
-        after_refresh(keys)
 
 
 _devs = {}  # st_dev -> whether it is a gdsfs mount's, read from mountinfo once per device
@@ -237,7 +245,9 @@ def refresh():
             with open("/proc/self/maps", "rb") as f:
                 found = sorted(parse_maps(f.read(), devs), key=lambda e: e.start)
         keys = {e.key for e in found}
+        owners = {(x.start, x.end, x.key): x.owner for x in index[1] if x.owner is not None}
         for e in found:
+            e.owner = owners.get((e.start, e.end, e.key))
             if e.key not in _idents:
                 try:
                     st = os.stat(e.path)
@@ -251,9 +261,20 @@ def refresh():
             for k in [k for k in _idents if k not in keys]:
                 del _idents[k]
         _set_index(found)
-    if after_refresh is not None:
-        after_refresh(keys)
     return keys
+
+
+def alive(e):
+    """Whether e's VMA is still there: without a system call while the
+    object owning a hooked mapping lives and is not closed, else as
+    still_mapped."""
+    ref = e.owner
+    if ref is not None:
+        o = ref()
+        if o is not None and not getattr(o, "closed", False):
+            return True
+        e.owner = None  # gone: the address range may hold another mapping now
+    return still_mapped(e)
 
 
 def still_mapped(e):
@@ -265,23 +286,37 @@ def still_mapped(e):
         return False
 
 
-_pagemap = (None, None)  # (pid, descriptor of /proc/self/pagemap), kept open
+_pagemap = None  # descriptor of /proc/self/pagemap, kept open
 
 
 def _pagemap_fd():
     """This process's /proc/self/pagemap, opened once (again after a fork:
     the parent's descriptor reads the parent's page tables)."""
     global _pagemap
-    pid, fd = _pagemap
-    if pid != os.getpid():
+    fd = _pagemap
+    if fd is None:
         fd = os.open("/proc/self/pagemap", os.O_RDONLY | os.O_CLOEXEC)
         with _lock:
-            if _pagemap[0] == os.getpid():
+            if _pagemap is not None:
                 os.close(fd)
-                fd = _pagemap[1]
+                fd = _pagemap
             else:
-                _pagemap = (os.getpid(), fd)
+                _pagemap = fd
     return fd
+
+
+def _forget_pagemap():
+    global _pagemap, _lock
+    _lock = threading.Lock()  # another thread of the parent may have held it
+    fd, _pagemap = _pagemap, None
+    if fd is not None:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+os.register_at_fork(after_in_child=_forget_pagemap)
 
 
 def written_pages(lo, hi):

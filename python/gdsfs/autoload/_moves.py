@@ -14,19 +14,20 @@ host), the original call runs, counted by reason.
 Moves into CPU memory are served only where TARGETS names "cpu" (the host
 backend's tests: a host lease stands in for the GPU there)."""
 
+import atexit
 import os
 import threading
 import time
 
+from .._registry import registry
 from . import _maps, _report, _serve
 from ._serve import Fallback
 
 TARGETS = ("cuda",)
-MAX_LEASES = 64  # leases kept open for files still mapped
+MAX_LEASES = 64  # leases kept open, least recently used closed first
 
 _lock = threading.Lock()
 _leases = {}  # (dev, ino, ident) -> _Kept, least recently used first
-_pid = os.getpid()  # the process _leases belongs to
 _orig = {}  # name -> the Tensor method wrapped
 _gens = {}  # (dev, ino, ident) -> the generation first leased: a file staged again has changed
 
@@ -42,7 +43,6 @@ def install(torch):
         return
     orig_to, orig_cuda, orig_copy = T.to, T.cuda, T.copy_
     _orig.update(to=orig_to, cuda=orig_cuda, copy_=orig_copy)
-    _maps.after_refresh = release
 
     # The fast path, for every call: the data pointer against the index's
     # span, and whether a miss may look further (a hooked mapping not
@@ -109,14 +109,16 @@ def _tensor_mapped(t, args, kwargs):
 
 
 def _storage_mapped(s, args, kwargs):
-    """UntypedStorage.from_file's (ByteStorage's on torch 1.x) storage."""
+    """UntypedStorage.from_file's (ByteStorage's on torch 1.x) storage,
+    which owns its mapping (it has no way to let it go while it lives)."""
     n = s.nbytes() if hasattr(s, "nbytes") else s.size() * s.element_size()
-    return s.data_ptr(), n, 0, _shared_arg(args, kwargs), True
+    return s.data_ptr(), n, 0, _shared_arg(args, kwargs), True, s
 
 
 def _memmap_mapped(arr, args, kwargs):
     """np.memmap's array: numpy maps from the offset rounded down to the
-    allocation granularity, shared for modes r, r+, w+, private for c."""
+    allocation granularity, shared for modes r, r+, w+, private for c; its
+    mmap.mmap owns the mapping (until closed)."""
     import mmap
 
     import numpy
@@ -127,7 +129,7 @@ def _memmap_mapped(arr, args, kwargs):
     start = numpy.frombuffer(mm, dtype=numpy.uint8).ctypes.data
     off = int(getattr(arr, "offset", 0) or 0)
     mode = getattr(arr, "mode", "r")
-    return start, len(mm), off - off % mmap.ALLOCATIONGRANULARITY, mode != "c", mode != "r"
+    return start, len(mm), off - off % mmap.ALLOCATIONGRANULARITY, mode != "c", mode != "r", mm
 
 
 def install_numpy(numpy):
@@ -337,7 +339,7 @@ def _source(torch, src, e, lease_ok):
         span = (sum((n - 1) * s for n, s in zip(src.shape, src.stride())) + 1) * item
     lo = src.data_ptr()
     hi = lo + span
-    if not _maps.still_mapped(e):
+    if not _maps.alive(e):
         _maps.refresh()
         e = _maps.find(lo)
         if e is None or not _maps.still_mapped(e):
@@ -391,8 +393,10 @@ def _identity(e):
 
 
 class _Kept:
-    """A lease kept open while its file is mapped, and a uint8 tensor over
-    the whole file in it (made once: views of it are cheap)."""
+    """A lease kept open across moves and mappings of its file (until the
+    file changes, MAX_LEASES newer ones are kept, the daemon is short of
+    room, or the process ends), and a uint8 tensor over the whole file in
+    it (made once: views of it are cheap)."""
 
     __slots__ = ("lease", "devices", "_whole")
 
@@ -417,21 +421,23 @@ class _Kept:
         self.lease.close()
 
 
-def _forked_locked():
+def _after_fork_in_child():
     """In a forked child the parent's kept leases are not ours to use or
-    close (registry.py does the same with its mappings): start afresh."""
-    global _pid
-    if _pid != os.getpid():
-        _pid = os.getpid()
-        _leases.clear()
-        _gens.clear()
+    close (the registry closes the child's copies of their connections):
+    start afresh."""
+    global _lock
+    _lock = threading.Lock()  # another thread of the parent may have held it
+    _leases.clear()
+    _gens.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _kept(e, ident):
     """The _Kept of e's file if it is leased already, else None."""
     key = e.key + (ident,)
     with _lock:
-        _forked_locked()
         kept = _leases.pop(key, None)
         if kept is not None:
             _leases[key] = kept  # most recently used last
@@ -439,19 +445,37 @@ def _kept(e, ident):
 
 
 def _lease(e, ident):
-    """The _Kept of e's file, leased on first use."""
+    """The _Kept of e's file, leased on first use. Where the daemon refuses
+    it for room (the capacity, or the uid's bound on held bytes) while this
+    process keeps other leases, those are closed and it is asked once more:
+    the kept leases never stand in the way of a file being moved now. A
+    grant that says the daemon is short of room ("cache": false) closes the
+    other kept leases too."""
     kept = _kept(e, ident)
     if kept is not None:
         return kept
     key = e.key + (ident,)
-    lease = _serve.acquire(e.path)
+    _drop(e.key, keep=key, path=e.path)  # an older version of the file: not to be served again
+    try:
+        lease = _serve.acquire(e.path)
+    except Fallback as f:
+        if f.reason not in ("refused:ENOSPC", "refused:EDQUOT") or not leases_kept():
+            raise
+        release()
+        registry.flush()  # the mappings gdsfs.open keeps hold their bytes too
+        lease = _serve.acquire(e.path)
+    if len(_gens) > 4096:  # files leased once, long ago
+        with _lock:
+            for k in [k for k in _gens if k not in _leases]:
+                del _gens[k]
     gen = _gens.setdefault(key, lease.generation)
     if lease.size != ident[0] or lease.generation != gen:
         lease.close()
         raise Fallback("file-changed", _serve.socket_of(lease))
     old = []
     with _lock:
-        _forked_locked()
+        if not lease._m.cache:  # the daemon is short of room: keep no other file
+            old += [_leases.pop(k) for k in list(_leases) if k != key]
         kept = _leases.get(key)
         if kept is not None:  # another thread leased it meanwhile: keep one
             old.append(_Kept(lease))
@@ -463,21 +487,27 @@ def _lease(e, ident):
     return kept
 
 
-def _drop(key):
+def _drop(key, keep=None, path=None):
+    """Close the kept leases of file key (dev, ino), or of path, but keep's."""
     with _lock:
-        gone = [_leases.pop(k) for k in list(_leases) if k[:2] == key]
+        ks = [k for k in _leases if k != keep and (k[:2] == key or _leases[k].lease.path == path)]
+        gone = [_leases.pop(k) for k in ks]
+        for k in [k for k in _gens if k[:2] == key and k != keep] + ks:
+            _gens.pop(k, None)
     _close(gone)
 
 
-def release(keep=None):
-    """Close the kept leases of files not in keep (all without keep), once
-    the copies queued from them are done."""
+def release():
+    """Close every kept lease, once the copies queued from them are done
+    (disable(), the process's exit)."""
     with _lock:
-        _forked_locked()
-        gone = [_leases.pop(k) for k in list(_leases) if keep is None or k[:2] not in keep]
-        for k in [k for k in _gens if keep is None or k[:2] not in keep]:
-            del _gens[k]
+        gone = list(_leases.values())
+        _leases.clear()
+        _gens.clear()
     _close(gone)
+
+
+atexit.register(release)  # before the interpreter (and CUDA) tear down
 
 
 def _close(kepts):

@@ -1,0 +1,223 @@
+"""What a served move costs beyond the copy: the daemon round trips per
+file and the system calls per tensor, counted on real host-backend mounts
+(moves into CPU memory stand in for moves to a GPU, as in
+test_autoload_moves), and the leases the autoloader keeps across moves:
+bounded, given up for room, ended at exit and not shared with a forked
+child. Needs torch: fails in CI without it."""
+
+import contextlib
+import gc
+import os
+import sys
+import unittest
+
+import _support
+from _support import Mount, start_mount
+import _autoload_support as S
+from test_autoload_moves import MovesCase, _plain, _write
+
+
+class Counts:
+    """Calls made inside the with-block: daemon requests and releases,
+    connections opened, and the system calls of deciding provenance."""
+
+    def __init__(self):
+        self.n = dict(request=0, release=0, connect=0, readlink=0, stat=0, getpid=0, pagemap=0)
+
+    @contextlib.contextmanager
+    def counting(self):
+        from gdsfs import _proto
+        from gdsfs.autoload import _maps
+
+        saved = [(_proto.Conn, "request"), (_proto.Conn, "release"), (_proto.Conn, "__init__"),
+                 (os, "readlink"), (os, "stat"), (os, "getpid"), (_maps, "written_pages")]
+        old = [getattr(o, a) for o, a in saved]
+        n = self.n
+
+        def wrap(name, fn):
+            def w(*a, **k):
+                n[name] += 1
+                return fn(*a, **k)
+            return w
+
+        for (o, a), fn, name in zip(saved, old, ("request", "release", "connect", "readlink", "stat", "getpid", "pagemap")):
+            setattr(o, a, wrap(name, fn))
+        try:
+            yield n
+        finally:
+            for (o, a), fn in zip(saved, old):
+                setattr(o, a, fn)
+
+
+class TestFixedCosts(MovesCase):
+    def setUp(self):
+        super().setUp()
+        self.moves.release()  # another test's
+    def test_repeated_moves_from_one_mapping(self):
+        """N moves out of one mapped file: no daemon round trip and no new
+        connection after the first, no /proc/self/map_files lookup while the
+        mapping's owner lives, no getpid (forks are seen by a fork handler),
+        one identity stat per move, and the pagemap read only for the
+        private mapping."""
+        import numpy as np
+
+        torch = self.torch
+        a = np.arange(64 * 64, dtype=np.float32).reshape(64, 64)
+        p = self.put("one.npy", lambda d: np.save(d, a))
+        t = torch.from_numpy(np.load(p, mmap_mode="r"))
+        x = torch.randn(64, 64, generator=torch.Generator().manual_seed(5))
+        q = self.put("one.bin", lambda d: _write(d, S.raw(x)))
+        st = torch.ByteStorage.from_file(q, False, x.numel() * 4) if not hasattr(torch.UntypedStorage, "from_file") \
+            else torch.UntypedStorage.from_file(q, False, x.numel() * 4)
+        u = torch.empty(0, dtype=torch.uint8).set_(st.untyped() if hasattr(st, "untyped") else st)
+        u = u.view(torch.float32).view(64, 64)
+        for src in (t, u):
+            src[:1].to(torch.float64)  # the first move takes the lease
+        N = 20
+        for src, private in ((t, False), (u, True)):
+            with self.subTest(private=private):
+                c = Counts()
+                with c.counting() as n:
+                    for i in range(N):
+                        got = src[i].to(torch.float64)
+                        self.assertSame(got, _plain(lambda: src[i].to(torch.float64)), "row %d" % i)
+                self.assertEqual((n["request"], n["release"], n["connect"]), (0, 0, 0), n)
+                self.assertEqual((n["readlink"], n["getpid"]), (0, 0), n)
+                self.assertEqual(n["stat"], N, n)
+                self.assertEqual(n["pagemap"], N if private else 0, n)
+        self.assertEqual(self.A.served(), {"torch.Tensor.to": 2 * N + 2}, self.A.fallbacks())
+        del st
+
+    def test_one_move_each_from_n_files_twice(self):
+        """An epoch over N shards (np.load mmap, move, drop): one acquire
+        per file the first time, none the second; a shard changed between
+        the epochs is leased anew and served as it is now."""
+        import numpy as np
+
+        torch = self.torch
+        m = start_mount(self, device="host", sets=("fuse.attr_timeout=0s", "fuse.entry_timeout=0s"))
+        N = 6
+        names = ["s%d.npy" % i for i in range(N)]
+        for i, name in enumerate(names):
+            np.save(os.path.join(m.src, name), np.full(1024, i, dtype=np.float32))
+
+        def epoch():
+            for i, name in enumerate(names):
+                arr = np.load(m.path(name), mmap_mode="r")
+                got = torch.from_numpy(arr).to(torch.float64)
+                self.assertTrue(torch.equal(got, torch.from_numpy(np.array(arr)).double()), name)
+                del arr
+                gc.collect()
+
+        c = Counts()
+        with c.counting() as n:
+            epoch()
+        # one acquire per file, each on its own connection (a connection
+        # holds what it was granted until it closes), and one hello
+        self.assertEqual((n["request"], n["connect"]), (N + 1, N + 1), n)
+        c = Counts()
+        with c.counting() as n:
+            epoch()
+        self.assertEqual((n["request"], n["release"], n["connect"]), (0, 0, 0), n)
+        self.assertEqual(m.wait_leases(N), N)
+        np.save(os.path.join(m.src, names[2]), np.full(2048, 7, dtype=np.float32))
+        c = Counts()
+        with c.counting() as n:
+            epoch()
+        # the old version's mapping kept by gdsfs.open is asked first
+        # (ESTALE), then the new one is leased on a new connection
+        self.assertEqual((n["request"], n["connect"]), (2, 1), n)
+        self.assertEqual(self.A.served(), {"torch.Tensor.to": 3 * N}, self.A.fallbacks())
+        self.assertEqual(self.moves.leases_kept(), N, "the changed shard's old lease is still kept")
+        self.assertEqual(m.wait_leases(N), N)
+
+    def test_kept_leases_are_bounded(self):
+        """Past MAX_LEASES the least recently used kept lease ends."""
+        import numpy as np
+
+        torch = self.torch
+        m = start_mount(self, device="host")
+        self.addCleanup(setattr, self.moves, "MAX_LEASES", self.moves.MAX_LEASES)
+        self.moves.MAX_LEASES = 3
+        for i in range(5):
+            np.save(os.path.join(m.src, "b%d.npy" % i), np.arange(256, dtype=np.float32) + i)
+            t = torch.from_numpy(np.load(m.path("b%d.npy" % i), mmap_mode="r"))
+            self.assertSame(t.to(torch.float64), _plain(lambda: t.to(torch.float64)))
+            del t
+            gc.collect()
+        self.assertEqual(self.A.served(), {"torch.Tensor.to": 5})
+        self.assertEqual(self.moves.leases_kept(), 3)
+        self.assertEqual(m.wait_leases(3), 3)
+        self.moves.release()
+        self.assertEqual(m.wait_leases(0), 0)
+
+    def test_kept_leases_give_way_to_a_move_short_of_room(self):
+        """The uid's held-bytes bound full of this process's kept leases: a
+        move of another file closes them and is served."""
+        import numpy as np
+
+        torch = self.torch
+        m = start_mount(self, device="host", sets=("ipc.max_held_per_uid=160KiB",))
+        ts = []
+        for i in range(3):
+            np.save(os.path.join(m.src, "r%d.npy" % i), np.arange(16384, dtype=np.float32) + i)  # 64 KiB
+            ts.append(torch.from_numpy(np.load(m.path("r%d.npy" % i), mmap_mode="r")))
+        for t in ts:
+            self.assertSame(t.to(torch.float64), _plain(lambda: t.to(torch.float64)))
+        self.assertEqual(self.A.served(), {"torch.Tensor.to": 3}, self.A.fallbacks())
+        self.assertEqual(self.A.fallbacks(), {})
+        self.assertEqual(self.moves.leases_kept(), 1)
+
+
+class TestKeptUnderPressure(MovesCase):
+    sets = ("ipc.cache_headroom=100%",)  # every grant says the daemon is short of room
+
+    def test_a_daemon_short_of_room_keeps_one(self):
+        """A grant saying the daemon is short of room ("cache": false) ends
+        the other kept leases: one file is kept at a time."""
+        import numpy as np
+
+        torch = self.torch
+        self.moves.release()
+        ts = []
+        for i in range(3):
+            p = self.put("p%d.npy" % i, lambda d, i=i: np.save(d, np.arange(256, dtype=np.float32) + i))
+            ts.append(torch.from_numpy(np.load(p, mmap_mode="r")))
+        for t in ts:
+            self.assertSame(t.to(torch.float64), _plain(lambda: t.to(torch.float64)))
+        self.assertEqual(self.A.served(), {"torch.Tensor.to": 3}, self.A.fallbacks())
+        self.assertEqual(self.moves.leases_kept(), 1)
+        self.assertEqual(self.mount.wait_leases(1), 1)
+        self.moves.release()
+
+
+class TestKeptAtExit(unittest.TestCase):
+    def test_kept_leases_end_before_the_interpreter_does(self):
+        """At exit the kept leases are closed by the autoloader itself
+        (before CUDA and the interpreter tear down), not left to the
+        process's end."""
+        S.require_torch(self)
+        m = start_mount(self, device="host")
+        import numpy as np
+
+        np.save(os.path.join(m.src, "x.npy"), np.arange(64, dtype=np.float32))
+        script = (
+            "import atexit\n"
+            "out = {}\n"
+            "atexit.register(lambda: print('kept at exit', out['moves'].leases_kept(), flush=True))\n"
+            "import numpy as np, torch, gdsfs.autoload as A\n"
+            "from gdsfs.autoload import _moves\n"
+            "out['moves'] = _moves\n"
+            "_moves.TARGETS = ('cuda', 'cpu')\n"
+            "t = torch.from_numpy(np.load(%r, mmap_mode='r'))\n"
+            "t.to(torch.float64)\n"
+            "print('kept', _moves.leases_kept(), A.served(), flush=True)\n" % m.path("x.npy"))
+        p = _support.child(script)
+        out, err = p.communicate(timeout=120)
+        self.assertEqual(p.returncode, 0, err)
+        self.assertEqual(out.decode().split("\n")[-3:], ["kept 1 {'torch.Tensor.to': 1}", "kept at exit 0", ""],
+                         out.decode())
+
+
+if __name__ == "__main__":
+    unittest.main()

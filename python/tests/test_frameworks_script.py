@@ -70,7 +70,7 @@ class Verdicts(unittest.TestCase):
     def test_slow_resident_fails_its_target(self):
         c = dict(GOOD)
         c["vllm run resident"] = case(0.1)
-        self.assertFalse(bench(c)["targets"]["vllm resident >= 10x"])
+        self.assertFalse(bench(c)["targets"]["vllm resident >= 10x plain"])
 
 
 class Overhead(unittest.TestCase):

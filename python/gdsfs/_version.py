@@ -44,6 +44,17 @@ _lock = threading.Lock()
 _warned = set()  # sockets warned about in this process
 
 
+def _printable(text):
+    """text with its control characters (escape sequences, line breaks)
+    shown escaped, for a message that reaches a terminal."""
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+
+def _protocol_error(sock, field, value):
+    return OSError(_errno.EPROTO, "gdsfs: the daemon at %s answered hello with %s %s: %s"
+                   % (sock, field, ascii(value)[:200], "want a number" if field == "version" else "want a string"))
+
+
 def _public(version):
     """The release part of a version ("0.2.0" of "0.2.0+c40264d-dirty")."""
     return version.split("+", 1)[0]
@@ -69,18 +80,22 @@ def check_daemon(path, *, socket=None, timeout=10.0):
     finally:
         conn.close()
     theirs = resp.get("version", 0)
+    if isinstance(theirs, bool) or not isinstance(theirs, int):
+        raise _protocol_error(t.socket, "version", theirs)
     if theirs < PROTOCOL:
         raise VersionMismatchError(
             "gdsfs: the daemon at %s speaks protocol version %d; this gdsfs Python package (%s) needs %d: "
             "upgrade the daemon, or install the package that matches it (`gdsfs version` names its release)"
             % (t.socket, theirs, RELEASE, PROTOCOL))
     release = resp.get("release")
+    if release is not None and not isinstance(release, str):
+        raise _protocol_error(t.socket, "release", release)
     if release is None or _public(release) != RELEASE:
         with _lock:
             first = t.socket not in _warned
             _warned.add(t.socket)
         if first:
-            said = "does not say its release (it predates release reporting)" if release is None else "is gdsfs %s" % release
+            said = "does not say its release (it predates release reporting)" if release is None else "is gdsfs %s" % _printable(release)
             warnings.warn(
                 "gdsfs: the daemon at %s %s, this Python package is %s; both speak protocol %d, so leases work, "
                 "but install the package that matches the daemon (make wheel in its tree, or use `gdsfs run`, "

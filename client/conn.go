@@ -152,6 +152,9 @@ func (c *Conn) failLocked(err error) {
 // carries the wrong number of them closes the connection (ending the
 // lease it granted) and is an error.
 func (c *Conn) roundTrip(req proto.Request) (proto.Response, []*os.File, error) {
+	if err := req.CheckNames(); err != nil {
+		return proto.Response{}, nil, &Error{Code: syscall.EILSEQ, Msg: fmt.Sprintf("gdsfs %s: %v", req.Op, err)}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.dead != nil {

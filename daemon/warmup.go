@@ -8,6 +8,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
@@ -70,6 +71,10 @@ type warmFile struct {
 	size           int64
 }
 
+// warmupFiles lists the regular files under args. A file whose name is
+// not UTF-8 is named on stderr and left out: a wait request cannot name
+// it, nor cache.json list it (JSON would give it U+FFFD for its bad
+// bytes, the name of another file).
 func warmupFiles(args []string) ([]warmFile, error) {
 	var out []warmFile
 	for _, a := range args {
@@ -94,6 +99,10 @@ func warmupFiles(args []string) ([]warmFile, error) {
 			_, rel, err := mountinfo.Root(p)
 			if err != nil {
 				return err
+			}
+			if !utf8.ValidString(rel) {
+				fmt.Fprintf(os.Stderr, "warmup: skipping %q: its name is not UTF-8, which the lease protocol and cache.json cannot name\n", p)
+				return nil
 			}
 			out = append(out, warmFile{path: p, mnt: mnt, rel: rel, size: info.Size()})
 			return nil

@@ -15,7 +15,7 @@ import (
 // resident replica on every device devs names (none: nothing to check),
 // from each mount's .gdsfs/cache.json.
 func checkReplicas(files []warmFile, devs []string) error {
-	if len(devs) == 0 {
+	if len(devs) == 0 || len(files) == 0 {
 		return nil
 	}
 	var missing []string

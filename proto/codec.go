@@ -25,10 +25,13 @@ func (r *Response) Line() []byte {
 }
 
 // DecodeRequest parses one request line (with or without its '\n')
-// strictly: one JSON object, no unknown field, no trailing data, then
+// strictly: UTF-8 (no escaped lone surrogate), one JSON object, no unknown field, no trailing data, then
 // Check. Errors are EINVAL *Errors.
 func DecodeRequest(line []byte) (Request, error) {
 	var r Request
+	if err := checkText(line); err != nil {
+		return r, err
+	}
 	dec := json.NewDecoder(bytes.NewReader(line))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&r); err != nil {

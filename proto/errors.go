@@ -27,6 +27,7 @@ const (
 	ESTALE       = syscall.ESTALE       // the generation asked for is no longer current, or a lease of another epoch
 	ETIMEDOUT    = syscall.ETIMEDOUT    // staging did not finish within ipc.acquire_timeout
 	EPROTO       = syscall.EPROTO       // (client side) an answer that breaks this protocol
+	EILSEQ       = syscall.EILSEQ       // (client side) a path that is not UTF-8, refused before it is sent
 )
 
 // Error is a failure carried by an answer (or found by a client in one):

@@ -36,6 +36,13 @@ func TestCheck(t *testing.T) {
 		{`{"op":"release","lease":7,"epoch":9}`, true},
 		{`{"op":"release"}`, false},
 		{`{"op":"stat","path":"x"}`, true},
+		{"{\"op\":\"stat\",\"path\":\"m-\xff.bin\"}", false},
+		{`{"op":"stat","path":"m-\udcff.bin"}`, false},
+		{`{"op":"stat","path":"m-\ud83d.bin"}`, false},
+		{`{"op":"stat","path":"m-\ud83d\u0041.bin"}`, false},
+		{`{"op":"stat","path":"m-\ud83d\ude00.bin"}`, true},
+		{`{"op":"stat","path":"m-\\udcff.bin"}`, true},
+		{`{"op":"stat","path":"m-\ufffd.bin"}`, true},
 		{`{"op":"report","event":"fallback","reason":"refused:EACCES"}`, true},
 		{`{"op":"report","event":"fallback","reason":"has space"}`, false},
 		{`{"op":"report","event":"fallback","reason":"` + strings.Repeat("x", MaxReason+1) + `"}`, false},
@@ -68,6 +75,18 @@ func TestCheck(t *testing.T) {
 	long := `{"op":"stat","path":"` + strings.Repeat("a", MaxPath+1) + `"}`
 	if _, err := DecodeRequest([]byte(long)); !errors.Is(err, syscall.ENAMETOOLONG) {
 		t.Errorf("a path past MaxPath: %v", err)
+	}
+}
+
+func TestCheckNames(t *testing.T) {
+	for _, r := range []Request{{Op: OpStat, Path: "m-\xff.bin"}, {Op: OpAcquireMany, Paths: []string{"a", "m-\xff.bin"}}} {
+		err := r.CheckNames()
+		if !errors.Is(err, syscall.EILSEQ) || !strings.Contains(err.Error(), `m-\xff.bin`) {
+			t.Errorf("%+v: %v, want EILSEQ naming m-\\xff.bin", r, err)
+		}
+	}
+	if err := (&Request{Op: OpStat, Path: "m-\ufffd.bin"}).CheckNames(); err != nil {
+		t.Errorf("a name with U+FFFD itself: %v", err)
 	}
 }
 

@@ -115,6 +115,19 @@ def daemon_error(resp, path):
     return err
 
 
+def check_names(req):
+    """Refuse (EILSEQ, naming it) a request naming a path that is not
+    UTF-8 (a str holding surrogate escapes, as os.fsdecode makes): JSON
+    cannot carry it, and a daemon would read it as another name."""
+    for p in [req.get("path")] + list(req.get("paths") or ()):
+        if isinstance(p, str):
+            try:
+                p.encode("utf-8")
+            except UnicodeEncodeError:
+                raise OSError(_errno.EILSEQ, "gdsfs %s: the name is not UTF-8, which the lease protocol cannot carry"
+                              % req.get("op", "?"), p) from None
+
+
 def wait_ms(seconds):
     """timeout_ms for a timeout in seconds: 1 to MAX_WAIT_MS."""
     return min(max(int(round(seconds * 1000)), 1), MAX_WAIT_MS)
@@ -220,6 +233,7 @@ class Conn:
         the socket's own OSError). Descriptors the kernel dropped
         (MSG_CTRUNC), or a count other than the answer announces, close the
         connection (ending what it granted) and raise."""
+        check_names(req)
         line = (json.dumps(req, separators=(",", ":")) + "\n").encode()
         op = req.get("op", "?")
         with self._lock:

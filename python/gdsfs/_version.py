@@ -99,6 +99,6 @@ def check_daemon(path, *, socket=None, timeout=10.0):
             warnings.warn(
                 "gdsfs: the daemon at %s %s, this Python package is %s; both speak protocol %d, so leases work, "
                 "but install the package that matches the daemon (make wheel in its tree, or use `gdsfs run`, "
-                "which loads the binary's own copy)" % (t.socket, said, RELEASE, PROTOCOL),
+                "which loads the binary's own copy)" % (_printable(t.socket), said, RELEASE, PROTOCOL),
                 VersionWarning, stacklevel=2)
     return resp

@@ -190,6 +190,19 @@ class ProtocolTests(unittest.TestCase):
         self.assertEqual(len(f.requests), 1, f.requests)
         self.assertEqual(new_fds(before), [], "received descriptors and the socket must be closed")
 
+    def test_name_not_utf8_is_refused_before_sending(self):
+        """A path that is not UTF-8 (surrogate escapes from os.fsdecode)
+        is refused with EILSEQ naming it; nothing reaches the daemon,
+        which would read the escaped bytes as U+FFFD, another name."""
+        f = self.fake(lambda req: [("send", answer({"ok": True, "epoch": 7}), None)])
+        bad = os.fsdecode(b"/some/where/m-\xff.bin")
+        for call in (lambda: gdsfs.open(bad, socket=f.path), lambda: gdsfs.open_many(["/some/where/a.bin", bad], socket=f.path)):
+            with self.assertRaises(OSError) as cm:
+                call()
+            self.assertEqual(cm.exception.errno, errno.EILSEQ, cm.exception)
+            self.assertIn("m-\\udcff.bin", str(cm.exception))
+        self.assertEqual(f.requests, [])
+
     def test_room_wait_is_sent(self):
         """room_wait (seconds) goes as room_wait_ms on acquire and
         acquire_many; a bad one is refused before anything is sent."""

@@ -136,6 +136,12 @@ func TestDecodeResponse(t *testing.T) {
 	if r.FDs() != 2 {
 		t.Fatalf("batch descriptors %d, want 2", r.FDs())
 	}
+	for _, line := range []string{`{"ok":true,"version":"1"}`, `{"ok":true,"release":123}`, `{"ok":true,"release":["0.2.0"]}`, "{\"ok\":true,\"release\":\"9\x1b]0;x\x07\nFAKE\"}"} {
+		_, err := DecodeResponse([]byte(line))
+		if !errors.Is(err, syscall.EPROTO) || strings.ContainsAny(err.Error(), "\x1b\x07\n") {
+			t.Errorf("%q: %q, want EPROTO with control characters escaped", line, err)
+		}
+	}
 }
 
 func pair(t *testing.T) (*net.UnixConn, *net.UnixConn) {

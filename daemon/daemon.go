@@ -17,6 +17,7 @@ import (
 	"github.com/gdsfs/gdsfs/internal/metrics"
 	"github.com/gdsfs/gdsfs/ipc"
 	"github.com/gdsfs/gdsfs/staging"
+	"github.com/gdsfs/gdsfs/staging/triggers"
 )
 
 // Request is one mount asked for, by `gdsfs mount` or the mount helper.
@@ -126,6 +127,7 @@ func (d *daemon) start(source, mnt string) error {
 	d.version = d.versionText()
 	d.cache, err = staging.New(context.Background(), staging.Config{
 		Source: source, Options: cfg.Staging, IO: cfg.IO, Devices: d.devs, Log: d.log,
+		Queue: triggers.NewQueue(cfg.Staging.PrefetchQueue, cfg.Staging.PrefetchWorkers, d.log.Named("staging")),
 	})
 	if err != nil {
 		return err

@@ -22,6 +22,7 @@ import (
 	"github.com/gdsfs/gdsfs/ipc"
 	"github.com/gdsfs/gdsfs/proto"
 	"github.com/gdsfs/gdsfs/staging"
+	"github.com/gdsfs/gdsfs/staging/triggers"
 )
 
 type fixture struct {
@@ -74,6 +75,7 @@ func start(t *testing.T, sharing string, su setup) *fixture {
 		Source: src,
 		Options: staging.Options{Device: "host", GPUs: []int{0}, Capacity: units.Share{Bytes: units.Size(su.capacity)},
 			ChunkSize: units.Size(su.chunk), Prefetch: "manual", PrefetchQueue: 16, PrefetchWorkers: 1},
+		Queue:   triggers.NewQueue(16, 1, log),
 		IO:      staging.IOOptions{CompatMode: "auto", TaskSize: 64 << 10, BounceSize: 64 << 10, NumThreads: 2, DirectIO: "off"},
 		Devices: hostDevices(su.chunk, su.devices),
 		Log:     log,

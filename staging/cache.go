@@ -30,6 +30,10 @@ type Config struct {
 	// NoFile is the descriptor limit the budget is taken from (fdbudget.go);
 	// 0: this process's soft RLIMIT_NOFILE.
 	NoFile uint64
+	// Queue is the prefetch queue (staging/triggers.NewQueue, sized by
+	// Options.PrefetchQueue and PrefetchWorkers); nil: every prefetch is
+	// dropped. The cache starts its workers and waits for them in Close.
+	Queue Queue
 	// manualReadAhead leaves the read-ahead runner unstarted: tests carry
 	// out its plans themselves (c.readAhead(c.ra.Drain())).
 	manualReadAhead bool
@@ -51,11 +55,14 @@ type Config struct {
 //  1. watcher.drainMu (watch.go): change events are handled with it held,
 //     and the handler takes Cache.mu.
 //  2. Cache.mu: the entries, their states, the slots' accounting, the
-//     readers, the prefetch bookkeeping, the waiters for room.
+//     readers, the counts of queued paths, the waiters for room.
 //  3. Leaves, taken with or without Cache.mu and never holding another
 //     lock: events.mu and subscription.mu (events.go), counters.errMu
-//     (stats.go), watcher.mu (watch.go), and the read-ahead runner's and
-//     planner's locks (readahead.Runner.mu, ReadAhead.mu, Recorder.mu,
+//     (stats.go), watcher.mu (watch.go), the prefetch queue's
+//     triggers.Queue.mu (the cache calls Offer, Len and a request's
+//     forget with Cache.mu held; the queue's workers call stageQueued and
+//     queuedDone holding none of its locks), and the read-ahead runner's
+//     and planner's locks (readahead.Runner.mu, ReadAhead.mu, Recorder.mu,
 //     the replay's wantMu): the cache tells the runner of accesses, loads
 //     and evictions with Cache.mu held; the runner calls back into the
 //     cache (readAhead) only from its own goroutine with none of its
@@ -85,7 +92,7 @@ type Cache struct {
 	hooks     hooks
 	ctx       context.Context
 	cancel    context.CancelFunc
-	queue     chan prefetchReq
+	queue     Queue         // the prefetch queue (prefetch.go); nil: none
 	settleSem chan struct{} // bounds the settling checks running at once
 
 	// Synchronized by themselves (atomics, their own locks, channels).
@@ -93,18 +100,17 @@ type Cache struct {
 	events *events
 	watch  *watcher
 	ra     *readahead.Runner // read-ahead and the access trace (readahead.go)
-	wg     sync.WaitGroup    // prefetch workers, loads (each slot's loader waits for its own workers)
+	wg     sync.WaitGroup    // loads, settling checks (each slot's loader waits for its own workers, the queue for its)
 
 	// Mutable, guarded by mu.
-	mu         sync.Mutex
-	entries    map[string]copies           // attached entries by SOURCE-relative path, one per slot at most
-	byFID      map[fid]map[*entry]struct{} // entries with change events, by file
-	queued     map[string]int              // prefetch requests waiting in queue (or being staged), by path
-	queuedOn   map[string]int              // those of them that name devices
-	queuedKeys map[string]bool             // the same requests by key (path and devices): duplicates are dropped
-	readers    map[string]*readers         // opens through the mount (readers.go)
-	settling   map[string]*settling        // closed by their readers, page cache still growing (readers.go)
-	published  uint64                      // loads ended (publish), numbering the "staged" log lines
+	mu        sync.Mutex
+	entries   map[string]copies           // attached entries by SOURCE-relative path, one per slot at most
+	byFID     map[fid]map[*entry]struct{} // entries with change events, by file
+	queued    map[string]int              // prefetch requests waiting in queue (or being staged), by path
+	queuedOn  map[string]int              // those of them that name devices
+	readers   map[string]*readers         // opens through the mount (readers.go)
+	settling  map[string]*settling        // closed by their readers, page cache still growing (readers.go)
+	published uint64                      // loads ended (publish), numbering the "staged" log lines
 	// settleMapMin: files this large are checked for readers' mappings
 	// after their last close (readers.go; tests lower it before use).
 	settleMapMin int64
@@ -192,8 +198,8 @@ func New(ctx context.Context, cfg Config) (*Cache, error) {
 	c := &Cache{
 		opts: cfg.Options, io: cfg.IO.resolved(), root: root, ownRoot: ownRoot, filter: flt,
 		log: cfg.Log.Named("staging"), ctx: ctx, cancel: cancel, events: newEvents(),
-		queue:   make(chan prefetchReq, cfg.Options.PrefetchQueue),
-		entries: map[string]copies{}, queued: map[string]int{}, queuedOn: map[string]int{}, queuedKeys: map[string]bool{}, byFID: map[fid]map[*entry]struct{}{},
+		queue:   cfg.Queue,
+		entries: map[string]copies{}, queued: map[string]int{}, queuedOn: map[string]int{}, byFID: map[fid]map[*entry]struct{}{},
 		readers: map[string]*readers{}, settling: map[string]*settling{}, settleMapMin: settleMapMin, settleSem: make(chan struct{}, settleChecks), absentWhy: map[string]string{},
 	}
 	c.ra = newRunner(cfg, root, c.log)
@@ -214,9 +220,8 @@ func New(ctx context.Context, cfg Config) (*Cache, error) {
 		}
 		return nil, err
 	}
-	for range cfg.Options.PrefetchWorkers {
-		c.wg.Add(1)
-		go c.prefetchWorker()
+	if c.queue != nil {
+		c.queue.Run(c.ctx, c.stageQueued, c.queuedDone)
 	}
 	c.startReadAhead(cfg, replay)
 	return c, nil
@@ -262,6 +267,9 @@ func (c *Cache) Close() error {
 	c.stopReadersLocked()
 	c.unlock()
 	c.cancel()
+	if c.queue != nil {
+		c.queue.Wait() // before wg: a worker may still start a load
+	}
 	c.wg.Wait()
 	for _, s := range c.slots {
 		s.loader.Close()

@@ -2,7 +2,7 @@
 // (SOURCE-relative path plus dev, ino, size, mtime, ctime), their states
 // (loading -> resident -> absent, loading -> failed; state.go), capacity
 // and LRU eviction per device, leases that pin entries, single-flight
-// loads, and the bounded best-effort prefetch queue. Each device's loader
+// loads, and which files wait in the prefetch queue. Each device's loader
 // (staging/loader) splits a file into tasks and runs them on the cuFile
 // path or the POSIX path (pread into two bounce buffers per worker,
 // overlapping the copy to the device); it never sees the cache.
@@ -34,15 +34,18 @@
 //     device where peers allow.
 //   - room.go: waiting for room, first come first served
 //     (internal/fifo); slot.go: one device's capacity and LRU.
-//   - prefetch.go (the prefetch queue and its workers), readers.go
-//     (staging after the last reader through the mount closes),
-//     readahead.go (staging the files a reader opens next, planned by
-//     staging/triggers/readahead, at a priority below every demand and
-//     within room no demand needs): the triggers. They read and change
-//     entries under Cache.mu (a read-ahead load's room and victims, a
-//     yielding load cancelled by a new reader, a queued file reading as
-//     loading), so they are part of the core; the planner is not, and is
-//     told under Cache.mu.
+//   - prefetch.go: what the cache feeds the prefetch queue (Queue, kept
+//     by staging/triggers) and which paths are queued, so that Attr reads
+//     a queued file as loading and a request's end is told in order with
+//     the state events; the queue's workers stage through stageQueued
+//     and end a request through queuedDone.
+//   - readers.go (staging after the last reader through the mount
+//     closes), readahead.go (staging the files a reader opens next,
+//     planned by staging/triggers/readahead, at a priority below every
+//     demand and within room no demand needs): the triggers that read and
+//     change entries under Cache.mu (a read-ahead load's room and
+//     victims, a yielding load cancelled by a new reader), so they are
+//     part of the core; the planner is not, and is told under Cache.mu.
 //   - events.go: every state change told to subscribers (Subscribe);
 //     stats.go: counters and checkInvariantsLocked; watch.go: change
 //     events (fanotify); filter.go, options.go, errors.go.
@@ -53,25 +56,29 @@
 //     (cuFile, POSIX with pinned bounce buffers, O_DIRECT, the measured
 //     rule sizing the workers, peer copies, split-ingest shares). The
 //     core hands it a Request and gets back the path taken and why.
+//   - staging/triggers: the prefetch queue and its workers (it never
+//     imports staging: Config.Queue wires it in, and its workers get
+//     stageQueued and queuedDone from Queue.Run).
 //   - staging/triggers/readahead: the read-ahead planner, its runner and
 //     the access traces.
 //
 // # Locking
 //
 // Cache.mu guards the entries, their states, the slots' accounting, the
-// readers, the prefetch bookkeeping and the line of waiters for room. It
-// is taken with c.lock and released with c.unlock (in tests every unlock
-// checks the invariants first). The change watcher's drainMu is the only
-// lock taken before it; every other lock of the package and of
-// staging/triggers/readahead is a leaf taken after it or alone (events.mu,
-// subscription.mu, counters.errMu, watcher.mu, the read-ahead runner's
-// and planner's locks); staging/loader's locks are never taken with it
-// held. The header of Cache
-// (cache.go) lists them. Methods named ...Locked need Cache.mu held; no
-// other method may be called with it held. Nothing blocks, does I/O or
-// calls a device with Cache.mu held: regions are taken off the books
-// under it and freed after it (unlockFree), loads run on the loader's
-// goroutines, and subscribers are called from the events goroutine.
+// readers, the counts of queued paths and the line of waiters for room.
+// It is taken with c.lock and released with c.unlock (in tests every
+// unlock checks the invariants first). The change watcher's drainMu is
+// the only lock taken before it; every other lock of the package, of
+// staging/triggers and of staging/triggers/readahead is a leaf taken
+// after it or alone (events.mu, subscription.mu, counters.errMu,
+// watcher.mu, the prefetch queue's Queue.mu, the read-ahead runner's and
+// planner's locks); staging/loader's locks are never taken with it held.
+// The header of Cache (cache.go) lists them. Methods named ...Locked
+// need Cache.mu held; no other method may be called with it held.
+// Nothing blocks, does I/O or calls a device with Cache.mu held: regions
+// are taken off the books under it and freed after it (unlockFree),
+// loads run on the loader's goroutines, and subscribers are called from
+// the events goroutine.
 //
 // # Error handling
 //

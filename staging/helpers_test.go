@@ -19,6 +19,7 @@ import (
 	"github.com/gdsfs/gdsfs/gpu"
 	"github.com/gdsfs/gdsfs/gpu/host"
 	"github.com/gdsfs/gdsfs/internal/units"
+	"github.com/gdsfs/gdsfs/staging/triggers"
 )
 
 // fakeDevice is the host backend with hooks (function fields) to inject
@@ -207,6 +208,9 @@ func newCacheCfg(t *testing.T, cfg Config) *Cache {
 		cfg.Devices = []gpu.Device{newFake(int64(cfg.Options.ChunkSize))}
 	}
 	cfg.Log = zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel))
+	if cfg.Queue == nil {
+		cfg.Queue = newQueue(cfg.Options, cfg.Log)
+	}
 	c, err := New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -218,6 +222,11 @@ func newCacheCfg(t *testing.T, cfg Config) *Cache {
 		c.Close()
 	})
 	return c
+}
+
+// newQueue is the prefetch queue the daemon wires in, sized by opts.
+func newQueue(opts Options, log *zap.Logger) Queue {
+	return triggers.NewQueue(opts.PrefetchQueue, opts.PrefetchWorkers, log)
 }
 
 func randomBytes(n int, seed uint64) []byte {

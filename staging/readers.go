@@ -164,7 +164,7 @@ func (c *Cache) Closed(rel string) {
 	if len(c.replicasLocked(rel)) > 0 {
 		// Staged or loading already: the staging after the read is a hit
 		// or joins that load, nothing to wait for.
-		c.queuePrefetchLocked(prefetchReq{rel: rel, afterRead: true})
+		c.queuePrefetchLocked(rel, nil, true)
 		return
 	}
 	s := &settling{stop: make(chan struct{}), openers: r.openers}
@@ -304,7 +304,7 @@ func (c *Cache) settle(rel string, s *settling) {
 	defer c.unlock()
 	if c.settling[rel] == s {
 		delete(c.settling, rel)
-		c.queuePrefetchLocked(prefetchReq{rel: rel, afterRead: true})
+		c.queuePrefetchLocked(rel, nil, true)
 	}
 }
 

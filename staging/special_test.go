@@ -42,7 +42,7 @@ func TestSpecialFilesNeverBlock(t *testing.T) {
 	}
 	opts, io := testOptions()
 	opts.PrefetchWorkers = 1
-	c, err := New(context.Background(), Config{Source: src, Options: opts, IO: io, Devices: []gpu.Device{newFake(1 << 20)}})
+	c, err := New(context.Background(), Config{Source: src, Options: opts, IO: io, Devices: []gpu.Device{newFake(1 << 20)}, Queue: newQueue(opts, nil)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -173,7 +173,9 @@ func (c *Cache) Stats() Stats {
 		}
 	}
 	out.DescriptorsUsed = c.fdsUsed
-	out.PrefetchQueued = len(c.queuedKeys)
+	if c.queue != nil {
+		out.PrefetchQueued = c.queue.Len()
+	}
 	out.RoomWaiting = c.waiters.Len()
 	out.ReadersOpen = len(c.readers)
 	return out

@@ -332,7 +332,7 @@ class TestLeases(MovesCase):
         self.assertEqual(m.wait_leases(0), 0)
 
 
-class TestPagemap(unittest.TestCase):
+class TestPagemapAfterFork(unittest.TestCase):
     def test_a_forked_child_reads_its_own_pagemap(self):
         """The kept /proc/self/pagemap descriptor is the opener's page
         tables: a forked child opens its own, and sees the pages it wrote."""
@@ -457,6 +457,15 @@ class TestFallbacks(MovesCase):
         torch.from_numpy(np.frombuffer((ctypes_array(t.data_ptr(), 4 * n)), dtype=np.float32))[3] = -1.0
         self.assertEqual(_plain(lambda: t.to(torch.float64))[3].item(), -1.0)
         self.assertSame(t.to(torch.float64), _plain(lambda: t.to(torch.float64)))
+
+    def test_replaced_mappings_are_not_served_stale_without_procmap_query(self):
+        """Where the kernel has no ioctl(PROCMAP_QUERY) (before Linux 6.11),
+        /proc/self/maps, read whole, decides the same way."""
+        self.addCleanup(setattr, self.maps, "query_ok", self.maps.query_ok)
+        self.maps.query_ok = False
+        self.test_mapping_replaced_by_another_part_of_the_file_is_not_served_stale()
+        self.test_mapping_replaced_by_a_written_private_one_is_not_served_stale()
+        self.assertFalse(self.maps.query_ok)
 
     def assert_original_move(self, t, move):
         """move(t) ran the original call: without CUDA it raised as the

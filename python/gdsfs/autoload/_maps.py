@@ -15,7 +15,10 @@ mapping lives, else /proc/self/map_files), maps the same file, and that the
 bytes at those addresses are still the file's."""
 
 import bisect
+import errno
+import fcntl
 import os
+import struct
 import threading
 import time
 import weakref
@@ -277,6 +280,62 @@ def alive(e):
     return still_mapped(e)
 
 
+# ioctl(PROCMAP_QUERY) on /proc/self/maps (Linux 6.11): the VMA holding an
+# address, without reading the whole file. struct procmap_query is 96 bytes.
+_PROCMAP_QUERY = 0xC0606611
+_QUERY = struct.Struct("=QQQQQQQQQIIIIQQ")
+_Q_SHARED, _Q_WRITABLE = 0x08, 0x02
+query_ok = True  # False once the kernel refused the ioctl: /proc/self/maps is read instead
+_mapsfd = None  # descriptor of /proc/self/maps, kept open for the ioctl
+
+
+def _maps_fd():
+    global _mapsfd
+    fd = _mapsfd
+    if fd is None:
+        fd = os.open("/proc/self/maps", os.O_RDONLY | os.O_CLOEXEC)
+        with _lock:
+            if _mapsfd is not None:
+                os.close(fd)
+                fd = _mapsfd
+            else:
+                _mapsfd = fd
+    return fd
+
+
+def vma_at(addr, dev):
+    """The mapping of a file that holds addr now, as a Mapping (path None
+    when asked of the kernel), or None when addr is in no mapping of a file
+    (or, where the whole /proc/self/maps is read, in none of device dev's):
+    one ioctl(PROCMAP_QUERY), else one read of /proc/self/maps. Whatever
+    was indexed for addr, this says which file, from which offset, shared
+    or private, is there now (a mapping replaced in place by mmap
+    MAP_FIXED keeps the owner and the map_files link of the old one)."""
+    global query_ok
+    if query_ok:
+        buf = bytearray(_QUERY.pack(_QUERY.size, 0, addr, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0))
+        try:
+            fcntl.ioctl(_maps_fd(), _PROCMAP_QUERY, buf, True)
+        except OSError as err:
+            if err.errno == errno.ENOENT:
+                return None  # no VMA holds addr
+            if err.errno not in (errno.ENOTTY, errno.EINVAL, errno.EOPNOTSUPP):
+                raise
+            query_ok = False
+        else:
+            (_, _, _, start, end, flags, _, offset, ino, major, minor, _, _, _, _) = _QUERY.unpack(buf)
+            if not ino:
+                return None  # anonymous memory
+            return Mapping(start, end, offset, os.makedev(major, minor), ino, None,
+                           bool(flags & _Q_SHARED), bool(flags & _Q_WRITABLE))
+    with open("/proc/self/maps", "rb") as f:
+        data = f.read()
+    for e in parse_maps(data, (dev,)):
+        if e.start <= addr < e.end:
+            return e
+    return None
+
+
 def still_mapped(e):
     """Whether e's VMA is still there, a mapping of the same file: its
     /proc/self/map_files link names e's path."""
@@ -306,14 +365,16 @@ def _pagemap_fd():
 
 
 def _forget_pagemap():
-    global _pagemap, _lock
+    """After a fork: the parent's /proc/self descriptors read the parent."""
+    global _pagemap, _mapsfd, _lock
     _lock = threading.Lock()  # another thread of the parent may have held it
-    fd, _pagemap = _pagemap, None
-    if fd is not None:
-        try:
-            os.close(fd)
-        except OSError:
-            pass
+    fds, _pagemap, _mapsfd = (_pagemap, _mapsfd), None, None
+    for fd in fds:
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
 
 os.register_at_fork(after_in_child=_forget_pagemap)

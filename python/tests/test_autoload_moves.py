@@ -252,6 +252,47 @@ class TestPagemap(unittest.TestCase):
             m.close()
 
 
+class TestVmaAt(unittest.TestCase):
+    def test_the_mapping_at_an_address(self):
+        """vma_at says which file, from which offset, shared or private, is
+        mapped at an address, by the ioctl and by /proc/self/maps alike."""
+        import mmap
+
+        import numpy as np
+
+        from gdsfs.autoload import _maps
+
+        page = _maps.PAGE
+        p = os.path.join(_support.tmpdir(), "vma.bin")
+        _write(p, b"\1" * (8 * page))
+        st = os.stat(p)
+        self.addCleanup(setattr, _maps, "query_ok", _maps.query_ok)
+        with open(p, "r+b") as f:
+            sh = mmap.mmap(f.fileno(), 4 * page, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ, offset=2 * page)
+            pr = mmap.mmap(f.fileno(), 2 * page, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        try:
+            b_sh, b_pr = np.frombuffer(sh, dtype=np.uint8), np.frombuffer(pr, dtype=np.uint8)
+            at_sh, at_pr = b_sh.ctypes.data, b_pr.ctypes.data
+            ways = ["ioctl", "maps"]
+            if not _maps.query_ok:
+                ways.remove("ioctl")
+                print(_support.loud("SKIPPED: this kernel refuses ioctl(PROCMAP_QUERY): only /proc/self/maps checked"))
+            for way in ways:
+                _maps.query_ok = way == "ioctl"
+                with self.subTest(way=way):
+                    v = _maps.vma_at(at_sh + page + 5, st.st_dev)
+                    self.assertEqual((v.start, v.end, v.offset, v.key, v.shared, v.writable),
+                                     (at_sh, at_sh + 4 * page, 2 * page, (st.st_dev, st.st_ino), True, False))
+                    v = _maps.vma_at(at_pr, st.st_dev)
+                    self.assertEqual((v.start, v.end, v.offset, v.key, v.shared, v.writable),
+                                     (at_pr, at_pr + 2 * page, 0, (st.st_dev, st.st_ino), False, True))
+                    self.assertEqual(_maps.query_ok, way == "ioctl")
+            del b_sh, b_pr
+        finally:
+            sh.close()
+            pr.close()
+
+
 class TestTargets(unittest.TestCase):
     """Which calls name a GPU move that is served (no CUDA needed to
     decide): the CUDA path itself runs on the GPU machine only."""

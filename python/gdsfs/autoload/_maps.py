@@ -281,9 +281,9 @@ def alive(e):
 
 
 # ioctl(PROCMAP_QUERY) on /proc/self/maps (Linux 6.11): the VMA holding an
-# address, without reading the whole file. struct procmap_query is 96 bytes.
-_PROCMAP_QUERY = 0xC0606611
+# address, without reading the whole file. _IOWR('f', 17, struct procmap_query).
 _QUERY = struct.Struct("=QQQQQQQQQIIIIQQ")
+_PROCMAP_QUERY = (3 << 30) | (_QUERY.size << 16) | (ord("f") << 8) | 17
 _Q_SHARED, _Q_WRITABLE = 0x08, 0x02
 query_ok = True  # False once the kernel refused the ioctl: /proc/self/maps is read instead
 _mapsfd = None  # descriptor of /proc/self/maps, kept open for the ioctl

@@ -9,10 +9,12 @@ mapping at once (mapped(): confirmed by /proc/self/map_files, dropping the
 entries whose mappings are gone). The whole index is rebuilt from
 /proc/self/maps when that cannot be done, and, for mappings nobody hooked,
 on a miss of a large tensor at most once per DISCOVER_INTERVAL seconds. An
-entry found is a candidate only: the caller checks that the mapping is
-still there (alive(): no system call while the object that owns a hooked
-mapping lives, else /proc/self/map_files), maps the same file, and that the
-bytes at those addresses are still the file's."""
+entry found is a candidate only: the caller asks the kernel which file,
+from which offset, shared or private, is mapped at the address now
+(vma_at: the index cannot know of a mapping replaced in place), and checks
+that the bytes at those addresses are still the file's. alive() (no system
+call while the object owning a hooked mapping lives) only decides which
+entries the index keeps."""
 
 import bisect
 import errno

@@ -293,6 +293,21 @@ class TestVmaAt(unittest.TestCase):
             pr.close()
 
 
+class TestParseMaps(unittest.TestCase):
+    def test_a_dropped_directory_entry_keeps_its_path(self):
+        """The kernel names a mapped file whose directory entry was dropped
+        (on a FUSE mount: looked up again) "PATH (deleted)": the entry holds
+        PATH, which (dev, ino) checks wherever it is used."""
+        from gdsfs.autoload import _maps
+
+        dev = os.makedev(0, 0x3a)
+        data = (b"7f0000000000-7f0000004000 r--s 00002000 00:3a 1234    /m/a.bin (deleted)\n"
+                b"7f0000004000-7f0000005000 rw-p 00000000 00:3a 1235    /m/b (deleted).bin\n")
+        got = [(e.start, e.end, e.offset, e.key, e.path, e.shared, e.writable) for e in _maps.parse_maps(data, {dev})]
+        self.assertEqual(got, [(0x7f0000000000, 0x7f0000004000, 0x2000, (dev, 1234), "/m/a.bin", True, False),
+                               (0x7f0000004000, 0x7f0000005000, 0, (dev, 1235), "/m/b (deleted).bin", False, True)])
+
+
 class TestTargets(unittest.TestCase):
     """Which calls name a GPU move that is served (no CUDA needed to
     decide): the CUDA path itself runs on the GPU machine only."""

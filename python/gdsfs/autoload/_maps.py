@@ -141,7 +141,7 @@ def mapped(st, start, length, offset, shared, writable, owner=None):
         return
     end = -(-(start + length) // PAGE) * PAGE
     try:
-        path = os.readlink("/proc/self/map_files/%x-%x" % (start, end))
+        path = _undeleted(os.readlink("/proc/self/map_files/%x-%x" % (start, end)))
         now = os.stat(path)
     except OSError:
         dirty = True  # merged with a neighbour, or map_files unreadable: read the maps
@@ -217,8 +217,17 @@ def parse_maps(data, devs):
         lo, _, hi = f[0].partition(b"-")
         perms = f[1]
         out.append(Mapping(int(lo, 16), int(hi, 16), int(f[2], 16), dev, int(f[4]),
-                           os.fsdecode(f[5].rstrip(b"\n")), perms[3:4] == b"s", perms[1:2] == b"w"))
+                           _undeleted(os.fsdecode(f[5].rstrip(b"\n"))), perms[3:4] == b"s", perms[1:2] == b"w"))
     return out
+
+
+def _undeleted(path):
+    """path without the " (deleted)" the kernel adds to the name of a
+    mapped file whose directory entry was dropped: a FUSE mount's entry is
+    dropped when it is looked up again, of a file still there. Every use
+    of the path checks the file's (dev, ino), so a file really deleted (or
+    replaced by another) is not taken for the one mapped."""
+    return path[:-10] if path.endswith(" (deleted)") else path
 
 
 def _lines_with(data, tags):

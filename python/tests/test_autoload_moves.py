@@ -252,6 +252,62 @@ class TestPagemap(unittest.TestCase):
             m.close()
 
 
+class TestVmaAt(unittest.TestCase):
+    def test_the_mapping_at_an_address(self):
+        """vma_at says which file, from which offset, shared or private, is
+        mapped at an address, by the ioctl and by /proc/self/maps alike."""
+        import mmap
+
+        import numpy as np
+
+        from gdsfs.autoload import _maps
+
+        page = _maps.PAGE
+        p = os.path.join(_support.tmpdir(), "vma.bin")
+        _write(p, b"\1" * (8 * page))
+        st = os.stat(p)
+        self.addCleanup(setattr, _maps, "query_ok", _maps.query_ok)
+        with open(p, "r+b") as f:
+            sh = mmap.mmap(f.fileno(), 4 * page, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ, offset=2 * page)
+            pr = mmap.mmap(f.fileno(), 2 * page, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        try:
+            b_sh, b_pr = np.frombuffer(sh, dtype=np.uint8), np.frombuffer(pr, dtype=np.uint8)
+            at_sh, at_pr = b_sh.ctypes.data, b_pr.ctypes.data
+            ways = ["ioctl", "maps"]
+            if not _maps.query_ok:
+                ways.remove("ioctl")
+                print(_support.loud("SKIPPED: this kernel refuses ioctl(PROCMAP_QUERY): only /proc/self/maps checked"))
+            for way in ways:
+                _maps.query_ok = way == "ioctl"
+                with self.subTest(way=way):
+                    v = _maps.vma_at(at_sh + page + 5, st.st_dev)
+                    self.assertEqual((v.start, v.end, v.offset, v.key, v.shared, v.writable),
+                                     (at_sh, at_sh + 4 * page, 2 * page, (st.st_dev, st.st_ino), True, False))
+                    v = _maps.vma_at(at_pr, st.st_dev)
+                    self.assertEqual((v.start, v.end, v.offset, v.key, v.shared, v.writable),
+                                     (at_pr, at_pr + 2 * page, 0, (st.st_dev, st.st_ino), False, True))
+                    self.assertEqual(_maps.query_ok, way == "ioctl")
+            del b_sh, b_pr
+        finally:
+            sh.close()
+            pr.close()
+
+
+class TestParseMaps(unittest.TestCase):
+    def test_a_dropped_directory_entry_keeps_its_path(self):
+        """The kernel names a mapped file whose directory entry was dropped
+        (on a FUSE mount: looked up again) "PATH (deleted)": the entry holds
+        PATH, which (dev, ino) checks wherever it is used."""
+        from gdsfs.autoload import _maps
+
+        dev = os.makedev(0, 0x3a)
+        data = (b"7f0000000000-7f0000004000 r--s 00002000 00:3a 1234    /m/a.bin (deleted)\n"
+                b"7f0000004000-7f0000005000 rw-p 00000000 00:3a 1235    /m/b (deleted).bin\n")
+        got = [(e.start, e.end, e.offset, e.key, e.path, e.shared, e.writable) for e in _maps.parse_maps(data, {dev})]
+        self.assertEqual(got, [(0x7f0000000000, 0x7f0000004000, 0x2000, (dev, 1234), "/m/a.bin", True, False),
+                               (0x7f0000004000, 0x7f0000005000, 0, (dev, 1235), "/m/b (deleted).bin", False, True)])
+
+
 class TestTargets(unittest.TestCase):
     """Which calls name a GPU move that is served (no CUDA needed to
     decide): the CUDA path itself runs on the GPU machine only."""
@@ -332,7 +388,7 @@ class TestLeases(MovesCase):
         self.assertEqual(m.wait_leases(0), 0)
 
 
-class TestPagemap(unittest.TestCase):
+class TestPagemapAfterFork(unittest.TestCase):
     def test_a_forked_child_reads_its_own_pagemap(self):
         """The kept /proc/self/pagemap descriptor is the opener's page
         tables: a forked child opens its own, and sees the pages it wrote."""
@@ -457,6 +513,15 @@ class TestFallbacks(MovesCase):
         torch.from_numpy(np.frombuffer((ctypes_array(t.data_ptr(), 4 * n)), dtype=np.float32))[3] = -1.0
         self.assertEqual(_plain(lambda: t.to(torch.float64))[3].item(), -1.0)
         self.assertSame(t.to(torch.float64), _plain(lambda: t.to(torch.float64)))
+
+    def test_replaced_mappings_are_not_served_stale_without_procmap_query(self):
+        """Where the kernel has no ioctl(PROCMAP_QUERY) (before Linux 6.11),
+        /proc/self/maps, read whole, decides the same way."""
+        self.addCleanup(setattr, self.maps, "query_ok", self.maps.query_ok)
+        self.maps.query_ok = False
+        self.test_mapping_replaced_by_another_part_of_the_file_is_not_served_stale()
+        self.test_mapping_replaced_by_a_written_private_one_is_not_served_stale()
+        self.assertFalse(self.maps.query_ok)
 
     def assert_original_move(self, t, move):
         """move(t) ran the original call: without CUDA it raised as the

@@ -9,13 +9,18 @@ mapping at once (mapped(): confirmed by /proc/self/map_files, dropping the
 entries whose mappings are gone). The whole index is rebuilt from
 /proc/self/maps when that cannot be done, and, for mappings nobody hooked,
 on a miss of a large tensor at most once per DISCOVER_INTERVAL seconds. An
-entry found is a candidate only: the caller checks that the mapping is
-still there (alive(): no system call while the object that owns a hooked
-mapping lives, else /proc/self/map_files), maps the same file, and that the
-bytes at those addresses are still the file's."""
+entry found is a candidate only: the caller asks the kernel which file,
+from which offset, shared or private, is mapped at the address now
+(vma_at: the index cannot know of a mapping replaced in place), and checks
+that the bytes at those addresses are still the file's. alive() (no system
+call while the object owning a hooked mapping lives) only decides which
+entries the index keeps."""
 
 import bisect
+import errno
+import fcntl
 import os
+import struct
 import threading
 import time
 import weakref
@@ -136,7 +141,7 @@ def mapped(st, start, length, offset, shared, writable, owner=None):
         return
     end = -(-(start + length) // PAGE) * PAGE
     try:
-        path = os.readlink("/proc/self/map_files/%x-%x" % (start, end))
+        path = _undeleted(os.readlink("/proc/self/map_files/%x-%x" % (start, end)))
         now = os.stat(path)
     except OSError:
         dirty = True  # merged with a neighbour, or map_files unreadable: read the maps
@@ -212,8 +217,17 @@ def parse_maps(data, devs):
         lo, _, hi = f[0].partition(b"-")
         perms = f[1]
         out.append(Mapping(int(lo, 16), int(hi, 16), int(f[2], 16), dev, int(f[4]),
-                           os.fsdecode(f[5].rstrip(b"\n")), perms[3:4] == b"s", perms[1:2] == b"w"))
+                           _undeleted(os.fsdecode(f[5].rstrip(b"\n"))), perms[3:4] == b"s", perms[1:2] == b"w"))
     return out
+
+
+def _undeleted(path):
+    """path without the " (deleted)" the kernel adds to the name of a
+    mapped file whose directory entry was dropped: a FUSE mount's entry is
+    dropped when it is looked up again, of a file still there. Every use
+    of the path checks the file's (dev, ino), so a file really deleted (or
+    replaced by another) is not taken for the one mapped."""
+    return path[:-10] if path.endswith(" (deleted)") else path
 
 
 def _lines_with(data, tags):
@@ -277,6 +291,62 @@ def alive(e):
     return still_mapped(e)
 
 
+# ioctl(PROCMAP_QUERY) on /proc/self/maps (Linux 6.11): the VMA holding an
+# address, without reading the whole file. _IOWR('f', 17, struct procmap_query).
+_QUERY = struct.Struct("=QQQQQQQQQIIIIQQ")
+_PROCMAP_QUERY = (3 << 30) | (_QUERY.size << 16) | (ord("f") << 8) | 17
+_Q_SHARED, _Q_WRITABLE = 0x08, 0x02
+query_ok = True  # False once the kernel refused the ioctl: /proc/self/maps is read instead
+_mapsfd = None  # descriptor of /proc/self/maps, kept open for the ioctl
+
+
+def _maps_fd():
+    global _mapsfd
+    fd = _mapsfd
+    if fd is None:
+        fd = os.open("/proc/self/maps", os.O_RDONLY | os.O_CLOEXEC)
+        with _lock:
+            if _mapsfd is not None:
+                os.close(fd)
+                fd = _mapsfd
+            else:
+                _mapsfd = fd
+    return fd
+
+
+def vma_at(addr, dev):
+    """The mapping of a file that holds addr now, as a Mapping (path None
+    when asked of the kernel), or None when addr is in no mapping of a file
+    (or, where the whole /proc/self/maps is read, in none of device dev's):
+    one ioctl(PROCMAP_QUERY), else one read of /proc/self/maps. Whatever
+    was indexed for addr, this says which file, from which offset, shared
+    or private, is there now (a mapping replaced in place by mmap
+    MAP_FIXED keeps the owner and the map_files link of the old one)."""
+    global query_ok
+    if query_ok:
+        buf = bytearray(_QUERY.pack(_QUERY.size, 0, addr, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0))
+        try:
+            fcntl.ioctl(_maps_fd(), _PROCMAP_QUERY, buf, True)
+        except OSError as err:
+            if err.errno == errno.ENOENT:
+                return None  # no VMA holds addr
+            if err.errno not in (errno.ENOTTY, errno.EINVAL, errno.EOPNOTSUPP):
+                raise
+            query_ok = False
+        else:
+            (_, _, _, start, end, flags, _, offset, ino, major, minor, _, _, _, _) = _QUERY.unpack(buf)
+            if not ino:
+                return None  # anonymous memory
+            return Mapping(start, end, offset, os.makedev(major, minor), ino, None,
+                           bool(flags & _Q_SHARED), bool(flags & _Q_WRITABLE))
+    with open("/proc/self/maps", "rb") as f:
+        data = f.read()
+    for e in parse_maps(data, (dev,)):
+        if e.start <= addr < e.end:
+            return e
+    return None
+
+
 def still_mapped(e):
     """Whether e's VMA is still there, a mapping of the same file: its
     /proc/self/map_files link names e's path."""
@@ -306,14 +376,16 @@ def _pagemap_fd():
 
 
 def _forget_pagemap():
-    global _pagemap, _lock
+    """After a fork: the parent's /proc/self descriptors read the parent."""
+    global _pagemap, _mapsfd, _lock
     _lock = threading.Lock()  # another thread of the parent may have held it
-    fd, _pagemap = _pagemap, None
-    if fd is not None:
-        try:
-            os.close(fd)
-        except OSError:
-            pass
+    fds, _pagemap, _mapsfd = (_pagemap, _mapsfd), None, None
+    for fd in fds:
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
 
 os.register_at_fork(after_in_child=_forget_pagemap)

@@ -339,20 +339,26 @@ def _source(torch, src, e, lease_ok):
         span = (sum((n - 1) * s for n, s in zip(src.shape, src.stride())) + 1) * item
     lo = src.data_ptr()
     hi = lo + span
-    if not _maps.alive(e):
+    # what is mapped at lo now decides (file, offset, shared or private),
+    # not what the index holds: the mapping may have been replaced in place
+    v = _maps.vma_at(lo, e.dev)
+    if v is None or v.key != e.key:
         _maps.refresh()
         e = _maps.find(lo)
-        if e is None or not _maps.still_mapped(e):
+        if e is None:
             raise Fallback(None)  # not a gdsfs file's memory any more
-    if hi > e.end:
+        v = _maps.vma_at(lo, e.dev)
+        if v is None or v.key != e.key:
+            raise Fallback(None)
+    if hi > v.end:
         raise Fallback("spans-mappings")
-    if e.shared and e.writable:
+    if v.shared and v.writable:
         raise Fallback("mapping-shared-writable")
     ident = _identity(e)
-    off = e.offset + (lo - e.start)
+    off = v.offset + (lo - v.start)
     if off + span > ident[0]:
         raise Fallback("beyond-eof")
-    if not e.shared:
+    if not v.shared:
         w = _maps.written_pages(lo, hi)
         if w is None:
             raise Fallback("pagemap-unreadable")

@@ -9,8 +9,9 @@
 #   sh scripts/bench-ab.sh OLD_BINARY NEW_BINARY            # GPU sizes
 #   GDSFS_AB_MODE=dry sh scripts/bench-ab.sh OLD NEW        # host backend, small
 #
-# GDSFS_AB_ROUNDS (default 2) rounds. Outputs in $OUT (default
-# /tmp/gdsfs-ab-out): ab.txt (everything printed and the table) and
+# GDSFS_AB_ROUNDS (default 2) rounds. Outputs in $OUT (default a new
+# directory from mktemp -d, named at the start; an $OUT another user owns
+# or may write is refused): ab.txt (everything printed and the table) and
 # a.jsonl, b.jsonl (each bench's JSON report). Work files in
 # $GDSFS_BENCH_DIR (default /var/tmp/gdsfs-bench). The table gives, per
 # figure, every round's value for A and B and B/A of the medians; it exits 1
@@ -21,10 +22,24 @@ set -u
 a=$1 b=$2
 for x in "$a" "$b"; do [ -x "$x" ] || { echo "bench-ab: $x is not an executable"; exit 2; }; done
 here=$(cd "$(dirname "$0")" && pwd)
-out=${OUT:-/tmp/gdsfs-ab-out}
+# outdir NAME: $OUT, where it is a directory of the caller's that no one
+# else may write (else exit 1), or a fresh one from mktemp -d.
+outdir() {
+	if [ -z "${OUT:-}" ]; then
+		mktemp -d "${TMPDIR:-/tmp}/$1.XXXXXX" || exit 1
+		return
+	fi
+	mkdir -p "$OUT" || exit 1
+	if [ -L "$OUT" ] || [ ! -O "$OUT" ] || [ -n "$(find "$OUT" -maxdepth 0 -perm /022)" ]; then
+		echo "OUT=$OUT: not a directory of yours that only you may write (leave OUT unset for a fresh one)" >&2
+		exit 1
+	fi
+	echo "$OUT"
+}
+out=$(outdir gdsfs-ab-out) || exit 1
+echo "outputs in $out"
 work=${GDSFS_BENCH_DIR:-/var/tmp/gdsfs-bench}
 rounds=${GDSFS_AB_ROUNDS:-2}
-mkdir -p "$out" "$work/files"
 log=$out/ab.txt
 : > "$log"
 : > "$out/a.jsonl"

@@ -32,7 +32,8 @@
 # --set (GDSFS_BENCH_SET=io.compat_mode=off on a machine without cuFile
 # set up must make the run fail).
 #
-# Outputs, in $OUT (default /tmp/gdsfs-bench-out): bench-gpu.txt (all that
+# Outputs, in $OUT (default a new directory from mktemp -d, named at the
+# start; an $OUT another user owns or may write is refused): bench-gpu.txt (all that
 # was printed, the daemon logs' ends after a failed step, a summary of the
 # targets) and bench-gpu.jsonl (one JSON line per step). Work files in
 # $GDSFS_BENCH_DIR (default /var/tmp/gdsfs-bench; a disk filesystem, about
@@ -83,12 +84,26 @@ case "${1:-}" in
 *) echo "usage: sh scripts/bench-gpu.sh [--prepare | --dry-run | --verdict LOG [STEP...]]"; exit 2 ;;
 esac
 
-out=${OUT:-/tmp/gdsfs-bench-out}
+# outdir NAME: $OUT, where it is a directory of the caller's that no one
+# else may write (else exit 1), or a fresh one from mktemp -d.
+outdir() {
+	if [ -z "${OUT:-}" ]; then
+		mktemp -d "${TMPDIR:-/tmp}/$1.XXXXXX" || exit 1
+		return
+	fi
+	mkdir -p "$OUT" || exit 1
+	if [ -L "$OUT" ] || [ ! -O "$OUT" ] || [ -n "$(find "$OUT" -maxdepth 0 -perm /022)" ]; then
+		echo "OUT=$OUT: not a directory of yours that only you may write (leave OUT unset for a fresh one)" >&2
+		exit 1
+	fi
+	echo "$OUT"
+}
+out=$(outdir gdsfs-bench-out) || exit 1
+echo "outputs in $out"
 work=${GDSFS_BENCH_DIR:-/var/tmp/gdsfs-bench}
 bin=$repo/.bin/gdsfs
 log=$out/bench-gpu.txt
 json=$out/bench-gpu.jsonl
-mkdir -p "$out" "$work/files"
 : > "$log"
 : > "$json"
 failed=""
@@ -104,15 +119,15 @@ step() {
 	say ""
 	say "=== $name ($(date +%H:%M:%S)): $*"
 	s=$(date +%s)
-	{ timeout -k 10 "$limit" "$@" 2>&1; echo $? > "$work/.rc"; } | tee -a "$log"
-	rc=$(cat "$work/.rc")
+	{ timeout -k 10 "$limit" "$@" 2>&1; echo $? > "$out/.rc"; } | tee -a "$log"
+	rc=$(cat "$out/.rc")
 	if [ "$rc" = 0 ]; then
 		say "--- ok: $name ($(( $(date +%s) - s )) s)"
 	else
 		[ "$rc" = 124 ] && say "--- $name ran past its limit of $limit s"
 		say "--- FAIL: $name (exit $rc, $(( $(date +%s) - s )) s)"
 		failed="$failed $name"
-		for l in "$work"/*.log; do
+		[ -O "$work" ] && for l in "$work"/*.log; do
 			[ -f "$l" ] && { say "--- end of $l:"; tail -n 15 "$l" | tee -a "$log"; }
 		done
 	fi
@@ -132,7 +147,8 @@ if [ $mode = gpu ]; then
 	for d in "${KVIKIO_SRC:-}" .bin/kvikio shared/peers/kvikio ../shared/peers/kvikio; do
 		[ -z "$kvsrc" ] && [ -n "$d" ] && [ -f "$d/build.sh" ] && kvsrc=$d
 	done
-	kvik=/tmp/kvikbench
+	kvik=$out/kvikbench
+	rm -f "$kvik"
 	if [ "$kvsrc" = none ]; then
 		kvik_flags=""
 	elif [ -z "$kvsrc" ]; then
@@ -142,8 +158,8 @@ if [ $mode = gpu ]; then
 		kvik_flags=""
 	else
 		step kvikbench 120 sh "$kvsrc/build.sh" "$kvik"
-		kvik_flags="--kvikio $kvik"
-		[ -x "$kvik" ] || kvik_flags=""
+		kvik_flags=""
+		[ "$rc" = 0 ] && [ -x "$kvik" ] && kvik_flags="--kvikio $kvik"
 	fi
 	stage="--size 4GiB --rounds 2 --runs 3 --quick --cold $kvik_flags"
 	lease="--sizes 1MiB,32MiB,1GiB --runs 30 --first 30"
@@ -184,12 +200,12 @@ for st in ${GDSFS_BENCH_STEPS:-$steps}; do
 	esac
 done
 
-rm -f "$work/.rc"
+rm -f "$out/.rc"
 say ""
 say "=== $(( $(date +%s) - t0 )) s"
 # shellcheck disable=SC2086 # one word per failed step
-verdict "$log" $failed > "$work/.verdict"
+verdict "$log" $failed > "$out/.verdict"
 rc=$?
-tee -a "$log" < "$work/.verdict"
-rm -f "$work/.verdict"
+tee -a "$log" < "$out/.verdict"
+rm -f "$out/.verdict"
 exit $rc

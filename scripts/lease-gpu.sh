@@ -23,7 +23,13 @@ big=1024 shards=63
 if [ "${GDSFS_LEASE_SMALL:-0}" = 1 ]; then big=64 shards=7; fi
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
-base="${GDSFS_TEST_DIR:-/var/tmp/gdsfs-gpu}/lease"
+GDSFS_TEST_DIR="${GDSFS_TEST_DIR:-/var/tmp/gdsfs-gpu}"
+mkdir -p -m 700 "$GDSFS_TEST_DIR"
+if [ -L "$GDSFS_TEST_DIR" ] || [ ! -O "$GDSFS_TEST_DIR" ] || [ -n "$(find "$GDSFS_TEST_DIR" -maxdepth 0 -perm /022)" ]; then
+	echo "GDSFS_TEST_DIR=$GDSFS_TEST_DIR: not a directory of yours that only you may write (files are written and run there)" >&2
+	exit 1
+fi
+base="$GDSFS_TEST_DIR/lease"
 src="$base/src"
 mnt="$base/mnt"
 export PYTHONPATH="$repo/python"

@@ -17,7 +17,8 @@
 #    consumer frees only its lease, evicting one replica leaves the other
 #    served.
 #
-# Outputs in $OUT (default /tmp/gdsfs-multigpu-out): multigpu-gpu.txt (all
+# Outputs in $OUT (default a new directory from mktemp -d, named at the
+# start; an $OUT another user owns or may write is refused): multigpu-gpu.txt (all
 # that was printed and a summary), multigpu-gpu.jsonl (the bench's JSON),
 # check.txt, and daemon.log (the mount's log). The files go to /dev/shm when
 # it has room (GDSFS_MULTIGPU_DIR overrides) and are removed at the end.
@@ -36,12 +37,26 @@ case "${1:-}" in
 *) echo "usage: sh scripts/multigpu-gpu.sh [--dry-run]" >&2; exit 2 ;;
 esac
 
-out=${OUT:-/tmp/gdsfs-multigpu-out}
+# outdir NAME: $OUT, where it is a directory of the caller's that no one
+# else may write (else exit 1), or a fresh one from mktemp -d.
+outdir() {
+	if [ -z "${OUT:-}" ]; then
+		mktemp -d "${TMPDIR:-/tmp}/$1.XXXXXX" || exit 1
+		return
+	fi
+	mkdir -p "$OUT" || exit 1
+	if [ -L "$OUT" ] || [ ! -O "$OUT" ] || [ -n "$(find "$OUT" -maxdepth 0 -perm /022)" ]; then
+		echo "OUT=$OUT: not a directory of yours that only you may write (leave OUT unset for a fresh one)" >&2
+		exit 1
+	fi
+	echo "$OUT"
+}
+out=$(outdir gdsfs-multigpu-out)
+echo "outputs in $out"
 work=${GDSFS_MULTIGPU_WORK:-/var/tmp/gdsfs-multigpu}
 bin=$repo/.bin/gdsfs
 log=$out/multigpu-gpu.txt
 json=$out/multigpu-gpu.jsonl
-mkdir -p "$out" "$work"
 : > "$log"
 : > "$json"
 t0=$(date +%s)
@@ -71,8 +86,7 @@ if [ -z "$dir" ]; then
 	avail=$(df -Pk /dev/shm 2> /dev/null | awk 'NR==2 {print int($4 / 1048576)}')
 	if [ "${avail:-0}" -ge $need_gib ]; then dir=/dev/shm/gdsfs-multigpu; else dir=$work/files; fi
 fi
-mkdir -p "$dir"
-cleanup() { rm -rf "$dir/multigpu-a.bin" "$dir/multigpu-b.bin"; }
+cleanup() { [ -O "$dir" ] && [ ! -L "$dir" ] && rm -f "$dir/multigpu-a.bin" "$dir/multigpu-b.bin"; }
 trap cleanup EXIT
 
 say "gdsfs multigpu-gpu.sh, mode $mode, $(date -u +%Y-%m-%dT%H:%M:%SZ), $("$bin" version 2> /dev/null | head -n 1)"
@@ -90,11 +104,11 @@ say "=== bench multigpu ($(date +%H:%M:%S))"
 # shellcheck disable=SC2086
 {
 	timeout -k 10 420 "$bin" bench multigpu --size $size --runs $runs --dir "$dir" --work "$work" --report "$json" $sets 2>&1
-	echo $? > "$work/.rc"
+	echo $? > "$out/.rc"
 } | tee -a "$log"
-rc=$(cat "$work/.rc")
-rm -f "$work/.rc"
-[ -f "$work/multigpu.log" ] && cp "$work/multigpu.log" "$out/daemon.log"
+rc=$(cat "$out/.rc")
+rm -f "$out/.rc"
+[ -O "$work" ] && [ -f "$work/multigpu.log" ] && cp "$work/multigpu.log" "$out/daemon.log"
 
 say ""
 say "=== summary ($(($(date +%s) - t0)) s)"

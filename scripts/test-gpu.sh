@@ -28,7 +28,11 @@ here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
 export GDSFS_REQUIRE_GPU=1
 export GDSFS_TEST_DIR="${GDSFS_TEST_DIR:-/var/tmp/gdsfs-gpu}"
-mkdir -p "$GDSFS_TEST_DIR"
+mkdir -p -m 700 "$GDSFS_TEST_DIR"
+if [ -L "$GDSFS_TEST_DIR" ] || [ ! -O "$GDSFS_TEST_DIR" ] || [ -n "$(find "$GDSFS_TEST_DIR" -maxdepth 0 -perm /022)" ]; then
+	echo "GDSFS_TEST_DIR=$GDSFS_TEST_DIR: not a directory of yours that only you may write (files are written and run there)" >&2
+	exit 1
+fi
 out="$GDSFS_TEST_DIR/step.out"
 fail=0 skipped=0 summary=""
 one_gpu="one GPU on this machine: needs two"

@@ -347,5 +347,35 @@ class BenchScriptSummary(unittest.TestCase):
         self.assertIn("BENCH DONE", out)
 
 
+class WorkDirOfAnotherUser(unittest.TestCase):
+    """autoload-gpu.py, frameworks-gpu.py and readahead-gpu.py refuse a
+    --work another user owns or may write (root would write its daemon
+    log through their links), and make a missing one 0700."""
+
+    def test_refused_by_name(self):
+        if os.geteuid() != 0:
+            self.skipTest("SKIPPED: needs root (a directory of uid 65534)")
+        for name in ("autoload-gpu.py", "frameworks-gpu.py", "readahead-gpu.py"):
+            spec = importlib.util.spec_from_file_location("s", os.path.join(REPO, "scripts", name))
+            m = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(m)
+            with tempfile.TemporaryDirectory() as d:
+                os.chmod(d, 0o755)
+                theirs, open_ = os.path.join(d, "theirs"), os.path.join(d, "open")
+                os.mkdir(theirs)
+                os.chown(theirs, 65534, 65534)
+                os.mkdir(open_)
+                os.chmod(open_, 0o777)
+                for work, why in ((theirs, "owned by uid 65534"), (os.path.join(theirs, "w"), "owned by uid 65534"),
+                                  (open_, "writable by group or other")):
+                    with self.assertRaises(SystemExit, msg=name + " " + work) as e:
+                        m.own_work_dir(work)
+                    self.assertIn("--work " + work, str(e.exception))
+                    self.assertIn(why, str(e.exception))
+                fresh = os.path.join(d, "a", "b")
+                self.assertEqual(m.own_work_dir(fresh), fresh)
+                self.assertEqual(os.stat(fresh).st_mode & 0o777, 0o700, name)
+
+
 if __name__ == "__main__":
     unittest.main()

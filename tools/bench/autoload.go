@@ -77,6 +77,9 @@ type overheadResult struct {
 // AutoloadOverhead runs the benchmark and prints its report; the error is
 // the verdict.
 func AutoloadOverhead(ctx context.Context, o AutoloadOverheadOptions) error {
+	if err := openWorkDir("--dir", o.Dir); err != nil {
+		return err
+	}
 	work := filepath.Join(o.Dir, "autoload-overhead")
 	src := filepath.Join(work, "src")
 	if err := os.MkdirAll(src, 0o755); err != nil {

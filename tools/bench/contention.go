@@ -96,6 +96,9 @@ type contention struct {
 
 // Contention runs `gdsfs bench contention` and prints its report.
 func Contention(ctx context.Context, o ContentionOptions) error {
+	if err := openWorkDir("--dir", o.Dir); err != nil {
+		return err
+	}
 	c := &contention{o: o}
 	src := filepath.Join(o.Dir, "files")
 	var files []map[string]any
@@ -144,7 +147,7 @@ func Contention(ctx context.Context, o ContentionOptions) error {
 func (c *contention) writeJob(files []map[string]any) error {
 	b, _ := json.Marshal(map[string]any{"mnt": c.m.mnt, "files": files})
 	c.job = filepath.Join(c.py.dir, "contention-job.json")
-	return os.WriteFile(c.job, b, 0o644)
+	return writeNew(c.job, b, 0o644)
 }
 
 // measure: a warm-up round (every consumer leasing one file, all at

@@ -46,7 +46,7 @@ const (
 // startDaemon runs argv and waits, as ready says, until it serves mnt.
 // On error nothing of it is left running or mounted.
 func startDaemon(ctx context.Context, name, mnt, logPath string, argv []string, ready readiness) (*daemon, error) {
-	logf, err := os.Create(logPath)
+	logf, err := createFile(logPath, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("%s: daemon log: %w", name, err)
 	}

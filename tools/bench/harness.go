@@ -39,7 +39,7 @@ func makeFile(path string, size int64, hash bool) (string, error) {
 	var seed [32]byte
 	copy(seed[:], filepath.Base(path))
 	h := sha256.New()
-	f, err := os.Create(path)
+	f, err := createFile(path, 0o644)
 	if err != nil {
 		return "", err
 	}

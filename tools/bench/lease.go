@@ -84,6 +84,9 @@ const (
 
 // Lease runs `gdsfs bench lease` and prints its table to stdout.
 func Lease(ctx context.Context, o LeaseOptions) error {
+	if err := openWorkDir("--dir", o.Dir); err != nil {
+		return err
+	}
 	src := filepath.Join(o.Dir, "files")
 	lb := &leaseBench{o: o, res: &leaseResult{HostChosen: hostChosen(o.Sets)}}
 	warm := filepath.Join("lease", "warm.bin")

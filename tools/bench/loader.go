@@ -91,6 +91,9 @@ type loaderResult struct {
 
 // Loader runs `gdsfs bench loader` and prints its report to stdout.
 func Loader(ctx context.Context, o LoaderOptions) error {
+	if err := openWorkDir("--dir", o.Dir); err != nil {
+		return err
+	}
 	src := filepath.Join(o.Dir, "files")
 	ph := newPhases("gdsfs bench loader")
 	ph.start("files in %s: %d x %s, %d x %s, big %s", src, o.Shards, o.ShardSize, o.Files, o.FileSize, o.Big)
@@ -163,7 +166,7 @@ func runLoaderScript(ctx context.Context, py *pyEnv, dir string, job map[string]
 	}
 	jobFile := filepath.Join(dir, "py", "loader-job.json")
 	b, _ := json.Marshal(job)
-	if err := os.WriteFile(jobFile, b, 0o644); err != nil {
+	if err := writeNew(jobFile, b, 0o644); err != nil {
 		return err
 	}
 	return py.runJSON(ctx, 8*time.Minute, res, script, jobFile)

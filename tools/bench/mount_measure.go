@@ -41,6 +41,8 @@ func newMountBench(o MountOptions) (*mountBench, error) {
 		b.removeAt = true
 	} else if b.dir, err = filepath.Abs(b.dir); err != nil {
 		return nil, fmt.Errorf("--dir %s: %w", o.Dir, err)
+	} else if err = openWorkDir("--dir", b.dir); err != nil {
+		return nil, err
 	}
 	b.source = filepath.Join(b.dir, "source")
 	for i := range o.Files {
@@ -87,7 +89,7 @@ func (b *mountBench) prepare(ctx context.Context) error {
 			return ctx.Err()
 		}
 		rng.Read(buf)
-		if err := os.WriteFile(filepath.Join(many, name), buf, 0o644); err != nil {
+		if err := writeNew(filepath.Join(many, name), buf, 0o644); err != nil {
 			return fmt.Errorf("prepare SOURCE: %w", err)
 		}
 	}
@@ -96,7 +98,7 @@ func (b *mountBench) prepare(ctx context.Context) error {
 }
 
 func writeFile(path string, r io.Reader) error {
-	f, err := os.Create(path)
+	f, err := createFile(path, 0o644)
 	if err != nil {
 		return fmt.Errorf("prepare SOURCE: %w", err)
 	}

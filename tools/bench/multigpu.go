@@ -93,6 +93,12 @@ func (v mgVerdict) String() string {
 
 // MultiGPU runs `gdsfs bench multigpu` with cfg (MultiGPUConfig).
 func MultiGPU(ctx context.Context, cfg *config.Config, o MultiGPUOptions) error {
+	if err := openWorkDir("--dir", o.Dir); err != nil {
+		return err
+	}
+	if err := openWorkDir("--work", o.Work); err != nil {
+		return err
+	}
 	devs, err := devices.Open(cfg.Staging, zap.NewNop())
 	if err != nil {
 		return err

@@ -26,11 +26,15 @@ func runPeers(path string, dev gpu.Device, o StageOptions, hostChosen bool) []be
 		}
 		return []benchRow{{Name: "python peers", Kind: "peer", Why: why}}
 	}
-	script := filepath.Join(os.TempDir(), fmt.Sprintf("gdsfs-bench-peers-%d.py", os.Getpid()))
-	if err := os.WriteFile(script, peersScript, 0o644); err != nil {
+	dir, err := os.MkdirTemp("", "gdsfs-bench-peers-") // 0700: no one else's modules beside the script
+	if err != nil {
 		return []benchRow{{Name: "python peers", Kind: "peer", Why: err.Error()}}
 	}
-	defer os.Remove(script)
+	defer os.RemoveAll(dir)
+	script := filepath.Join(dir, "peers.py")
+	if err := writeNew(script, peersScript, 0o600); err != nil {
+		return []benchRow{{Name: "python peers", Kind: "peer", Why: err.Error()}}
+	}
 	byName := map[string]*benchRow{}
 	modes := []string{"warm"}
 	if o.Cold {
@@ -70,7 +74,7 @@ type peerResult struct {
 }
 
 func runPeerScript(script, path, mode string, runs int) (map[string]peerResult, error) {
-	cmd := exec.Command(pickInterpreter(true), script, path, mode, fmt.Sprint(runs))
+	cmd := exec.Command(pickInterpreter(true), "-I", script, path, mode, fmt.Sprint(runs))
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
 	if err != nil {

@@ -49,7 +49,7 @@ func newPyEnv(f PyFlags, dir string, wantTorch bool) (*pyEnv, error) {
 		return nil, fmt.Errorf("--python-bin %s: %w", p.Bin, err)
 	}
 	p.Torch = exec.Command(p.Bin, "-c", "import torch").Run() == nil
-	return p, os.MkdirAll(dir, 0o755)
+	return p, os.MkdirAll(dir, 0o700)
 }
 
 // defaultPkg is python/ of the repository the binary was built into
@@ -88,7 +88,7 @@ func pickInterpreter(wantTorch bool) string {
 // write puts an embedded helper in the helper directory.
 func (p *pyEnv) write(name string, body []byte) (string, error) {
 	path := filepath.Join(p.dir, name)
-	return path, os.WriteFile(path, body, 0o644)
+	return path, writeNew(path, body, 0o644)
 }
 
 // command is the interpreter running script with args, the gdsfs package

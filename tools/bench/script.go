@@ -59,6 +59,9 @@ func ScriptDoc(name string) string { return benchScripts[name].doc }
 // Script runs `gdsfs bench autoload|readahead`: the script's own output
 // (JSON, then its table) goes to stdout; its failure is this command's.
 func Script(ctx context.Context, o ScriptOptions) error {
+	if err := openWorkDir("--dir", o.Dir); err != nil {
+		return err
+	}
 	bs, ok := benchScripts[o.Name]
 	if !ok {
 		return fmt.Errorf("no bench script %q", o.Name)
@@ -127,7 +130,7 @@ func scriptArgs(o ScriptOptions, py *pyEnv, host bool) []string {
 // (ROOT/scripts/FILE beside ROOT/python), since the scripts find the gdsfs
 // package and the test fixtures from where they are.
 func writeRepoScript(py *pyEnv, root string, bs benchScript) (string, error) {
-	if err := os.MkdirAll(filepath.Join(root, "scripts"), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(root, "scripts"), 0o700); err != nil {
 		return "", err
 	}
 	link := filepath.Join(root, "python")
@@ -138,7 +141,7 @@ func writeRepoScript(py *pyEnv, root string, bs benchScript) (string, error) {
 		return "", err
 	}
 	path := filepath.Join(root, "scripts", bs.file)
-	return path, os.WriteFile(path, bs.body, 0o644)
+	return path, writeNew(path, bs.body, 0o644)
 }
 
 // hostBackend reports whether a mount with sets would stage on the host

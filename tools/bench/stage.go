@@ -103,6 +103,11 @@ type stageBench struct {
 // table or JSON to stdout. Its error is the verdict (VerdictRule) when
 // all was printed.
 func Stage(ctx context.Context, cfg *config.Config, o StageOptions) error {
+	if o.File == "" {
+		if err := openWorkDir("--dir", o.Dir); err != nil {
+			return err
+		}
+	}
 	devs, err := devices.Open(cfg.Staging, zap.NewNop())
 	if err != nil {
 		return err

@@ -451,6 +451,10 @@ class TestFallbacks(MovesCase):
         self.assertSame(t.to(torch.float64), _plain(lambda: t.to(torch.float64)))
         self.assertEqual(self.A.served(), {"torch.Tensor.to": 1})
         np.save(os.path.join(self.mount.src, "ch.npy"), np.arange(2000, dtype=np.float32))
+        # An open through the mount tells the kernel of the new version
+        # before it returns; without one the kernel hears of it when the
+        # daemon has handled SOURCE's change event, a moment later.
+        open(p, "rb").close()
         got = t.to(torch.float64)
         self.assertSame(got, _plain(lambda: t.to(torch.float64)))
         self.assertEqual(self.A.fallbacks(), {"file-changed": 1})

@@ -372,7 +372,11 @@ class TestTorchLoad(AutoloadCase):
             torch.save({"who": "new"}, new)
             os.rename(new, src)
             self.assertEqual(torch.load(f)["who"], "old")
-        self.assertEqual(self.A.fallbacks(), {"file-replaced": 1})
+        # Which check refuses it depends on whether the kernel has dropped
+        # the path's cached entry yet (the daemon tells it in the
+        # background): then the path no longer names the descriptor's
+        # file (not-a-path); before, the daemon does (file-replaced).
+        self.assertIn(self.A.fallbacks(), ({"file-replaced": 1}, {"not-a-path": 1}))
         self.assertEqual(torch.load(mnt)["who"], "new")
 
     def same_outcome(self, mnt, src, **kw):

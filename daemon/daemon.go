@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gdsfs/gdsfs/daemon/config"
+	"github.com/gdsfs/gdsfs/daemon/handover"
 	"github.com/gdsfs/gdsfs/fs"
 	"github.com/gdsfs/gdsfs/gpu"
 	"github.com/gdsfs/gdsfs/internal/metrics"
@@ -66,6 +67,12 @@ type daemon struct {
 	// stopEvents ends the metrics' subscription to staging events.
 	stopEvents func()
 	version    string
+	// source and absMnt are SOURCE and MOUNTPOINT, absolute.
+	source, absMnt string
+	// handedOver: a successor took the mount; stop leaves everything it
+	// serves alone.
+	handedOver bool
+	store      *fdStore // nil unless the service manager keeps descriptors
 }
 
 func runMount(cfg *config.Config, source, mnt string) error {
@@ -84,28 +91,74 @@ func runMount(cfg *config.Config, source, mnt string) error {
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	stopHangups := d.handleHangups(logFile)
 	defer stopHangups()
-	if err := d.start(source, mnt); err != nil {
+	var pred *handover.Conn
+	recovered := d.recoverFromStore(listenFiles(), source, mnt)
+	var src, absMnt string
+	if !recovered {
+		pred, src, absMnt, err = predecessor(source, mnt)
+	}
+	switch {
+	case recovered:
+		if err = d.startMetrics(); err != nil {
+			log.Error("metrics endpoint not started", zap.Error(err))
+			err = nil
+		}
+		d.observeLoads()
+	case err != nil:
+		return ready.fail(err)
+	case pred != nil:
+		d.source, d.absMnt = src, absMnt
+		err = d.takeOver(pred, src, absMnt)
+		if err == nil {
+			err = d.startMetrics()
+			if err != nil { // the mount is served: metrics are not worth dropping it for
+				log.Error("metrics endpoint not started", zap.Error(err))
+				err = nil
+			}
+			d.observeLoads()
+		}
+	default:
+		err = d.start(source, mnt)
+	}
+	if err != nil {
 		d.stop()
 		return ready.fail(err)
 	}
 	d.served.Store(d.fs)
-	log.Info("mounted", zap.String("source", source), zap.String("mountpoint", d.fs.Mountpoint()),
+	log.Info("mounted", zap.String("source", d.source), zap.String("mountpoint", d.fs.Mountpoint()),
 		zap.String("device", d.devs[0].Name()), zap.Bool("passthrough", d.fs.Stats().Passthrough),
-		zap.String("socket", d.ipc.Path()))
+		zap.String("socket", d.ipc.Path()), zap.Bool("taken_over", pred != nil))
 	go d.ipc.Serve()
+	successors, stopSuccessors := d.listenSuccessors(d.absMnt)
+	if err := d.startFDStore(); err != nil {
+		log.Warn("descriptor store not kept: a crash loses the mount and the cache", zap.Error(err))
+	}
 	if err := sdNotify("READY=1\nSTATUS=serving " + d.fs.Mountpoint()); err != nil {
 		log.Warn("cannot tell systemd the mount is ready", zap.Error(err))
+	}
+	if pred != nil {
+		// The predecessor exits once pred closes: the service manager
+		// must know this process as the main one by then.
+		if err := sdBarrier(); err != nil {
+			log.Warn("systemd did not confirm the new main process", zap.Error(err))
+		}
+		pred.Close()
 	}
 	ready.ok()
 	unmounted := make(chan struct{})
 	go func() { d.fs.Wait(); close(unmounted) }()
-	d.serveUntilStopped(sigs, unmounted)
+	d.serveUntilStopped(sigs, unmounted, successors)
+	stopSuccessors()
 	d.stop()
+	if d.handedOver && d.cfg.Shutdown.AfterHandover == "wait" {
+		log.Info("handed the mount over: waiting for SIGTERM or SIGINT (shutdown.after_handover: wait)")
+		sig := <-sigs
+		log.Info("exiting: the successor serves the mount", zap.String("signal", sig.String()))
+	}
 	return nil
 }
 
 func (d *daemon) start(source, mnt string) error {
-	cfg := d.cfg
 	if err := clearDeadMount(mnt, d.log); err != nil {
 		return err
 	}
@@ -113,14 +166,30 @@ func (d *daemon) start(source, mnt string) error {
 	if err != nil {
 		return UsageError{err}
 	}
+	d.source, d.absMnt = source, absMnt
 	if err := d.startMetrics(); err != nil {
 		return err
 	}
+	if err := d.newCache(source); err != nil {
+		return err
+	}
+	d.ipc, err = ipc.Listen(d.ipcConfig(source, absMnt))
+	if err != nil {
+		return err
+	}
+	d.fs, err = fs.Mount(d.fsConfig(source, mnt))
+	return err
+}
+
+// newCache opens the devices and starts the cache on them.
+func (d *daemon) newCache(source string) error {
+	cfg := d.cfg
 	if soft, hard, err := staging.RaiseNoFile(); err != nil {
 		d.log.Warn("descriptor limit not raised", zap.Error(err))
 	} else {
 		d.log.Info("descriptor limit", zap.Uint64("soft", soft), zap.Uint64("hard", hard))
 	}
+	var err error
 	if d.devs, err = openDevices(cfg.Staging, d.log); err != nil {
 		return err
 	}
@@ -132,26 +201,37 @@ func (d *daemon) start(source, mnt string) error {
 	if err != nil {
 		return err
 	}
-	if d.metrics != nil {
+	d.observeLoads()
+	return nil
+}
+
+// observeLoads feeds the metrics' histograms from the cache's events.
+func (d *daemon) observeLoads() {
+	if d.metrics != nil && d.cache != nil && d.stopEvents == nil {
 		d.stopEvents = d.cache.Subscribe(func(e staging.Event) {
 			observeLoad(d.metrics, loadEvent{State: e.State, LoadPath: e.LoadPath,
 				Bytes: e.Bytes, Duration: e.Duration, Err: e.Err})
 		})
 	}
-	d.ipc, err = ipc.Listen(ipc.Config{Source: source, Mountpoint: absMnt, Options: cfg.IPC, Cache: d.cache, Log: d.log,
-		Observe: d.observeRequest})
-	if err != nil {
-		return err
-	}
-	d.fs, err = fs.Mount(fs.Config{
-		Source: source, Mountpoint: mnt, Options: cfg.FUSE, Stager: d.cache, Watch: d.cache.Watcher(),
-		Controls: d.controls, Log: d.log,
-	})
-	return err
 }
 
-// stop releases what start made, in reverse order.
+func (d *daemon) ipcConfig(source, absMnt string) ipc.Config {
+	return ipc.Config{Source: source, Mountpoint: absMnt, Options: d.cfg.IPC, Cache: d.cache, Log: d.log,
+		Observe: d.observeRequest}
+}
+
+func (d *daemon) fsConfig(source, mnt string) fs.Config {
+	return fs.Config{Source: source, Mountpoint: mnt, Options: d.cfg.FUSE, Stager: d.cache, Watch: d.cache.Watcher(),
+		Controls: d.controls, Log: d.log}
+}
+
+// stop releases what start made, in reverse order; after a hand-over
+// only what is this process's own (letGo already let go of the rest).
 func (d *daemon) stop() {
+	if d.store != nil {
+		d.store.stop(true) // a clean stop: the next start mounts afresh
+		d.store = nil
+	}
 	if d.metrics != nil {
 		d.metrics.Close()
 	}

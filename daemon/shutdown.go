@@ -9,17 +9,27 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"github.com/gdsfs/gdsfs/daemon/handover"
 	"github.com/gdsfs/gdsfs/internal/mountinfo"
 )
 
 // serveUntilStopped returns once the mount is gone: unmounted from
-// outside (umount, gdsfs umount), or stopped by a signal (shutdown).
-func (d *daemon) serveUntilStopped(sigs <-chan os.Signal, unmounted <-chan struct{}) {
-	select {
-	case <-unmounted:
-		d.log.Info("unmounted", zap.String("mountpoint", d.fs.Mountpoint()))
-	case sig := <-sigs:
-		d.shutdown(sig, sigs, unmounted)
+// outside (umount, gdsfs umount), stopped by a signal (shutdown), or
+// handed over to a successor (handOver).
+func (d *daemon) serveUntilStopped(sigs <-chan os.Signal, unmounted <-chan struct{}, successors <-chan *handover.Conn) {
+	for {
+		select {
+		case <-unmounted:
+			d.log.Info("unmounted", zap.String("mountpoint", d.fs.Mountpoint()))
+			return
+		case sig := <-sigs:
+			d.shutdown(sig, sigs, unmounted)
+			return
+		case c := <-successors:
+			if d.handOver(c) {
+				return
+			}
+		}
 	}
 }
 

@@ -124,7 +124,7 @@ func TestDaemonFlag(t *testing.T) {
 		code               int
 	}{
 		{"missing SOURCE", filepath.Join(src, "nope"), "SOURCE " + filepath.Join(src, "nope") + ": no such file or directory", 2},
-		{"mount point busy", src, "busy: already a mount point", 2},
+		{"mount point busy", src, "busy: the daemon serving it does not hand over to this one", 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			target := t.TempDir()

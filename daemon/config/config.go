@@ -32,9 +32,13 @@ type Log struct {
 }
 
 // Shutdown is the shutdown section: how a stopping daemon treats files
-// still open.
+// still open, and what it does once a successor took its mount over.
 type Shutdown struct {
 	Grace time.Duration `yaml:"grace"`
+	// AfterHandover is "exit" (exit 0 at once) or "wait" (wait for
+	// SIGTERM or SIGINT, then exit 0 touching nothing: for a container
+	// whose exit would be restarted).
+	AfterHandover string `yaml:"after_handover"`
 }
 
 // Config is the whole configuration, one field per section of config.yaml.
@@ -130,6 +134,11 @@ func (c *Config) Validate() error {
 	}
 	if c.Shutdown.Grace < 0 {
 		return fmt.Errorf("shutdown.grace: %s is negative", c.Shutdown.Grace)
+	}
+	switch c.Shutdown.AfterHandover {
+	case "exit", "wait":
+	default:
+		return fmt.Errorf("shutdown.after_handover: %q is not one of exit, wait", c.Shutdown.AfterHandover)
 	}
 	for _, err := range []error{c.FUSE.Validate(), c.Staging.Validate(), c.IO.Validate(), c.IPC.Validate(), c.Metrics.Validate()} {
 		if err != nil {

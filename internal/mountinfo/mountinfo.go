@@ -18,9 +18,32 @@ import (
 // MountedAt reports whether path is a mount point, and its filesystem type,
 // from /proc/self/mountinfo.
 func MountedAt(path string) (fstype string, ok bool) {
+	fstype, _, ok = at(path)
+	return fstype, ok
+}
+
+// FUSEConnection is the FUSE connection number of the mount on path
+// (its device's minor: /sys/fs/fuse/connections/N), from
+// /proc/self/mountinfo, touching nothing on the mount itself (whose
+// daemon may not answer).
+func FUSEConnection(path string) (int, error) {
+	fstype, dev, ok := at(path)
+	if !ok || !strings.HasPrefix(fstype, "fuse") {
+		return 0, fmt.Errorf("%s is not a FUSE mount point", path)
+	}
+	_, minor, found := strings.Cut(dev, ":")
+	n, err := strconv.Atoi(minor)
+	if !found || err != nil {
+		return 0, fmt.Errorf("%s: device %q in mountinfo", path, dev)
+	}
+	return n, nil
+}
+
+// at finds the visible mount on path: its type and maj:min.
+func at(path string) (fstype, dev string, ok bool) {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
-		return "", false
+		return "", "", false
 	}
 	defer f.Close()
 	s := bufio.NewScanner(f)
@@ -31,6 +54,7 @@ func MountedAt(path string) (fstype string, ok bool) {
 		if len(fields) < 5 || unescapeMountinfo(fields[4]) != path {
 			continue
 		}
+		dev = fields[2]
 		for i, f := range fields {
 			if f == "-" && i+1 < len(fields) {
 				fstype = fields[i+1]
@@ -38,7 +62,7 @@ func MountedAt(path string) (fstype string, ok bool) {
 		}
 		ok = true // keep scanning: the last mount on a path is the visible one
 	}
-	return fstype, ok
+	return fstype, dev, ok
 }
 
 // unescapeMountinfo undoes the octal escapes (\040 for space) of mountinfo.

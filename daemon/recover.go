@@ -1,0 +1,82 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"go.uber.org/zap"
+
+	"github.com/gdsfs/gdsfs/daemon/handover"
+	"github.com/gdsfs/gdsfs/internal/mountinfo"
+)
+
+// recoverFromStore starts the daemon from what the service manager's
+// descriptor store passed back after the previous daemon died (a crash,
+// SIGKILL): the mount it served goes on. False when there is nothing to
+// recover from or it cannot be used: then the connection it held is
+// aborted (a dead mount the normal start clears) and the store emptied,
+// with a log line saying why.
+func (d *daemon) recoverFromStore(passed map[string]*os.File, source, mnt string) bool {
+	if passed[storeStateA] == nil && passed[storeStateB] == nil {
+		for n, f := range passed {
+			d.log.Warn("a descriptor passed by the service manager is not gdsfs's: closed", zap.String("name", n))
+			f.Close()
+		}
+		return false
+	}
+	names := make([]string, 0, len(passed))
+	for n := range passed {
+		names = append(names, n)
+	}
+	src, absMnt, err := canonicalPaths(source, mnt)
+	var st storedState
+	var hs handover.State
+	var files map[string][]*os.File
+	if err == nil {
+		st, hs, files, err = fromStore(passed)
+	}
+	if err == nil && (st.Source != src || st.Mountpoint != absMnt) {
+		err = fmt.Errorf("it holds SOURCE %s on %s, not SOURCE %s on %s", st.Source, st.Mountpoint, src, absMnt)
+	}
+	if err == nil {
+		d.source, d.absMnt = src, absMnt
+		err = d.adopt(hs, files, src, absMnt)
+	}
+	if err == nil {
+		d.log.Info("recovered the mount from the service manager's descriptor store",
+			zap.String("mountpoint", absMnt))
+		return true
+	}
+	d.log.Warn("descriptor store not used: mounting afresh", zap.Error(err))
+	if st.Mountpoint != "" {
+		if err := abortConnection(st.Mountpoint); err != nil {
+			d.log.Warn("the stored FUSE connection was not aborted", zap.Error(err))
+		}
+	}
+	for _, n := range names {
+		if f := passed[n]; f != nil {
+			f.Close()
+		}
+		if err := storeRemove(n); err != nil {
+			d.log.Warn("descriptor store not cleared", zap.String("name", n), zap.Error(err))
+		}
+	}
+	return false
+}
+
+// abortConnection ends the FUSE connection of the mount on mnt: its
+// requests fail with ENOTCONN and the mount is dead (clearDeadMount
+// unmounts it).
+func abortConnection(mnt string) error {
+	n, err := mountinfo.FUSEConnection(mnt)
+	if err != nil {
+		return err
+	}
+	err = os.WriteFile(filepath.Join("/sys/fs/fuse/connections", fmt.Sprint(n), "abort"), []byte("1"), 0)
+	if errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("FUSE connection %d of %s: fusectl is not mounted on /sys/fs/fuse/connections", n, mnt)
+	}
+	return err
+}

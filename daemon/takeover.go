@@ -1,0 +1,378 @@
+package daemon
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+
+	"github.com/gdsfs/gdsfs"
+	"github.com/gdsfs/gdsfs/daemon/handover"
+	"github.com/gdsfs/gdsfs/fs"
+	"github.com/gdsfs/gdsfs/internal/mountinfo"
+	"github.com/gdsfs/gdsfs/ipc"
+	"github.com/gdsfs/gdsfs/staging"
+)
+
+// A daemon hands its mount over to a successor: a second `gdsfs mount` of
+// the same SOURCE on the same MOUNTPOINT connects to the hand-over socket
+// beside the default lease socket, and takes the FUSE connection, the
+// lease socket with its consumers' connections and leases, and the staged
+// cache. The mount never goes away; the successor serves resident files
+// without reading them again. daemon/handover is the wire; each component
+// (fs, ipc, staging) hands over its own state.
+
+// Part names on the wire.
+const (
+	partCache = "cache"
+	partIPC   = "ipc"
+	partFS    = "fs"
+)
+
+// handoverPath is where the daemon serving absMnt waits for a successor.
+func handoverPath(absMnt string) string { return handover.Path(ipc.DefaultSocket(absMnt)) }
+
+// hello is this daemon's side of the exchange's opening.
+func hello(source, absMnt string) handover.Hello {
+	return handover.Hello{Protocol: handover.Protocol, Version: gdsfs.Version, Source: source,
+		Mountpoint: absMnt, Pid: os.Getpid()}
+}
+
+// canonicalPaths makes SOURCE and MOUNTPOINT absolute with their links
+// resolved, as fs.CheckPaths does, for a mount point that is in use.
+func canonicalPaths(source, mnt string) (string, string, error) {
+	canon := func(what, p string) (string, error) {
+		a, err := filepath.Abs(p)
+		if err == nil {
+			a, err = filepath.EvalSymlinks(a)
+		}
+		if err != nil {
+			return "", fmt.Errorf("%s %s: %w", what, p, err)
+		}
+		return a, nil
+	}
+	src, err := canon("SOURCE", source)
+	if err != nil {
+		return "", "", err
+	}
+	m, err := canon("MOUNTPOINT", mnt)
+	return src, m, err
+}
+
+// predecessor connects to the daemon serving mnt when mnt is a live gdsfs
+// mount; nil when mnt is not (a normal mount follows). A live gdsfs mount
+// whose daemon takes no successor is an error that says so.
+func predecessor(source, mnt string) (*handover.Conn, string, string, error) {
+	src, absMnt, err := canonicalPaths(source, mnt)
+	if err != nil {
+		return nil, "", "", nil // fs.CheckPaths names the bad path
+	}
+	fstype, mounted, dead := mountAt(absMnt)
+	if !mounted || dead || fstype != "fuse.gdsfs" {
+		return nil, "", "", nil
+	}
+	path := handoverPath(absMnt)
+	c, err := handover.Dial(path)
+	if err != nil {
+		return nil, "", "", UsageError{fmt.Errorf("MOUNTPOINT %s: busy: a gdsfs daemon serves it and takes no successor here (%v); unmount it first", mnt, err)}
+	}
+	return c, src, absMnt, nil
+}
+
+// encodePart is one component's state for the wire.
+func encodePart(name string, st any, files []*os.File) (handover.Part, error) {
+	b, err := json.Marshal(st)
+	if err != nil {
+		return handover.Part{}, fmt.Errorf("hand-over of %s: %w", name, err)
+	}
+	return handover.Part{Name: name, State: b, Files: len(files)}, nil
+}
+
+// decodePart reads one component's state from the wire.
+func decodePart(s handover.State, name string, st any) error {
+	for _, p := range s.Parts {
+		if p.Name == name {
+			if err := json.Unmarshal(p.State, st); err != nil {
+				return fmt.Errorf("hand-over of %s: %w", name, err)
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("hand-over: the predecessor sent no %s", name)
+}
+
+// takeOver runs the successor's side of the exchange and starts the
+// daemon from what the predecessor hands over. On success the
+// predecessor has let go and waits for c to close before it exits (so
+// that a service manager hears of the new main process first); on
+// failure it serves on and this daemon holds nothing of it.
+func (d *daemon) takeOver(c *handover.Conn, source, absMnt string) (err error) {
+	defer func() {
+		if err != nil {
+			c.Close()
+		}
+	}()
+	log := d.log.With(zap.String("mountpoint", absMnt))
+	if err := c.SendHello(hello(source, absMnt)); err != nil {
+		return fmt.Errorf("hand-over: %w", err)
+	}
+	theirs, err := c.ReadHello()
+	if err != nil {
+		return UsageError{fmt.Errorf("MOUNTPOINT %s: busy: the daemon serving it does not hand over to this one: %w", absMnt, err)}
+	}
+	log.Info("taking over from the running daemon", zap.Int("pid", theirs.Pid), zap.String("version", theirs.Version))
+	st, files, err := c.ReadState()
+	if err != nil {
+		return fmt.Errorf("hand-over: %w", err)
+	}
+	fail := func(err error) error {
+		c.SendVerdict(handover.Verdict{Error: err.Error()})
+		return err
+	}
+	split, err := handover.Split(st, files)
+	if err != nil {
+		handover.CloseFiles(files)
+		return fail(err)
+	}
+	if err := d.adopt(st, split, source, absMnt); err != nil {
+		return fail(err)
+	}
+	if err := c.SendVerdict(handover.Verdict{Taken: true}); err != nil {
+		d.abandon()
+		return fmt.Errorf("hand-over: %w", err)
+	}
+	v, err := c.ReadVerdict()
+	switch {
+	case err == nil && v.Taken:
+	case err != nil && !alive(theirs.Pid):
+		// It read our verdict and died before answering, or died
+		// before reading it: either way it serves no more.
+		log.Warn("the running daemon died during the hand-over; serving on", zap.Int("pid", theirs.Pid), zap.Error(err))
+	default:
+		d.abandon()
+		if err == nil {
+			err = errors.New(v.Error)
+		}
+		return fmt.Errorf("hand-over: the running daemon kept the mount: %w", err)
+	}
+	log.Info("took over", zap.Int("from_pid", theirs.Pid))
+	return nil
+}
+
+// alive says whether pid still runs.
+func alive(pid int) bool {
+	return pid > 0 && !errors.Is(unix.Kill(pid, 0), unix.ESRCH)
+}
+
+// adopt starts the cache, the lease server and the FUSE server from a
+// predecessor's state; on error it has released what it took (never
+// what the predecessor still serves).
+func (d *daemon) adopt(st handover.State, files map[string][]*os.File, source, absMnt string) error {
+	var cs staging.HandoffState
+	var is ipc.HandoffState
+	var fsst fs.HandoffState
+	err := errors.Join(decodePart(st, partCache, &cs), decodePart(st, partIPC, &is), decodePart(st, partFS, &fsst))
+	if err == nil {
+		err = d.newCache(source)
+	}
+	if err != nil {
+		for _, fl := range files {
+			handover.CloseFiles(fl)
+		}
+		return err
+	}
+	rep, err := d.cache.Adopt(cs, files[partCache])
+	if err != nil {
+		handover.CloseFiles(files[partIPC])
+		handover.CloseFiles(files[partFS])
+		return err
+	}
+	d.log.Info("adopted the staged cache", zap.Any("report", rep))
+	if d.ipc, err = ipc.Adopt(d.ipcConfig(source, absMnt), is, files[partIPC]); err != nil {
+		handover.CloseFiles(files[partFS])
+		return err
+	}
+	if d.fs, err = fs.Adopt(d.fsConfig(source, absMnt), fsst, files[partFS]); err != nil {
+		d.ipc.Abandon()
+		d.ipc = nil
+		return err
+	}
+	return nil
+}
+
+// abandon lets go of what adopt took without touching what the
+// predecessor serves on with.
+func (d *daemon) abandon() {
+	if d.fs != nil {
+		d.fs.Abandon()
+		d.fs = nil
+	}
+	if d.ipc != nil {
+		d.ipc.Abandon()
+		d.ipc = nil
+	}
+	if d.cache != nil {
+		d.cache.Abandon()
+		d.cache = nil
+	}
+}
+
+// listenSuccessors waits for successors on the hand-over socket and
+// passes each to the serving loop. The returned function stops it.
+func (d *daemon) listenSuccessors(absMnt string) (<-chan *handover.Conn, func()) {
+	path := handoverPath(absMnt)
+	if err := ipc.SocketDir(filepath.Dir(path)); err != nil {
+		d.log.Warn("no hand-over socket: a successor cannot take this mount over", zap.Error(err))
+		return nil, func() {}
+	}
+	ln, err := handover.Listen(path)
+	if err != nil {
+		d.log.Warn("no hand-over socket: a successor cannot take this mount over", zap.Error(err))
+		return nil, func() {}
+	}
+	out := make(chan *handover.Conn)
+	done := make(chan struct{})
+	go func() {
+		for {
+			c, err := handover.Accept(ln)
+			if err != nil {
+				if !errors.Is(err, net.ErrClosed) {
+					d.log.Warn("hand-over socket", zap.Error(err))
+				}
+				return
+			}
+			select {
+			case out <- c:
+			case <-done:
+				c.Close()
+				return
+			}
+		}
+	}()
+	return out, func() { close(done); ln.Close() }
+}
+
+// handOver runs the running daemon's side with one successor; true when
+// the successor took the mount (this daemon must then exit without
+// unmounting), false when this daemon serves on.
+func (d *daemon) handOver(c *handover.Conn) bool {
+	defer c.Close()
+	log := d.log.With(zap.Int("successor_pid", c.Peer))
+	theirs, err := c.ReadHello()
+	if err != nil {
+		log.Warn("hand-over refused", zap.Error(err))
+		c.SendRefusal(err.Error())
+		return false
+	}
+	if theirs.Source != d.source || theirs.Mountpoint != d.absMnt {
+		why := fmt.Sprintf("this daemon serves SOURCE %s on %s, not SOURCE %s", d.source, d.absMnt, theirs.Source)
+		log.Warn("hand-over refused", zap.String("why", why))
+		c.SendRefusal(why)
+		return false
+	}
+	if err := c.SendHello(hello(d.source, d.absMnt)); err != nil {
+		log.Warn("hand-over failed", zap.Error(err))
+		return false
+	}
+	log.Info("handing the mount over", zap.String("version", theirs.Version))
+	st, files, resume, err := d.handoff()
+	if err != nil {
+		log.Warn("hand-over failed; serving on", zap.Error(err))
+		c.SendRefusal(err.Error())
+		return false
+	}
+	err = c.SendState(st, files)
+	handover.CloseFiles(files)
+	var v handover.Verdict
+	if err == nil {
+		v, err = c.ReadVerdict()
+	}
+	if err != nil || !v.Taken {
+		if err == nil {
+			err = errors.New(v.Error)
+		}
+		resume()
+		log.Warn("the successor did not take the mount; serving on", zap.Error(err))
+		return false
+	}
+	d.letGo()
+	if err := c.SendVerdict(handover.Verdict{Taken: true}); err != nil {
+		log.Warn("could not tell the successor this daemon let go", zap.Error(err))
+	}
+	c.WaitClosed() // the successor is the service's main process now
+	log.Info("handed the mount over")
+	return true
+}
+
+// handoff stops the components, FUSE first (the kernel's requests wait
+// in /dev/fuse), then the lease server (requests wait in their sockets),
+// then snapshots the cache; resume undoes it in reverse.
+func (d *daemon) handoff() (handover.State, []*os.File, func(), error) {
+	var st handover.State
+	var files []*os.File
+	var undo []func() error
+	resume := func() {
+		for i := len(undo) - 1; i >= 0; i-- {
+			if err := undo[i](); err != nil {
+				d.log.Error("cannot serve again after a failed hand-over", zap.Error(err))
+			}
+		}
+	}
+	add := func(name string, s any, fl []*os.File, err error, again func() error) error {
+		if err != nil {
+			return fmt.Errorf("hand-over of %s: %w", name, err)
+		}
+		undo = append(undo, again)
+		p, err := encodePart(name, s, fl)
+		if err != nil {
+			handover.CloseFiles(fl)
+			return err
+		}
+		st.Parts = append(st.Parts, p)
+		files = append(files, fl...)
+		return nil
+	}
+	fsst, fsf, err := d.fs.Handoff()
+	err = add(partFS, fsst, fsf, err, d.fs.Resume)
+	if err == nil {
+		is, isf, ierr := d.ipc.Handoff()
+		err = add(partIPC, is, isf, ierr, d.ipc.Resume)
+	}
+	if err == nil {
+		cs, csf, cerr := d.cache.Handoff()
+		err = add(partCache, cs, csf, cerr, d.cache.Resume)
+	}
+	if err != nil {
+		handover.CloseFiles(files)
+		resume()
+		return st, nil, nil, err
+	}
+	return st, files, resume, nil
+}
+
+// letGo ends this daemon's hold after the successor took over: nothing
+// it hands back unmounts, unlinks or frees what the successor serves.
+func (d *daemon) letGo() {
+	d.handedOver = true
+	if d.store != nil {
+		d.store.stop(true) // the successor keeps its own
+		d.store = nil
+	}
+	if d.metrics != nil {
+		d.metrics.Close() // the successor binds metrics.listen next
+		d.metrics = nil
+	}
+	d.fs.Abandon()
+	d.ipc.Abandon()
+	if d.stopEvents != nil {
+		d.stopEvents()
+		d.stopEvents = nil
+	}
+	d.cache.Abandon()
+	d.ipc, d.cache = nil, nil
+}

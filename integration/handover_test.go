@@ -1,0 +1,170 @@
+package integration
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gdsfs/gdsfs/daemon/handover"
+	"github.com/gdsfs/gdsfs/ipc"
+)
+
+func sha(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
+
+func statInt(t *testing.T, m *mount, key string) int64 {
+	t.Helper()
+	v, ok := statsOf(t, m)[key].(float64)
+	if !ok {
+		t.Fatalf("stats.json has no number %s", key)
+	}
+	return int64(v)
+}
+
+// TestHandoverKeepsMountLeasesAndCache: with 1 GiB of files resident, a
+// consumer holding a lease and a reader with a file open through the
+// mount, a second `gdsfs mount` of the same SOURCE on the same mount
+// point takes over. The first daemon exits 0 without unmounting; the
+// reader's next read succeeds; the lease's bytes are still right and its
+// release is counted by the successor; the successor holds every file
+// resident without reading any byte from SOURCE; a file changed just
+// before the switch is not served stale.
+func TestHandoverKeepsMountLeasesAndCache(t *testing.T) {
+	src := t.TempDir()
+	const files, size = 8, 128 << 20
+	var names []string
+	for i := range files {
+		name := fmt.Sprintf("w%d.bin", i)
+		randomFile(t, filepath.Join(src, name), size, i+1)
+		names = append(names, name)
+	}
+	randomFile(t, filepath.Join(src, "changed.bin"), 1<<20, 99)
+	m := startMount(t, src, "staging.capacity=2GiB")
+	for _, n := range append(names, "changed.bin") {
+		leaseSum(t, m.path(n))
+	}
+	waitStat(t, m, "leases_active", 0)
+	before := statsOf(t, m)
+	if got := before["staged_files"].(float64); got != files+1 {
+		t.Fatalf("staged_files %v before the switch, want %d", got, files+1)
+	}
+
+	h := hold(t, m.path(names[0]))
+	reader, err := os.Open(m.path(names[1]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Close()
+	want, err := os.ReadFile(filepath.Join(src, names[1]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := make([]byte, 1<<20)
+	if _, err := io.ReadFull(reader, first); err != nil || !bytes.Equal(first, want[:1<<20]) {
+		t.Fatalf("first read through the mount: %v", err)
+	}
+	randomFile(t, filepath.Join(src, "changed.bin"), 1<<20, 100)
+
+	next := startMountAt(t, src, m.mnt, "staging.capacity=2GiB")
+	next.sock = m.sock // the successor serves the predecessor's lease socket
+	// It exits once it let go, a message before the successor's READY.
+	if err := <-m.exited; err != nil {
+		t.Fatalf("the first daemon exited with %v after handing over\n%s", err, m.log)
+	}
+	if !strings.Contains(m.log.String(), "handed the mount over") {
+		t.Fatalf("the first daemon's log does not say it handed over:\n%s", m.log)
+	}
+
+	rest := make([]byte, len(want)-len(first))
+	if _, err := io.ReadFull(reader, rest); err != nil || !bytes.Equal(rest, want[len(first):]) {
+		t.Fatalf("reading on after the switch through the file opened before it: %v", err)
+	}
+	if got := h.sum(t); got[0]["sha256"] != h.first[0]["sha256"] {
+		t.Fatalf("the held lease reads %v after the switch, %v before", got[0]["sha256"], h.first[0]["sha256"])
+	}
+	after := statsOf(t, next)
+	for _, k := range []string{"bytes_posix", "bytes_cufile", "bytes_host"} {
+		if before[k] != after[k] {
+			t.Errorf("%s %v after the switch, %v before: the successor read SOURCE again", k, after[k], before[k])
+		}
+	}
+	if got := after["staged_files"].(float64); got != files {
+		t.Errorf("staged_files %v after the switch, want %d (the changed file dropped)", got, files)
+	}
+	if got := after["leases_active"].(float64); got != 1 {
+		t.Errorf("leases_active %v after the switch, want the held lease's 1", got)
+	}
+	for _, n := range names {
+		if res := leaseSum(t, next.path(n)); res["sha256"] != sha(t, filepath.Join(src, n)) {
+			t.Errorf("%s leased after the switch: wrong bytes", n)
+		}
+	}
+	if res := leaseSum(t, next.path("changed.bin")); res["sha256"] != sha(t, filepath.Join(src, "changed.bin")) {
+		t.Errorf("changed.bin leased after the switch: stale bytes")
+	}
+	if got := sha(t, next.path("changed.bin")); got != sha(t, filepath.Join(src, "changed.bin")) {
+		t.Errorf("changed.bin read through the mount after the switch: stale bytes")
+	}
+	if err := h.release(); err != nil {
+		t.Fatalf("the holder's release through the successor: %v", err)
+	}
+	waitStat(t, next, "leases_active", 0)
+	if final := statsOf(t, next); final["bytes_posix"].(float64)-before["bytes_posix"].(float64) > 1<<20 {
+		t.Errorf("the successor read %v bytes from SOURCE; only changed.bin (1 MiB) was to be read",
+			final["bytes_posix"].(float64)-before["bytes_posix"].(float64))
+	}
+}
+
+// TestHandoverOtherProtocolRefused: a successor speaking another
+// hand-over protocol is refused before anything stops, with an error
+// naming both protocols, and the daemon serves on.
+func TestHandoverOtherProtocolRefused(t *testing.T) {
+	src := t.TempDir()
+	randomFile(t, filepath.Join(src, "a.bin"), 1<<16, 1)
+	m := startMount(t, src)
+	c, err := handover.Dial(handover.Path(ipc.DefaultSocket(m.mnt)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.SendHello(handover.Hello{Protocol: handover.Protocol + 1, Version: "99.0.0", Pid: os.Getpid(),
+		Source: src, Mountpoint: m.mnt}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.ReadHello()
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("protocol %d", handover.Protocol+1)) {
+		t.Fatalf("a hello of protocol %d was answered %v; want a refusal naming it", handover.Protocol+1, err)
+	}
+	if got := sha(t, m.path("a.bin")); got != sha(t, filepath.Join(src, "a.bin")) {
+		t.Fatal("the daemon does not serve on after refusing a successor")
+	}
+}
+
+// TestHandoverOfAnotherSourceRefused: a `gdsfs mount` of another SOURCE
+// on a served mount point fails naming both, and the mount is untouched.
+func TestHandoverOfAnotherSourceRefused(t *testing.T) {
+	src, other := t.TempDir(), t.TempDir()
+	randomFile(t, filepath.Join(src, "a.bin"), 1<<16, 1)
+	m := startMount(t, src)
+	out, err := exec.Command(bins.gdsfs, "mount", other, m.mnt).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "not SOURCE "+other) {
+		t.Fatalf("gdsfs mount of another SOURCE on a served mount point: %v\n%s", err, out)
+	}
+	if got := sha(t, m.path("a.bin")); got != sha(t, filepath.Join(src, "a.bin")) {
+		t.Fatal("the daemon does not serve on after refusing another SOURCE")
+	}
+}

@@ -331,6 +331,28 @@ func (c *Cache) adoptEntry(es EntryState, files []*os.File, base uint64) error {
 		c.unlockFree(r)
 		return err
 	}
+	e := c.residentAdoptedLocked(es, o, s, r, need, fds, base)
+	c.unlock()
+	// Found by change events from now on; a change that came before is
+	// seen here, as a load checks at its end.
+	if now, _, err := fileIdentity(o.f); err != nil || now != e.id {
+		var r gpu.Region
+		c.lock()
+		if !e.detached { // not dropped by its change event already
+			c.stats.invalidations.Add(1)
+			r = c.dropLocked(e, "changed")
+		}
+		c.unlockFree(r)
+		return errors.New("the file changed while it was adopted")
+	}
+	return nil
+}
+
+// residentAdoptedLocked makes the entry of es, opened as o, resident on
+// s with region r, reserving need bytes and fds descriptors, behind the
+// entries adopted before it in s's LRU; generations up to base are this
+// cache's own. Cache.mu must be held.
+func (c *Cache) residentAdoptedLocked(es EntryState, o *opened, s *slot, r gpu.Region, need int64, fds int, base uint64) *entry {
 	gen := es.Generation
 	if gen == 0 || gen <= base {
 		gen = c.genLocked(es.Path, o.id)
@@ -351,20 +373,7 @@ func (c *Cache) adoptEntry(es EntryState, files []*os.File, base uint64) error {
 	ev := e.eventLocked(stResident, es.Note)
 	ev.Duration, ev.HandedOver = 0, true
 	c.emitLocked(ev)
-	c.unlock()
-	// Found by change events from now on; a change that came before is
-	// seen here, as a load checks at its end.
-	if now, _, err := fileIdentity(o.f); err != nil || now != e.id {
-		var r gpu.Region
-		c.lock()
-		if !e.detached { // not dropped by its change event already
-			c.stats.invalidations.Add(1)
-			r = c.dropLocked(e, "changed")
-		}
-		c.unlockFree(r)
-		return errors.New("the file changed while it was adopted")
-	}
-	return nil
+	return e
 }
 
 // adoptNeed is the room es takes on s: what a load of it would reserve,

@@ -109,6 +109,21 @@ type Peer interface {
 	CopyRange(dst Region, dstOff int64, src Region, srcOff, n int64) error
 }
 
+// Importer is what a Device offers to take over regions another process
+// staged and exported (Region.Export): a daemon that hands its cache to
+// its successor passes each region's descriptors, and the successor
+// serves the same memory without copying a byte. Both backends implement
+// it.
+type Importer interface {
+	// Import returns a Region of this device made of files, one
+	// descriptor per chunk of the lengths chunks, holding size bytes,
+	// complete (sealed where the backend seals). It maps them as Alloc
+	// would; the files stay the caller's (the Region holds its own
+	// references). The memory is shared with whoever else holds the
+	// descriptors: freeing the Region releases only this process's hold.
+	Import(files []*os.File, chunks []int64, size int64) (Region, error)
+}
+
 // CuFile is a device's cuFile (GPUDirect Storage) driver.
 type CuFile interface {
 	// Mode is "gds" when nvidia-fs moves data by DMA, "compat" when cuFile

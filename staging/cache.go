@@ -119,6 +119,7 @@ type Cache struct {
 	gen          uint64            // last generation handed out
 	fdsUsed      int               // descriptors reserved by entries and private copies
 	closed       bool
+	handedOff    bool // between Handoff and Resume: no load starts (handover.go)
 
 	// INVARIANT: 0 <= fdsUsed <= fdBudget, and the attached entries hold
 	// at most fdsUsed descriptors.
@@ -157,6 +158,7 @@ type hooks struct {
 	declined     func(rel string, why readahead.Why) // the cache declined a read-ahead request
 	settleTick   func(rel string) <-chan time.Time   // the next check of a settling file's page cache
 	pageCache    func(rel string) (int64, bool)      // a file's pages in the page cache, and whether all are
+	adopting     func(rel string)                    // Adopt imported rel's region, checked its identity, and attaches it now
 }
 
 // New opens the cache and starts its workers; they stop when ctx is done

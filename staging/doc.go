@@ -46,6 +46,9 @@
 //     change entries under Cache.mu (a read-ahead load's room and
 //     victims, a yielding load cancelled by a new reader), so they are
 //     part of the core; the planner is not, and is told under Cache.mu.
+//   - handover.go: the resident entries handed to a successor daemon
+//     (Handoff, Snapshot, ExportEntry) and taken over from a predecessor
+//     (Adopt), resident as if loaded, with nothing read from SOURCE.
 //   - events.go: every state change told to subscribers (Subscribe);
 //     stats.go: counters and checkInvariantsLocked; watch.go: change
 //     events (fanotify); filter.go, options.go, errors.go.

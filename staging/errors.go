@@ -42,6 +42,10 @@ func errYielded(rel string) error {
 		rel, syscall.EAGAIN)
 }
 
+func errHandingOver(rel string) error {
+	return fmt.Errorf("%s: not staged: the cache is being handed over to another daemon: %w", rel, syscall.EAGAIN)
+}
+
 func errBusy(rel, why string) error {
 	return fmt.Errorf("%s: %s: %w", rel, why, syscall.EBUSY)
 }

@@ -22,6 +22,9 @@ type Event struct {
 	// "gone", "failed load dropped", ...) or, on resident, why cuFile was
 	// not used.
 	Reason string
+	// HandedOver: resident because Adopt took it over from the
+	// predecessor daemon (nothing was loaded; Duration is 0).
+	HandedOver bool
 }
 
 // events delivers Events to subscribers from one goroutine, in the order

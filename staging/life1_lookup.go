@@ -269,6 +269,8 @@ func (c *Cache) lookupOrStart(rel string, o *opened, p place, wait bool, w **wai
 		err = errYielded(rel)
 	case c.mayReserveLocked(*w):
 		e, victims, err = c.startLocked(rel, o, *w, p.slot, at, p.yield)
+	case c.handedOff && !wait:
+		err = errHandingOver(rel)
 	default:
 		err = errNoSpace(rel, o.id.size) // others wait for room first
 	}

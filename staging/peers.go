@@ -129,7 +129,7 @@ func (c *Cache) allPeers(on []*slot) bool {
 // of startSplit fails (nothing reserved then). It returns the evicted
 // regions to free after unlocking. Cache.mu must be held.
 func (c *Cache) startSplitLocked(rel string, o *opened, on []*slot, at uint64) (*splitLoad, []gpu.Region) {
-	if c.closed || c.waiters.Len() > 0 || len(c.entries[rel]) > 0 {
+	if c.closed || c.handedOff || c.waiters.Len() > 0 || len(c.entries[rel]) > 0 {
 		return nil, nil
 	}
 	need := make([]int64, len(on))

@@ -192,8 +192,8 @@ func (c *Cache) startReadAheadLocked(it readahead.Item, o *opened) (*entry, []gp
 		return nil, regions, readahead.NotStaged // cancelled, or used, before its load began
 	case r != nil && r.deferred:
 		return nil, regions, readahead.Staged // being read: staged after its readers close
-	case c.waiters.Len() > 0:
-		return nil, regions, readahead.NoRoom // demand waiting for room comes first
+	case c.waiters.Len() > 0 || c.handedOff:
+		return nil, regions, readahead.NoRoom // demand waiting for room comes first; no load during a hand-over
 	}
 	s, need, fds, victims, why := c.readAheadRoomLocked(o.id.size, window)
 	if s == nil {

@@ -34,10 +34,10 @@ type waiters = fifo.Queue[*waiter]
 var errWaitRoom = errors.New("waiting for room")
 
 // mayReserveLocked says whether the request waiting as w (nil: not
-// waiting) may try to reserve now: nobody waits, or w is first.
-// Cache.mu must be held.
+// waiting) may try to reserve now: nobody waits, or w is first, and the
+// cache is not being handed over (handover.go). Cache.mu must be held.
 func (c *Cache) mayReserveLocked(w *waiter) bool {
-	return c.waiters.MayGo(w)
+	return !c.handedOff && c.waiters.MayGo(w)
 }
 
 // admitLocked reserves need bytes on s and fds descriptors, evicting

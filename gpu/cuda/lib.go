@@ -201,6 +201,14 @@ func (c *cuContext) exportFD(h uint64) (int, error) {
 	return int(fd), err
 }
 
+// importFD imports an exported POSIX fd as a new allocation handle; fd
+// stays open.
+func (c *cuContext) importFD(fd int) (uint64, error) {
+	var h C.CUmemGenericAllocationHandle
+	err := cuErr("cuMemImportFromShareableHandle", C.gds_mem_import_fd(c.ctx, C.int(fd), &h))
+	return uint64(h), err
+}
+
 // memsetZero zeroes n device bytes at dst and waits for it.
 func (c *cuContext) memsetZero(dst uint64, n int64) error {
 	return cuErr("cuMemsetD8_v2", C.gds_memset_zero(c.ctx, C.CUdeviceptr(dst), C.size_t(n)))

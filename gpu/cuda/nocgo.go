@@ -51,6 +51,7 @@ func (*cuContext) mapMem(uint64, int64, uint64) error       { return errNoCgo }
 func (*cuContext) unmap(uint64, int64) error                { return errNoCgo }
 func (*cuContext) setAccess(uint64, int64) error            { return errNoCgo }
 func (*cuContext) exportFD(uint64) (int, error)             { return -1, errNoCgo }
+func (*cuContext) importFD(int) (uint64, error)             { return 0, errNoCgo }
 func (*cuContext) copyDtoD(uint64, uint64, int64) error     { return errNoCgo }
 func (*cuContext) memsetZero(uint64, int64) error           { return errNoCgo }
 func (*cuContext) copyDtoH([]byte, uint64) error            { return errNoCgo }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -12,7 +13,10 @@ import (
 	"github.com/gdsfs/gdsfs/gpu"
 )
 
-var _ gpu.Region = (*Region)(nil)
+var (
+	_ gpu.Region   = (*Region)(nil)
+	_ gpu.Importer = (*Device)(nil)
+)
 
 // Region is one file's staged bytes: one or more VMM allocations (cuMemCreate,
 // pinned, exportable as POSIX fds) mapped back to back in one reserved
@@ -80,6 +84,26 @@ func (r *Region) create() error {
 		}
 		r.handles = append(r.handles, h)
 	}
+	if err := r.mapHandles(); err != nil {
+		return err
+	}
+	// The load writes [0, size); the rest of the last chunk would show
+	// consumers whatever that memory held before (another file's bytes,
+	// from this process).
+	if r.total > r.size {
+		if err := ctx.memsetZero(r.base+uint64(r.size), r.total-r.size); err != nil {
+			r.destroy(len(r.chunks), true)
+			return fmt.Errorf("zero the %d bytes past the end: %w", r.total-r.size, err)
+		}
+	}
+	return nil
+}
+
+// mapHandles reserves the address range and maps r.handles into it back
+// to back, readable and writable by r's device; on failure it undoes
+// everything, releasing the handles too.
+func (r *Region) mapHandles() error {
+	ctx := r.dev.ctx
 	base, err := ctx.reserve(r.total)
 	if err != nil {
 		r.destroy(0, false)
@@ -102,16 +126,47 @@ func (r *Region) create() error {
 		}
 		off += uint64(c)
 	}
-	// The load writes [0, size); the rest of the last chunk would show
-	// consumers whatever that memory held before (another file's bytes,
-	// from this process).
-	if r.total > r.size {
-		if err := ctx.memsetZero(r.base+uint64(r.size), r.total-r.size); err != nil {
-			r.destroy(len(r.chunks), true)
-			return fmt.Errorf("zero the %d bytes past the end: %w", r.total-r.size, err)
-		}
-	}
 	return nil
+}
+
+// Import maps the chunks another process exported (Region.Export, POSIX
+// file descriptors) into this process as Alloc maps its own: a handle per
+// chunk (cuMemImportFromShareableHandle), one reserved range, read-write
+// access for this device. The files stay the caller's: the handles keep
+// the memory. Nothing is written: the exporter zeroed the tail. The
+// region is marked exported, so Free releases its handles instead of
+// pooling memory another process shares.
+func (d *Device) Import(files []*os.File, chunks []int64, size int64) (gpu.Region, error) {
+	if err := d.check(); err != nil {
+		return nil, err
+	}
+	if len(files) == 0 || len(files) != len(chunks) {
+		return nil, fmt.Errorf("cuda: import: %d descriptors for %d chunks", len(files), len(chunks))
+	}
+	r := &Region{dev: d, size: size, chunks: slices.Clone(chunks)}
+	r.exported.Store(true)
+	for i, c := range chunks {
+		if c <= 0 || c%d.gran != 0 {
+			return nil, fmt.Errorf("cuda: import: chunk %d of %d bytes: not a positive multiple of the granularity %d", i, c, d.gran)
+		}
+		r.total += c
+	}
+	if r.total < max(size, 1) {
+		return nil, fmt.Errorf("cuda: import: chunks of %d bytes in all for %d bytes", r.total, size)
+	}
+	for i, f := range files {
+		h, err := d.ctx.importFD(int(f.Fd()))
+		if err != nil {
+			r.destroy(0, false)
+			return nil, fmt.Errorf("cuda: import chunk %d of %d on %s: %w", i, len(files), d.name, err)
+		}
+		r.handles = append(r.handles, h)
+	}
+	runtime.KeepAlive(files)
+	if err := r.mapHandles(); err != nil {
+		return nil, fmt.Errorf("cuda: import %d bytes on %s: %w", size, d.name, err)
+	}
+	return r, nil
 }
 
 // destroy unmaps the first mapped chunks, frees the reserved range when

@@ -333,6 +333,12 @@ CUresult gds_mem_export_fd(CUcontext ctx, CUmemGenericAllocationHandle h, int *f
 	return cu.MemExportToShareableHandle(fd, h, GDS_CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
 }
 
+CUresult gds_mem_import_fd(CUcontext ctx, int fd, CUmemGenericAllocationHandle *h)
+{
+	SETCTX(ctx);
+	return cu.MemImportFromShareableHandle(h, (void *)(uintptr_t)fd, GDS_CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+}
+
 CUresult gds_copy_dtod(CUcontext ctx, CUdeviceptr dst, CUdeviceptr src, size_t n)
 {
 	SETCTX(ctx);

@@ -295,6 +295,9 @@ CUresult gds_mem_map(CUcontext ctx, CUdeviceptr ptr, size_t size, CUmemGenericAl
 CUresult gds_mem_unmap(CUcontext ctx, CUdeviceptr ptr, size_t size);
 CUresult gds_mem_set_access(CUcontext ctx, CUdevice dev, CUdeviceptr ptr, size_t size);
 CUresult gds_mem_export_fd(CUcontext ctx, CUmemGenericAllocationHandle h, int *fd);
+/* gds_mem_import_fd imports an exported POSIX fd as a new handle; the fd
+ * stays open. */
+CUresult gds_mem_import_fd(CUcontext ctx, int fd, CUmemGenericAllocationHandle *h);
 CUresult gds_copy_dtod(CUcontext ctx, CUdeviceptr dst, CUdeviceptr src, size_t n);
 CUresult gds_memset_zero(CUcontext ctx, CUdeviceptr dst, size_t n);
 CUresult gds_copy_dtoh(CUcontext ctx, void *dst, CUdeviceptr src, size_t n);

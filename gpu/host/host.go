@@ -26,8 +26,9 @@ type Device struct {
 }
 
 var (
-	_ gpu.Device = (*Device)(nil)
-	_ gpu.Peer   = (*Device)(nil)
+	_ gpu.Device   = (*Device)(nil)
+	_ gpu.Peer     = (*Device)(nil)
+	_ gpu.Importer = (*Device)(nil)
 )
 
 // Open returns the host device. opts.ChunkSize bounds one memfd.
@@ -90,6 +91,70 @@ func (d *Device) Alloc(size int64) (gpu.Region, error) {
 		r.files = append(r.files, f)
 	}
 	return r, nil
+}
+
+// Import takes over the memfds of a sealed region (another daemon's
+// Region.Export): each must be a memfd of exactly its chunk's length with
+// every seal Seal sets, so nobody can write it, the exporter included.
+// The Region holds duplicates; files stay the caller's.
+func (d *Device) Import(files []*os.File, chunks []int64, size int64) (gpu.Region, error) {
+	if err := checkLayout(len(files), chunks, size, d.page); err != nil {
+		return nil, fmt.Errorf("import: %w", err)
+	}
+	r := &Region{size: size, lens: append([]int64(nil), chunks...), sealed: true}
+	for i, f := range files {
+		dup, err := importChunk(f, chunks[i])
+		if err != nil {
+			r.Free()
+			return nil, fmt.Errorf("import: chunk %d of %d: %w", i, len(files), err)
+		}
+		r.files = append(r.files, dup)
+	}
+	return r, nil
+}
+
+// checkLayout checks that n descriptors of the lengths chunks, each a
+// whole number of pages, hold size bytes and no chunk more than they
+// need.
+func checkLayout(n int, chunks []int64, size, page int64) error {
+	if n == 0 || n != len(chunks) {
+		return fmt.Errorf("%d descriptors for %d chunks", n, len(chunks))
+	}
+	var total int64
+	for i, c := range chunks {
+		if c <= 0 || c%page != 0 {
+			return fmt.Errorf("chunk %d of %d bytes: not a positive multiple of the page (%d)", i, c, page)
+		}
+		total += c
+	}
+	if need := max(size, 1); total < need || total-chunks[len(chunks)-1] >= need {
+		return fmt.Errorf("chunks of %d bytes in all for %d bytes", total, size)
+	}
+	return nil
+}
+
+// importChunk checks that f is a sealed memfd of n bytes and returns a
+// duplicate of it.
+func importChunk(f *os.File, n int64) (*os.File, error) {
+	seals, err := unix.FcntlInt(f.Fd(), unix.F_GET_SEALS, 0)
+	if err != nil {
+		return nil, fmt.Errorf("F_GET_SEALS (not a memfd?): %w", err)
+	}
+	if want := unix.F_SEAL_WRITE | unix.F_SEAL_GROW | unix.F_SEAL_SHRINK; seals&want != want {
+		return nil, fmt.Errorf("not sealed (seals %#x): its bytes may still change", seals)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return nil, fmt.Errorf("fstat: %w", err)
+	}
+	if st.Size != n {
+		return nil, fmt.Errorf("holds %d bytes, the chunk %d", st.Size, n)
+	}
+	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("dup: %w", err)
+	}
+	return os.NewFile(uintptr(fd), f.Name()), nil
 }
 
 // NewWorker returns a worker whose copies are plain memory copies.

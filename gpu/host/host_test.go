@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"math/rand/v2"
+	"os"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -184,5 +185,73 @@ func TestHostDevicesPeerCopy(t *testing.T) {
 	}
 	if err := b.CopyRange(dst, 0, src, 0, 10); err == nil {
 		t.Error("a copy into a sealed region succeeded")
+	}
+}
+
+// TestImport: a sealed region's exported memfds make a region of the
+// same bytes, which outlives the exporter's Free; what is not a complete
+// region is refused.
+func TestImport(t *testing.T) {
+	d := Open(gpu.Options{ChunkSize: 3 * 4096})
+	data := pattern(5*4096+123, 2)
+	r, err := d.Alloc(int64(len(data)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fill(t, d, r, data)
+	unsealed, err := r.Export()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeAll(unsealed)
+	if _, err := d.Import(unsealed, r.Chunks(), r.Size()); err == nil {
+		t.Fatal("Import of an unsealed region succeeded")
+	}
+	if err := r.Seal(); err != nil {
+		t.Fatal(err)
+	}
+	files, err := r.Export()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeAll(files)
+	for name, tc := range map[string]struct {
+		chunks []int64
+		size   int64
+		files  []*os.File
+	}{
+		"one descriptor short": {r.Chunks(), r.Size(), files[:1]},
+		"other lengths":        {[]int64{2 * 4096, 4 * 4096}, r.Size(), files},
+		"too small":            {r.Chunks(), 7 * 4096, files},
+		"a chunk too many":     {r.Chunks(), 2 * 4096, files},
+	} {
+		if _, err := d.Import(tc.files, tc.chunks, tc.size); err == nil {
+			t.Errorf("%s: Import succeeded", name)
+		}
+	}
+	im, err := d.Import(files, r.Chunks(), r.Size())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer im.Free()
+	closeAll(files) // the region holds its own
+	if err := r.Free(); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, len(data))
+	if _, err := im.ReadAt(got, 0); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("imported bytes differ (%v)", err)
+	}
+	if err := im.Seal(); err != nil {
+		t.Fatalf("Seal of an imported region: %v", err)
+	}
+	if err := im.(*Region).writeAt([]byte{1}, 0); err == nil {
+		t.Fatal("an imported region took a write")
+	}
+}
+
+func closeAll(fs []*os.File) {
+	for _, f := range fs {
+		f.Close()
 	}
 }

@@ -40,6 +40,7 @@ const (
 	evEvicted
 	evChanged
 	evReplay
+	evLearn
 )
 
 type event struct {
@@ -151,6 +152,8 @@ func (r *Runner) Drain() Plan {
 			r.ra.Changed(e.ev.Rel)
 		case evReplay:
 			p = r.ra.Replay(e.rels, e.ev.At)
+		case evLearn:
+			r.ra.Learn(e.rels)
 		}
 		out = merge(out, p)
 	}

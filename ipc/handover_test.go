@@ -296,3 +296,88 @@ func TestAdoptRefusesUnknownVersion(t *testing.T) {
 		t.Fatalf("adopting version 999: %v; want refused naming 999 and 1", err)
 	}
 }
+
+// TestHandoverDropsAFileNotResident: a held file the successor's cache
+// does not have is no longer counted; its lease id is still released
+// through the successor, and the consumer's mapping stays right.
+func TestHandoverDropsAFileNotResident(t *testing.T) {
+	f := newFixture(t, ipc.SharingShared)
+	data := pattern(100000, 3)
+	f.write(t, "a", data)
+	f.write(t, "b", pattern(1000, 4))
+	holder, err := client.Dial(f.srv.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	la, err := holder.Acquire("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb, err := holder.Acquire("b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, cache := handOver(t, f, "b") // a is not resident there
+	f.srv.Abandon()
+	go b.Serve()
+	uid := uint32(os.Getuid())
+	if got := ipc.UseOf(b, uid); got.Files != 1 || got.Bytes != 4096 || got.Leases != 2 {
+		t.Fatalf("successor's accounting: %+v; want b's 4 KiB alone held, both lease ids", got)
+	}
+	if state, _ := cache.Attr("a"); state != proto.StateAbsent {
+		t.Fatalf("a in the successor's cache: %s; want it not loaded again", state)
+	}
+	if !bytes.Equal(leaseBytes(t, la), data) {
+		t.Fatal("the dropped file's mapping changed")
+	}
+	la.Close()
+	lb.Close()
+	if _, err := holder.Stat("a"); err != nil { // after the releases' answers
+		t.Fatal(err)
+	}
+	if got := ipc.UseOf(b, uid); got.Leases != 0 || got.Files != 1 {
+		t.Fatalf("after both releases: %+v; want no lease ids, b still held", got)
+	}
+}
+
+// TestAdoptOnAnotherSocket: a successor whose ipc.socket names another
+// path listens there and still serves the connections handed over.
+func TestAdoptOnAnotherSocket(t *testing.T) {
+	f := newFixture(t, ipc.SharingShared)
+	f.write(t, "a", pattern(1000, 1))
+	r := dial(t, f.srv.Path())
+	if resp, _ := r.do(proto.Request{Op: proto.OpAcquire, Path: "a"}); !resp.OK {
+		t.Fatalf("acquire: %+v", resp)
+	}
+	st, files, err := f.srv.Handoff()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, fl := range files {
+			fl.Close()
+		}
+	}()
+	cfg := f.cfg
+	cfg.Options.Socket = f.cfg.Options.Socket + ".new"
+	b, err := ipc.Adopt(cfg, st, files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	f.srv.Abandon()
+	go b.Serve()
+	if b.Path() != cfg.Options.Socket {
+		t.Fatalf("successor's socket %s; want %s", b.Path(), cfg.Options.Socket)
+	}
+	if resp, _ := r.do(proto.Request{Op: proto.OpStat, Path: "a"}); !resp.OK || resp.Epoch != st.Epoch {
+		t.Fatalf("a connection handed over: %+v", resp)
+	}
+	if resp, _ := dial(t, b.Path()).do(proto.Request{Op: proto.OpHello, Version: proto.Version}); !resp.OK {
+		t.Fatalf("a new client on the new socket: %+v", resp)
+	}
+	if got := b.Stats(); got.HeldFiles != 1 || got.LeasesActive != 1 {
+		t.Fatalf("successor's stats %+v; want the lease and its file (resident in the same cache)", got)
+	}
+}

@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -97,11 +99,11 @@ type Server struct {
 	// signalled as it drops. resumed is closed to wake the parked (by
 	// Resume, Abandon or Close). adopted: connections a predecessor
 	// handed over, served from Serve on. All guarded by mu.
-	paused, abandoned, serving bool
-	busy                       int
-	idle                       *sync.Cond
-	resumed                    chan struct{}
-	adopted                    []*conn
+	paused, abandoned bool
+	busy              int
+	idle              *sync.Cond
+	resumed           chan struct{}
+	adopted           []*conn
 	// reqCtx bounds every request's waits: Handoff cancels it (cause
 	// errHandedOff) so a request blocked in one is cut and handed over.
 	// Guarded by mu.
@@ -198,7 +200,6 @@ func (s *Server) Epoch() uint64 { return s.epoch }
 func (s *Server) Serve() {
 	s.mu.Lock()
 	s.busy++
-	s.serving = true
 	if s.unlinkAtServe {
 		s.uln.SetUnlinkOnClose(true)
 	}
@@ -218,8 +219,8 @@ func (s *Server) Serve() {
 			if s.isClosed() {
 				return
 			}
-			if s.isPaused() {
-				continue // Handoff stopped the accept
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				continue // Handoff stopped the accept (accepting parks)
 			}
 			s.acceptErrs.Add(1)
 			delay = min(max(2*delay, 5*time.Millisecond), time.Second)

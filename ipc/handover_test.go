@@ -381,3 +381,70 @@ func TestAdoptOnAnotherSocket(t *testing.T) {
 		t.Fatalf("successor's stats %+v; want the lease and its file (resident in the same cache)", got)
 	}
 }
+
+// TestHandoverFailedSuccessor: a successor closed before it served (the
+// hand-over failed further on) leaves the socket's path, the connections
+// and the leases to the predecessor, which resumes.
+func TestHandoverFailedSuccessor(t *testing.T) {
+	f := newFixture(t, ipc.SharingShared)
+	f.write(t, "a", pattern(1000, 1))
+	r := dial(t, f.srv.Path())
+	if resp, _ := r.do(proto.Request{Op: proto.OpAcquire, Path: "a"}); !resp.OK {
+		t.Fatalf("acquire: %+v", resp)
+	}
+	before := f.srv.Stats()
+	b, cache := handOver(t, f, "a")
+	r.c.Write(line(proto.Request{Op: proto.OpStat, Path: "a"}))
+	b.Close()
+	if got := cache.Stats().LeasesActive; got != 0 {
+		t.Fatalf("the closed successor's cache has %d leases; want none", got)
+	}
+	if err := f.srv.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	if resp, _ := r.next(); !resp.OK || resp.Epoch != f.srv.Epoch() {
+		t.Fatalf("a request sent during the failed hand-over: %+v", resp)
+	}
+	if resp, _ := dial(t, f.cfg.Options.Socket).do(proto.Request{Op: proto.OpHello, Version: proto.Version}); !resp.OK {
+		t.Fatalf("a new client after the failed hand-over: %+v", resp)
+	}
+	if got := f.srv.Stats(); got.HeldBytes != before.HeldBytes || got.LeasesActive != 1 {
+		t.Fatalf("predecessor's stats %+v; before %+v", got, before)
+	}
+}
+
+// TestHandoverPrivate: private copies handed over (two of one file on
+// one connection) stay counted and end with their connection, and a new
+// acquire of the file gets a copy of its own.
+func TestHandoverPrivate(t *testing.T) {
+	f := newFixture(t, ipc.SharingPrivate)
+	f.write(t, "a", pattern(100000, 1))
+	r := dial(t, f.srv.Path())
+	for range 2 {
+		if resp, fds := r.do(proto.Request{Op: proto.OpAcquire, Path: "a"}); !resp.OK || len(fds) == 0 {
+			t.Fatalf("acquire: %+v", resp)
+		}
+	}
+	uid := uint32(os.Getuid())
+	before := ipc.UseOf(f.srv, uid)
+	b, cache := handOver(t, f, "a")
+	f.srv.Abandon()
+	closed := make(chan struct{}, 1)
+	ipc.OnConnClosed(b, func() { closed <- struct{}{} })
+	go b.Serve()
+	if got := ipc.UseOf(b, uid); got != before || got.Files != 2 {
+		t.Fatalf("successor's accounting %+v; predecessor's %+v", got, before)
+	}
+	resp, fds := r.do(proto.Request{Op: proto.OpAcquire, Path: "a"})
+	if !resp.OK || resp.Reuse || len(fds) == 0 {
+		t.Fatalf("a third private lease: %+v with %d descriptors; want a copy of its own", resp, len(fds))
+	}
+	if got := ipc.UseOf(b, uid); got.Files != 3 || got.Bytes != before.Bytes*3/2 {
+		t.Fatalf("after a third private lease: %+v", got)
+	}
+	r.c.Close()
+	<-closed
+	if got, n := ipc.UseOf(b, uid), cache.Stats().LeasesActive; got != (ipc.Use{}) || n != 0 {
+		t.Fatalf("the connection closed: %+v, %d leases in the cache; want nothing", got, n)
+	}
+}

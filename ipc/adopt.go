@@ -154,9 +154,9 @@ func samePeer(c *net.UnixConn, cs ConnState) error {
 	if err != nil {
 		return err
 	}
-	if uc.Uid != cs.UID || uc.Gid != cs.GID || uc.Pid != cs.PID {
-		return fmt.Errorf("descriptor %d's peer is uid %d gid %d pid %d, not uid %d gid %d pid %d as handed over",
-			cs.FD, uc.Uid, uc.Gid, uc.Pid, cs.UID, cs.GID, cs.PID)
+	if uc.Uid != cs.UID || uc.Gid != cs.GID {
+		return fmt.Errorf("descriptor %d's peer is uid %d gid %d, not uid %d gid %d as handed over",
+			cs.FD, uc.Uid, uc.Gid, cs.UID, cs.GID)
 	}
 	return nil
 }

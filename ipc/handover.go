@@ -50,8 +50,10 @@ type Counters struct {
 type ConnState struct {
 	FD int // its descriptor
 	// The peer as checked at accept: SO_PEERCRED's ids, the groups and
-	// capabilities read then. PID is SO_PEERCRED's, which Adopt checks
-	// against the descriptor with the ids. CredErr: why they are unknown.
+	// capabilities read then; Adopt checks the ids against the
+	// descriptor's. PID is SO_PEERCRED's as this daemon sees it, for log
+	// lines (a successor in another pid namespace sees another number).
+	// CredErr: why the peer is unknown.
 	UID, GID uint32
 	PID      int32
 	Groups   []uint32

@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"io"
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gdsfs/gdsfs/client"
 	"github.com/gdsfs/gdsfs/ipc"
@@ -446,5 +449,38 @@ func TestHandoverPrivate(t *testing.T) {
 	<-closed
 	if got, n := ipc.UseOf(b, uid), cache.Stats().LeasesActive; got != (ipc.Use{}) || n != 0 {
 		t.Fatalf("the connection closed: %+v, %d leases in the cache; want nothing", got, n)
+	}
+}
+
+// TestAdoptChecksThePeer: a connection whose descriptor's peer is not the
+// one its state names is not adopted: it ends, and nothing of it counts.
+func TestAdoptChecksThePeer(t *testing.T) {
+	f := newFixture(t, ipc.SharingShared)
+	f.write(t, "a", pattern(1000, 1))
+	r := dial(t, f.srv.Path())
+	if resp, _ := r.do(proto.Request{Op: proto.OpAcquire, Path: "a"}); !resp.OK {
+		t.Fatalf("acquire: %+v", resp)
+	}
+	st, files, err := f.srv.Handoff()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Conns[0].UID += 4242
+	b, err := ipc.Adopt(f.cfg, st, files)
+	for _, fl := range files {
+		fl.Close()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	f.srv.Abandon()
+	go b.Serve()
+	if got := b.Stats(); got.OpenConnections != 0 || got.LeasesActive != 0 || got.HeldFiles != 0 {
+		t.Fatalf("successor's stats %+v; want the connection not adopted", got)
+	}
+	r.c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	if n, err := r.c.Read(make([]byte, 1)); n != 0 || !errors.Is(err, io.EOF) {
+		t.Fatalf("the connection not adopted: read %d bytes, %v; want it ended", n, err)
 	}
 }

@@ -23,9 +23,12 @@ import (
 // held is one file handed out on a connection: its staging lease, which
 // ends when the connection closes.
 type held struct {
-	lease *staging.Lease
-	bytes int64 // device bytes of its chunks
-	exp   *export
+	lease   *staging.Lease
+	bytes   int64 // device bytes of its chunks
+	private bool  // the lease's own copy (ipc.sharing private)
+	// exp: its descriptors; nil for a file adopted from a predecessor
+	// until they are sent again (grant).
+	exp *export
 }
 
 // export is the descriptors of one region, made once and shared by every
@@ -60,6 +63,9 @@ func (cn *conn) acquireMany(req proto.Request) (proto.Response, []int) {
 			gen = req.Generations[i]
 		}
 		g, f, err := cn.grant(p, gen, req.Device, roomWait)
+		if cn.handedOff() {
+			break // the whole request is handed over (cutShort)
+		}
 		if err != nil {
 			code, msg := errnoOf(err)
 			r.Files = append(r.Files, proto.Item{Errno: proto.ErrnoName(code), Error: msg})
@@ -90,8 +96,16 @@ func (cn *conn) grant(p string, gen uint64, device string, roomWait time.Duratio
 	if err != nil {
 		return proto.Grant{}, nil, err
 	}
+	if !reuse && h.exp == nil {
+		exp, err := s.export(h.lease.Region())
+		if err != nil {
+			return proto.Grant{}, nil, fmt.Errorf("export %s: %w", rel, err)
+		}
+		h.exp = exp
+	}
 	id := s.nextLease.Add(1)
 	cn.leases[id] = h
+	cn.grants = append(cn.grants, id)
 	s.mu.Lock()
 	s.useLocked(cn.cred.UID, func(u *use) { u.leases++ })
 	keep := s.heldRoomToKeepLocked(cn.cred.UID)
@@ -127,7 +141,7 @@ func (cn *conn) leaseHeld(rel string, gen uint64, device string, roomWait time.D
 		if err != nil {
 			return nil, false, err
 		}
-		ctx, cancel := context.WithDeadline(s.ctx, deadline)
+		ctx, cancel := context.WithDeadline(cn.ctx, deadline)
 		l, err := s.cfg.Cache.Acquire(ctx, staging.Request{
 			Rel: rel, File: f, Private: s.cfg.Options.Sharing == SharingPrivate, Device: device, RoomWait: roomWait,
 		})
@@ -221,7 +235,7 @@ func (cn *conn) leaseRoom() error {
 // the limit) is refused at once.
 func (cn *conn) hold(rel string, l *staging.Lease, ticket **heldTicket) (*held, <-chan struct{}, error) {
 	s := cn.s
-	h := &held{lease: l}
+	h := &held{lease: l, private: s.cfg.Options.Sharing == SharingPrivate}
 	for _, n := range l.Chunks() {
 		h.bytes += n
 	}
@@ -258,6 +272,7 @@ func (cn *conn) hold(rel string, l *staging.Lease, ticket **heldTicket) (*held, 
 	}
 	h.exp = exp
 	cn.held[l.Region()] = h
+	cn.fresh = append(cn.fresh, l.Region())
 	return h, nil, nil
 }
 

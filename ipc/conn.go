@@ -2,6 +2,7 @@ package ipc
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"net"
 	"os"
@@ -32,6 +33,16 @@ type conn struct {
 	buf       []byte    // received bytes not yet consumed
 	rbuf      []byte    // read buffer
 	lineStart time.Time // when the first byte of the pending line arrived
+
+	// The request being handled: its context (Server.reqCtx when it
+	// began), and the lease ids and held files it granted so far, undone
+	// if a hand-over cuts it short (handover.go).
+	ctx    context.Context
+	grants []uint64
+	fresh  []gpu.Region
+	// abandoned: the server was handed over; the connection ends without
+	// ending what it held (the successor holds it).
+	abandoned bool
 }
 
 var (
@@ -39,19 +50,37 @@ var (
 )
 
 func (s *Server) serveConn(c *net.UnixConn) {
-	defer s.wg.Done()
 	cn := &conn{s: s, c: c, held: map[gpu.Region]*held{}, leases: map[uint64]*held{}}
 	cn.cred, cn.credErr = peerCred(c)
 	if err := s.admit(cn); err != nil {
+		defer s.wg.Done()
+		defer s.done()
 		s.refused.Add(1)
 		cn.send(cn.fail(err), nil)
 		c.Close()
 		return
 	}
-	defer cn.close()
-	for {
+	cn.serve()
+}
+
+// serve answers the connection's requests until it ends. While the
+// server is handed off it parks between requests (park).
+func (cn *conn) serve() {
+	s := cn.s
+	defer s.wg.Done()
+	defer s.done()
+	defer func() {
+		if cn.abandoned {
+			cn.c.Close() // the successor serves it now
+			return
+		}
+		cn.close()
+	}()
+	for cn.park() {
 		line, err := cn.readLine()
 		switch {
+		case errors.Is(err, errPaused):
+			continue
 		case errors.Is(err, errTooLong):
 			s.bad.Add(1)
 			cn.answer("invalid", time.Now(), cn.fail(proto.Errorf(proto.E2BIG,
@@ -73,7 +102,11 @@ func (s *Server) serveConn(c *net.UnixConn) {
 		}
 		start := time.Now()
 		s.requests.Add(1)
+		cn.begin()
 		op, resp, fds := cn.handle(line)
+		if cn.cutShort(op, line) {
+			continue
+		}
 		if err := cn.answer(op, start, resp, fds); err != nil {
 			return
 		}
@@ -134,7 +167,9 @@ func (cn *conn) close() {
 	for _, h := range cn.held {
 		bytes += h.bytes
 		h.lease.Release()
-		s.unexport(h.exp)
+		if h.exp != nil {
+			s.unexport(h.exp)
+		}
 	}
 	s.mu.Lock()
 	holding := 0
@@ -187,13 +222,18 @@ func (cn *conn) readLine() ([]byte, error) {
 		case len(cn.held) == 0:
 			deadline = time.Now().Add(o.IdleTimeout)
 		}
-		cn.c.SetReadDeadline(deadline)
+		if err := cn.armRead(deadline); err != nil {
+			return nil, err
+		}
 		n, err := cn.c.Read(cn.rbuf)
 		if n > 0 {
 			if len(cn.buf) == 0 {
 				cn.lineStart = time.Now()
 			}
 			cn.buf = append(cn.buf, cn.rbuf[:n]...)
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) && cn.s.isPaused() {
+			return nil, errPaused
 		}
 		if err != nil {
 			return nil, err

@@ -15,4 +15,11 @@
 // Waiting is answered, not polled: a wait request is answered when the
 // staging cache says the file changed state (staging.Cache.Subscribe), a
 // wait_stat when one of the server's own lease counters changes.
+//
+// A running server can be handed to a successor daemon (handover.go):
+// its listening socket, every connection with its peer's credentials as
+// checked at accept, the leases held and the bytes read but not handled,
+// the epoch, the lease ids and the counters. Consumers see a pause: what
+// they send meanwhile waits in the sockets and is answered by the
+// successor.
 package ipc

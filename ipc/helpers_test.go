@@ -26,6 +26,7 @@ import (
 )
 
 type fixture struct {
+	cfg    ipc.Config // what srv was started with
 	src    string
 	cache  *staging.Cache
 	srv    *ipc.Server
@@ -71,6 +72,35 @@ func start(t *testing.T, sharing string, su setup) *fixture {
 	if log == nil {
 		log = zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
 	}
+	cache := newCache(t, src, su, log)
+	o := testOptions(sharing)
+	o.Socket = filepath.Join(dir, "s.sock")
+	if su.opts != nil {
+		su.opts(&o)
+	}
+	cfg := ipc.Config{Source: src, Mountpoint: "/mnt/gds", Cache: cache, Log: log, Options: o, Observe: su.observe}
+	srv, err := ipc.Listen(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{cfg: cfg, src: src, cache: cache, srv: srv, closed: make(chan struct{}, 100000)}
+	ipc.OnConnClosed(srv, func() { f.closed <- struct{}{} })
+	if su.before != nil {
+		su.before(srv)
+	}
+	go srv.Serve()
+	t.Cleanup(func() {
+		client.DropCache()
+		srv.Close()
+		cache.Close()
+	})
+	return f
+}
+
+// newCache is a staging cache of SOURCE src on host devices (su's
+// capacity, chunk and devices, which start has defaulted).
+func newCache(t *testing.T, src string, su setup, log *zap.Logger) *staging.Cache {
+	t.Helper()
 	cache, err := staging.New(context.Background(), staging.Config{
 		Source: src,
 		Options: staging.Options{Device: "host", GPUs: []int{0}, Capacity: units.Share{Bytes: units.Size(su.capacity)},
@@ -83,27 +113,7 @@ func start(t *testing.T, sharing string, su setup) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := testOptions(sharing)
-	o.Socket = filepath.Join(dir, "s.sock")
-	if su.opts != nil {
-		su.opts(&o)
-	}
-	srv, err := ipc.Listen(ipc.Config{Source: src, Mountpoint: "/mnt/gds", Cache: cache, Log: log, Options: o, Observe: su.observe})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &fixture{src: src, cache: cache, srv: srv, closed: make(chan struct{}, 100000)}
-	ipc.OnConnClosed(srv, func() { f.closed <- struct{}{} })
-	if su.before != nil {
-		su.before(srv)
-	}
-	go srv.Serve()
-	t.Cleanup(func() {
-		client.DropCache()
-		srv.Close()
-		cache.Close()
-	})
-	return f
+	return cache
 }
 
 // hostDevices is n host devices (0 or 1: one, "host") of chunk bytes.

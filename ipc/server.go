@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -60,7 +62,11 @@ type Server struct {
 	path  string
 	epoch uint64
 	ln    listener
-	log   *zap.Logger
+	uln   *net.UnixListener // the socket ln accepts from (Handoff passes it on)
+	// unlinkAtServe: an adopted socket is unlinked at Close only once
+	// this server has served (before, its predecessor may still resume).
+	unlinkAtServe bool
+	log           *zap.Logger
 	// ctx bounds every acquire; Close cancels it so no handler outlives
 	// the server waiting for a load.
 	ctx    context.Context
@@ -87,6 +93,22 @@ type Server struct {
 	// ipc.max_held_per_uid, oldest first (heldwait.go). Guarded by mu.
 	heldQueue map[uint32]*heldLine
 	wg        sync.WaitGroup
+	// Hand-over (handover.go). While paused, every goroutine that serves
+	// (the accept loop, one per connection) parks before it reads or
+	// answers anything more; busy counts those not parked, and idle is
+	// signalled as it drops. resumed is closed to wake the parked (by
+	// Resume, Abandon or Close). adopted: connections a predecessor
+	// handed over, served from Serve on. All guarded by mu.
+	paused, abandoned bool
+	busy              int
+	idle              *sync.Cond
+	resumed           chan struct{}
+	adopted           []*conn
+	// reqCtx bounds every request's waits: Handoff cancels it (cause
+	// errHandedOff) so a request blocked in one is cut and handed over.
+	// Guarded by mu.
+	reqCtx    context.Context
+	reqCancel context.CancelCauseFunc
 
 	expMu   sync.Mutex
 	exports map[gpu.Region]*export // guarded by expMu
@@ -107,6 +129,23 @@ type use struct {
 // Listen binds the socket (ipc.socket, or DefaultSocket) and returns a
 // server ready to Serve.
 func Listen(cfg Config) (*Server, error) {
+	s, err := newServer(cfg)
+	if err != nil {
+		return nil, err
+	}
+	ln, err := listen(s.path)
+	if err != nil {
+		s.root.Close()
+		return nil, fmt.Errorf("ipc.socket %s: %w", s.path, err)
+	}
+	var b [8]byte
+	rand.Read(b[:])
+	s.setListener(ln, binary.LittleEndian.Uint64(b[:])|1)
+	return s, nil
+}
+
+// newServer is a server of cfg without its socket (setListener).
+func newServer(cfg Config) (*Server, error) {
 	if err := cfg.Options.Validate(); err != nil {
 		return nil, err
 	}
@@ -121,23 +160,22 @@ func Listen(cfg Config) (*Server, error) {
 	if path == "" {
 		path = DefaultSocket(cfg.Mountpoint)
 	}
-	ln, err := listen(path)
-	if err != nil {
-		root.Close()
-		return nil, fmt.Errorf("ipc.socket %s: %w", path, err)
-	}
-	var b [8]byte
-	rand.Read(b[:])
 	capacity := cfg.Cache.Stats().CapacityBytes
 	s := &Server{
-		cfg: cfg, root: root, path: path, epoch: binary.LittleEndian.Uint64(b[:]) | 1, ln: ln,
+		cfg: cfg, root: root, path: path,
 		log: cfg.Log.Named("ipc"), active: map[*conn]bool{}, uids: map[uint32]*use{}, changed: make(chan struct{}),
 		exports: map[gpu.Region]*export{}, heldQueue: map[uint32]*heldLine{},
 		heldLimit: cfg.Options.MaxHeldPerUID.Resolve(capacity),
 		headroom:  cfg.Options.CacheHeadroom.Resolve(capacity),
 	}
+	s.idle = sync.NewCond(&s.mu)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.reqCtx, s.reqCancel = context.WithCancelCause(s.ctx)
 	return s, nil
+}
+
+func (s *Server) setListener(ln *net.UnixListener, epoch uint64) {
+	s.ln, s.uln, s.epoch = ln, ln, epoch
 }
 
 func fnv64(s string) uint64 {
@@ -157,14 +195,32 @@ func (s *Server) Epoch() uint64 { return s.epoch }
 
 // Serve accepts connections until Close. An Accept error (EMFILE,
 // ECONNABORTED, ...) is logged and retried after a back-off that doubles
-// from 5ms to 1s, so leasing resumes once the cause is gone.
+// from 5ms to 1s, so leasing resumes once the cause is gone. An adopted
+// server starts serving the connections it adopted here too.
 func (s *Server) Serve() {
+	s.mu.Lock()
+	s.busy++
+	if s.unlinkAtServe {
+		s.uln.SetUnlinkOnClose(true)
+	}
+	s.nonblockLocked() // adopted descriptors may have been sent since
+	for _, cn := range s.adopted {
+		s.wg.Add(1)
+		s.busy++
+		go cn.serve()
+	}
+	s.adopted = nil
+	s.mu.Unlock()
+	defer s.done()
 	var delay time.Duration
-	for {
+	for s.accepting() {
 		c, err := s.ln.AcceptUnix()
 		if err != nil {
 			if s.isClosed() {
 				return
+			}
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				continue // Handoff stopped the accept (accepting parks)
 			}
 			s.acceptErrs.Add(1)
 			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
@@ -184,10 +240,19 @@ func (s *Server) Serve() {
 			return
 		}
 		s.wg.Add(1)
+		s.busy++
 		s.mu.Unlock()
 		s.conns.Add(1)
 		go s.serveConn(c)
 	}
+}
+
+// done is the end of a goroutine that served: it no longer counts as busy.
+func (s *Server) done() {
+	s.mu.Lock()
+	s.busy--
+	s.idle.Broadcast()
+	s.mu.Unlock()
 }
 
 func (s *Server) isClosed() bool {
@@ -206,11 +271,17 @@ func (s *Server) Close() error {
 	}
 	s.closed = true
 	s.cancel()
+	s.wakeParkedLocked()
 	err := s.ln.Close()
 	for cn := range s.active {
 		cn.c.Close()
 	}
+	unserved := s.adopted // adopted, never served: no goroutine ends them
+	s.adopted = nil
 	s.mu.Unlock()
+	for _, cn := range unserved {
+		cn.close()
+	}
 	s.wg.Wait()
 	s.root.Close()
 	return err

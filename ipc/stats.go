@@ -1,6 +1,7 @@
 package ipc
 
 import (
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -123,4 +124,29 @@ func (r *reports) snapshot() (uint64, map[string]uint64) {
 		out[k] = v
 	}
 	return r.total.Load(), out
+}
+
+// state is what a successor needs to go on counting (Handoff).
+func (r *reports) state() (total uint64, byReason map[string]uint64, namedBy map[uint32]int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.total.Load(), maps.Clone(r.byReason), maps.Clone(r.namedBy)
+}
+
+// restore goes on counting from a predecessor's state (Adopt); reasons
+// past the bounds of this version are counted under otherReason.
+func (r *reports) restore(total uint64, byReason map[string]uint64, namedBy map[uint32]int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.total.Store(total)
+	r.byReason, r.namedBy = map[string]uint64{}, map[uint32]int{}
+	for uid, n := range namedBy {
+		r.namedBy[uid] = n
+	}
+	for reason, n := range byReason {
+		if len(r.byReason) >= maxReasons-1 && reason != otherReason {
+			reason = otherReason
+		}
+		r.byReason[reason] += n
+	}
 }

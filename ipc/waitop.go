@@ -98,11 +98,12 @@ func (s *Server) changedLocked() {
 	s.changed = make(chan struct{})
 }
 
-// waitContext bounds a wait by ms, the server's life and the peer's: the
-// connection is read meanwhile (watchPeer). done ends the watch; bytes the
-// peer sent meanwhile are kept for the next readLine.
+// waitContext bounds a wait by ms, the request's context (the server's
+// life, a hand-over) and the peer's: the connection is read meanwhile
+// (watchPeer). done ends the watch; bytes the peer sent meanwhile are
+// kept for the next readLine.
 func (cn *conn) waitContext(ms int64) (context.Context, func()) {
-	tctx, tcancel := context.WithTimeout(cn.s.ctx, time.Duration(ms)*time.Millisecond)
+	tctx, tcancel := context.WithTimeout(cn.ctx, time.Duration(ms)*time.Millisecond)
 	ctx, cancel := context.WithCancelCause(tctx)
 	stop := cn.watchPeer(cancel)
 	return ctx, func() {

@@ -209,6 +209,9 @@ func (d *daemon) newCache(source string) error {
 func (d *daemon) observeLoads() {
 	if d.metrics != nil && d.cache != nil && d.stopEvents == nil {
 		d.stopEvents = d.cache.Subscribe(func(e staging.Event) {
+			if e.HandedOver {
+				return // loaded by a predecessor: counted there
+			}
 			observeLoad(d.metrics, loadEvent{State: e.State, LoadPath: e.LoadPath,
 				Bytes: e.Bytes, Duration: e.Duration, Err: e.Err})
 		})

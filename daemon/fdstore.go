@@ -104,7 +104,7 @@ func (d *daemon) startFDStore() error {
 	if err != nil {
 		return fmt.Errorf("descriptor store: %w", err)
 	}
-	is, isf, err := d.ipc.Snapshot()
+	is, isf, err := d.ipc.CrashState()
 	if err != nil {
 		handover.CloseFiles(fsf)
 		return fmt.Errorf("descriptor store: %w", err)

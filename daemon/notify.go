@@ -8,6 +8,8 @@ import (
 	"os"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gdsfs/gdsfs/daemon/handover"
 )
 
 // sdNotify sends state ("READY=1", "STOPPING=1") to the service manager's
@@ -33,18 +35,16 @@ func sdNotifyFiles(state string, files []*os.File) error {
 		return fmt.Errorf("NOTIFY_SOCKET %s: %w", name, err)
 	}
 	defer conn.Close()
-	var oob []byte
-	if len(files) > 0 {
-		fds := make([]int, len(files))
-		for i, f := range files {
-			fds[i] = int(f.Fd())
+	return handover.WithFDs(files, func(fds []int) error {
+		var oob []byte
+		if len(fds) > 0 {
+			oob = unix.UnixRights(fds...)
 		}
-		oob = unix.UnixRights(fds...)
-	}
-	if _, _, err := conn.WriteMsgUnix([]byte(state), oob, nil); err != nil {
-		return fmt.Errorf("NOTIFY_SOCKET %s: %w", name, err)
-	}
-	return nil
+		if _, _, err := conn.WriteMsgUnix([]byte(state), oob, nil); err != nil {
+			return fmt.Errorf("NOTIFY_SOCKET %s: %w", name, err)
+		}
+		return nil
+	})
 }
 
 // sdBarrier returns once the service manager has handled every

@@ -173,8 +173,8 @@ func alive(pid int) bool {
 // predecessor's state; on error it has released what it took (never
 // what the predecessor still serves).
 func (d *daemon) adopt(st handover.State, files map[string][]*os.File, source, absMnt string) error {
-	var cs staging.HandoffState
-	var is ipc.HandoffState
+	var cs staging.CacheState
+	var is ipc.IPCState
 	var fsst fs.HandoffState
 	err := errors.Join(decodePart(st, partCache, &cs), decodePart(st, partIPC, &is), decodePart(st, partFS, &fsst))
 	if err == nil {
@@ -198,7 +198,7 @@ func (d *daemon) adopt(st handover.State, files map[string][]*os.File, source, a
 		return err
 	}
 	if d.fs, err = fs.Adopt(d.fsConfig(source, absMnt), fsst, files[partFS]); err != nil {
-		d.ipc.Abandon()
+		d.ipc.Close() // an adopted server that never served touches nothing of the predecessor's
 		d.ipc = nil
 		return err
 	}
@@ -213,7 +213,7 @@ func (d *daemon) abandon() {
 		d.fs = nil
 	}
 	if d.ipc != nil {
-		d.ipc.Abandon()
+		d.ipc.Close() // never served: touches nothing of the predecessor's
 		d.ipc = nil
 	}
 	if d.cache != nil {

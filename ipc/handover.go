@@ -8,6 +8,8 @@ package ipc
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -254,4 +256,27 @@ func (s *Server) nonblockLocked() {
 	for cn := range s.active {
 		set(cn.c)
 	}
+}
+
+// CrashState is what a server restarted after this one died (SIGKILL,
+// a crash) adopts from a store that outlived it (systemd's descriptor
+// store): the listening socket (a dup, the caller closes it) and the
+// counters, with no connections (they end with the process) and a new
+// epoch (the leases granted on them are gone). The server goes on
+// serving.
+func (s *Server) CrashState() (IPCState, []*os.File, error) {
+	lf, err := s.uln.File()
+	if err != nil {
+		return IPCState{}, nil, fmt.Errorf("ipc: listening socket: %w", err)
+	}
+	var b [8]byte
+	rand.Read(b[:])
+	st := IPCState{Version: StateVersion, Socket: s.path, Epoch: binary.LittleEndian.Uint64(b[:]) | 1,
+		NextLease: s.nextLease.Load()}
+	st.Counters = Counters{
+		Connections: s.conns.Load(), Requests: s.requests.Load(), BadRequests: s.bad.Load(),
+		AcceptErrors: s.acceptErrs.Load(), Timeouts: s.timeouts.Load(), Refused: s.refused.Load(),
+		LeaseDenied: s.denied.Load(),
+	}
+	return st, []*os.File{lf}, nil
 }

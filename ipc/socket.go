@@ -23,7 +23,7 @@ const socketDirMode = 0o711
 // if nobody but the daemon's euid or root can change what is in it.
 func listen(path string) (*net.UnixListener, error) {
 	dir := filepath.Dir(path)
-	if err := socketDir(dir); err != nil {
+	if err := SocketDir(dir); err != nil {
 		return nil, err
 	}
 	if st, err := os.Lstat(path); err == nil {
@@ -48,12 +48,12 @@ func listen(path string) (*net.UnixListener, error) {
 	return ln, nil
 }
 
-// socketDir makes dir (socketDirMode, its parents 0755) or checks the
+// SocketDir makes dir (socketDirMode, its parents 0755) or checks the
 // one there: a real directory, not a symbolic link, owned by the
 // daemon's euid or root, that neither group nor others may write.
 // Anyone who could write it could put their own socket where clients
 // look for the daemon's.
-func socketDir(dir string) error {
+func SocketDir(dir string) error {
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 		return err
 	}

@@ -287,16 +287,42 @@ func (c *Conn) send(m message, files []*os.File) error {
 	}
 	for len(files) > 0 {
 		n := min(len(files), fdsPacket)
-		fds := make([]int, n)
-		for i, f := range files[:n] {
-			fds[i] = int(f.Fd())
-		}
-		if _, _, err := c.c.WriteMsgUnix([]byte{0}, unix.UnixRights(fds...), nil); err != nil {
+		if err := WithFDs(files[:n], func(fds []int) error {
+			_, _, err := c.c.WriteMsgUnix([]byte{0}, unix.UnixRights(fds...), nil)
+			return err
+		}); err != nil {
 			return err
 		}
 		files = files[n:]
 	}
 	return nil
+}
+
+// WithFDs calls fn with the descriptor numbers of files, each held open
+// meanwhile. Unlike os.File.Fd it leaves every descriptor's mode alone:
+// Fd makes a socket blocking, and a socket's mode is shared with every
+// duplicate of it, the serving daemon's included.
+func WithFDs(files []*os.File, fn func(fds []int) error) error {
+	fds := make([]int, 0, len(files))
+	var inner func(i int) error
+	inner = func(i int) error {
+		if i == len(files) {
+			return fn(fds)
+		}
+		raw, err := files[i].SyscallConn()
+		if err != nil {
+			return err
+		}
+		var ferr error
+		if err := raw.Control(func(fd uintptr) {
+			fds = append(fds, int(fd))
+			ferr = inner(i + 1)
+		}); err != nil {
+			return err
+		}
+		return ferr
+	}
+	return inner(0)
 }
 
 func (c *Conn) read() (message, []*os.File, error) {

@@ -175,3 +175,52 @@ func TestListenMode(t *testing.T) {
 		t.Fatalf("second Listen: %v", err)
 	}
 }
+
+// TestSendKeepsSocketsNonBlocking: sending a duplicate of a serving
+// socket leaves the socket in the mode its server needs (os.File.Fd
+// would make it blocking, and the mode is shared by every duplicate).
+func TestSendKeepsSocketsNonBlocking(t *testing.T) {
+	daemon, successor := pair(t)
+	ln, err := Listen(filepath.Join(t.TempDir(), "served"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	nonblocking := func() bool {
+		raw, err := ln.SyscallConn()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var fl int
+		raw.Control(func(fd uintptr) { fl, err = unix.FcntlInt(fd, unix.F_GETFL, 0) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fl&unix.O_NONBLOCK != 0
+	}
+	if !nonblocking() {
+		t.Fatal("a Go listener starts blocking?")
+	}
+	dup, err := ln.File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dup.Close()
+	errc := make(chan error, 1)
+	go func() { errc <- daemon.SendState(State{Parts: []Part{{Name: "s", State: json.RawMessage(`1`), Files: 1}}}, []*os.File{dup}) }()
+	_, got, err := successor.ReadState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	CloseFiles(got)
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	if !nonblocking() {
+		t.Fatal("sending a duplicate of the listener made it blocking")
+	}
+	dup.Fd() // what a send through Fd does
+	if nonblocking() {
+		t.Fatal("os.File.Fd left the listener non-blocking: this test checks nothing")
+	}
+}

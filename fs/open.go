@@ -31,6 +31,9 @@ var _ = (gofs.NodeOpener)((*node)(nil))
 // so a kernel passthrough backing file is only ever shared by opens of the
 // same inode.
 func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	if h := n.srv.adopting.Swap(nil); h != nil {
+		return *h, 0, 0
+	}
 	if errno := n.srv.drain.admit(); errno != 0 {
 		return nil, 0, errno
 	}
@@ -56,7 +59,11 @@ func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 	if c, ok := fuse.FromContext(ctx); ok {
 		pid = c.Pid
 	}
-	return n.opened(f, st, ch, rel, pid, flags, writes(flags))
+	h, fl, errno := n.opened(f, st, ch, rel, pid, flags, writes(flags))
+	if errno == 0 {
+		n.srv.stash(ctx, h)
+	}
+	return h, fl, errno
 }
 
 // opened makes the file handle of a backing file opened for the kernel:
@@ -177,6 +184,9 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 	rel := n.relName(name)
 	ch := n.newChild(ctx, st, id, n.srv.meta.fid(int(f.Fd()), id), out)
 	h, fl, errno := ch.Operations().(*node).opened(f, st, chg, rel, 0, flags, true)
+	if errno == 0 {
+		n.srv.stash(ctx, h)
+	}
 	return ch, h, fl, errno
 }
 
@@ -208,6 +218,7 @@ type file struct {
 	writable bool    // opened for writing
 	reading  bool    // a regular file opened for reading only: Closed on release
 	written  bool    // a regular file opened for writing: Changed on write and release
+	adopted  bool    // taken over from a predecessor daemon (handover.go)
 }
 
 func (f *file) fd() int {
@@ -265,7 +276,7 @@ var _ = (gofs.FilePassthroughFder)((*file)(nil))
 // PassthroughFd offers the backing descriptor to the kernel only when
 // passthrough was settled on at mount.
 func (f *file) PassthroughFd() (int, bool) {
-	if !f.srv.passthrough.Load() {
+	if !f.srv.passthrough.Load() || f.adopted {
 		return 0, false
 	}
 	return f.LoopbackFile.PassthroughFd()
@@ -348,5 +359,8 @@ func (n *node) Tmpfile(ctx context.Context, flags, mode uint32, out *fuse.EntryO
 	}
 	ch := n.newChild(ctx, st, id, n.srv.meta.fid(int(f.Fd()), id), out)
 	h, fl, errno := ch.Operations().(*node).opened(f, st, chg, "", 0, flags, true)
+	if errno == 0 {
+		n.srv.stash(ctx, h)
+	}
 	return ch, h, fl, errno
 }

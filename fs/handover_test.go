@@ -15,6 +15,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/gdsfs/gdsfs/internal/units"
+	"github.com/gdsfs/gdsfs/staging/watch"
 )
 
 func handoverConfig(src, mnt string) Config {
@@ -292,5 +293,74 @@ func TestUnknownNodeID(t *testing.T) {
 	s.raw.Forget(1, 1)
 	if _, err := os.Stat(mnt); err != nil {
 		t.Errorf("the mount after: %v", err)
+	}
+}
+
+// TestHandoverMetaInvalidation: a successor invalidates what the kernel
+// cached for long of the nodes it adopted, on SOURCE's change events.
+func TestHandoverMetaInvalidation(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("SKIPPED: mounting FUSE and fanotify need root (run make test as root)")
+	}
+	src, mnt := t.TempDir(), t.TempDir()
+	s, m := func(p string) string { return filepath.Join(src, p) }, func(p string) string { return filepath.Join(mnt, p) }
+	os.Mkdir(s("d"), 0o755)
+	os.WriteFile(s("d/a"), []byte("a"), 0o644)
+	cfg := handoverConfig(src, mnt)
+	w1 := watch.New(watch.Auto, nil)
+	t.Cleanup(w1.Close)
+	cfg.Watch = w1
+	a, err := Mount(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !a.meta.on {
+		a.Unmount()
+		a.Wait()
+		t.Fatalf("no entry events on %s: %s", src, a.meta.why)
+	}
+	if _, err := os.ReadDir(m("d")); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Lstat(m("d/a")); err != nil || fi.Mode().Perm() != 0o644 {
+		t.Fatalf("d/a before: %v %v", fi, err)
+	}
+	st, files, err := a.Handoff()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w2 := watch.New(watch.Auto, nil)
+	t.Cleanup(w2.Close)
+	cfg.Watch = w2
+	b, err := Adopt(cfg, st, files)
+	for _, f := range files {
+		f.Close()
+	}
+	if err != nil {
+		a.Resume()
+		a.Unmount()
+		a.Wait()
+		t.Fatal(err)
+	}
+	a.Abandon()
+	t.Cleanup(func() {
+		if err := b.Unmount(); err != nil {
+			t.Error(err)
+		}
+		b.Wait()
+	})
+	if err := os.Chmod(s("d/a"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(s("d/c"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b.settle(w2)
+	if fi, err := os.Lstat(m("d/a")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("d/a after a chmod in SOURCE: %v %v", fi, err)
+	}
+	names, err := os.ReadDir(m("d"))
+	if err != nil || !slices.ContainsFunc(names, func(e os.DirEntry) bool { return e.Name() == "c" }) {
+		t.Errorf("d after a create in SOURCE: %v %v", names, err)
 	}
 }

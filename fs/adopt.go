@@ -306,6 +306,9 @@ func (s *Server) adoptHandle(built adoptNodes, hs HandleState, files []*os.File)
 	}
 	h := &file{LoopbackFile: gofs.NewLoopbackFileFromOS(f), srv: s, node: n, rel: hs.Rel, charge: ch,
 		writable: hs.Writable, reading: hs.Reading, written: hs.Written, adopted: true}
+	if hs.BackingID != 0 {
+		n.backing = hs.BackingID
+	}
 	n.mu.Lock()
 	if n.open == nil {
 		n.open = map[*file]struct{}{}

@@ -143,7 +143,7 @@ func (u *umaskFS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOu
 	}
 	defer u.refs.exit()
 	st := u.RawFileSystem.Open(cancel, in, out)
-	u.refs.opened(cancel, st, nil, in.NodeId, out.Fh)
+	u.refs.opened(cancel, st, nil, in.NodeId, out)
 	return st
 }
 
@@ -259,7 +259,7 @@ func (u *umaskFS) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.Ope
 	}
 	defer u.refs.exit()
 	st := u.RawFileSystem.OpenDir(cancel, in, out)
-	u.refs.opened(cancel, st, nil, in.NodeId, out.Fh)
+	u.refs.opened(cancel, st, nil, in.NodeId, out)
 	return st
 }
 

@@ -78,6 +78,9 @@ type HandleState struct {
 	UID                        uint32 // whose fuse.max_open_per_uid it counts against, when Charged
 	Rel                        string
 	Writable, Reading, Written bool
+	// BackingID is the passthrough backing id the kernel's file reads
+	// through (0: none); it stays registered on the connection.
+	BackingID int32
 }
 
 // handoffTimeout bounds the wait for the requests in flight.
@@ -313,7 +316,7 @@ func (s *Server) state(ho *handover) (FUSEState, []*os.File, error) {
 	sort.Slice(fhList, func(i, j int) bool { return fhList[i] < fhList[j] })
 	for _, fh := range fhList {
 		r := fhs[fh]
-		hs := HandleState{Fh: fh, Node: r.node}
+		hs := HandleState{Fh: fh, Node: r.node, BackingID: r.backing}
 		var fd int
 		var ch *charge
 		switch h := r.h.(type) {

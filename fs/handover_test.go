@@ -19,8 +19,12 @@ import (
 )
 
 func handoverConfig(src, mnt string) Config {
+	return handoverConfigWith(src, mnt, PassthroughOff)
+}
+
+func handoverConfigWith(src, mnt, passthrough string) Config {
 	return Config{Source: src, Mountpoint: mnt, Options: Options{
-		Passthrough: PassthroughOff, MaxRead: units.Size(1 << 20), EntryTimeout: time.Hour, AttrTimeout: time.Hour,
+		Passthrough: passthrough, MaxRead: units.Size(1 << 20), EntryTimeout: time.Hour, AttrTimeout: time.Hour,
 	}}
 }
 
@@ -77,6 +81,12 @@ func waitReleased(s *Server) {
 // file and a directory opened before read right after, cached paths and
 // new opens work, and the successor unmounts cleanly with nothing left.
 func TestHandoverKeepsTheMount(t *testing.T) {
+	for _, mode := range []string{PassthroughOff, PassthroughAuto} {
+		t.Run("passthrough "+mode, func(t *testing.T) { testHandoverKeepsTheMount(t, mode) })
+	}
+}
+
+func testHandoverKeepsTheMount(t *testing.T, passthrough string) {
 	src, mnt, a := handoverSetup(t)
 	// go-fuse keeps process-wide descriptors (splice pipes) once a mount
 	// served: the baseline is taken after one did.
@@ -89,7 +99,8 @@ func TestHandoverKeepsTheMount(t *testing.T) {
 	}
 	a.Wait()
 	fdsBefore := openFds(t)
-	a, err := Mount(handoverConfig(src, mnt))
+	cfg := handoverConfigWith(src, mnt, passthrough)
+	a, err := Mount(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +142,7 @@ func TestHandoverKeepsTheMount(t *testing.T) {
 	if err := json.Unmarshal(raw, &st2); err != nil {
 		t.Fatal(err)
 	}
-	b, err = Adopt(handoverConfig(src, mnt), st2, files)
+	b, err = Adopt(cfg, st2, files)
 	for _, f := range files {
 		f.Close()
 	}
@@ -165,6 +176,7 @@ func TestHandoverKeepsTheMount(t *testing.T) {
 	f.Close()
 	dir.Close()
 	waitReleased(b)
+	t.Logf("passthrough: %v %s", b.Stats().Passthrough, b.Stats().PassthroughWhy)
 	if err := b.Unmount(); err != nil {
 		t.Fatal(err)
 	}

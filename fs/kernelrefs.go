@@ -36,8 +36,9 @@ type kernelRefs struct {
 // fhRef is an open file handle: the node it was opened on and what the
 // node layer returned.
 type fhRef struct {
-	node uint64
-	h    gofs.FileHandle
+	node    uint64
+	h       gofs.FileHandle
+	backing int32 // the passthrough backing id the reply named
 }
 
 func (r *kernelRefs) init() {
@@ -119,22 +120,27 @@ func (r *kernelRefs) stash(cancel <-chan struct{}, h gofs.FileHandle) {
 	}
 }
 
-// opened records the handle fh a successful open gave the kernel (and,
-// for a creating open, the entry).
-func (r *kernelRefs) opened(cancel <-chan struct{}, st fuse.Status, out *fuse.EntryOut, node, fh uint64) {
+// opened records the handle a successful open gave the kernel (and, for
+// a creating open, the entry). A file whose node has a predecessor's
+// backing id reads through it: the kernel takes no other for the inode.
+func (r *kernelRefs) opened(cancel <-chan struct{}, st fuse.Status, entry *fuse.EntryOut, node uint64, out *fuse.OpenOut) {
 	v, _ := r.pending.LoadAndDelete(cancel)
 	if !st.Ok() {
 		return
 	}
-	if out != nil {
-		r.entry(st, out)
+	if entry != nil {
+		r.entry(st, entry)
 	}
-	if fh == 0 {
+	if out.Fh == 0 {
 		return
 	}
 	h, _ := v.(gofs.FileHandle)
+	if f, ok := h.(*file); ok && f.node.backing != 0 && out.BackingID == 0 {
+		out.BackingID = f.node.backing
+		out.OpenFlags = out.OpenFlags&^fuse.FOPEN_KEEP_CACHE | fuse.FOPEN_PASSTHROUGH
+	}
 	r.mu.Lock()
-	r.fhs[fh] = fhRef{node: node, h: h}
+	r.fhs[out.Fh] = fhRef{node: node, h: h, backing: out.BackingID}
 	r.mu.Unlock()
 }
 

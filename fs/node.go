@@ -35,6 +35,10 @@ type node struct {
 	kept     *os.File           // the file, O_PATH, once unlinked or renamed over through the mount (replaced.go); guarded by mu
 	noXattr  map[string]bool    // security.* names the file has none of (xattr.go); guarded by mu
 	xattrGen uint64             // counts forgetXattrs; guarded by mu
+	// backing is the passthrough backing id a predecessor daemon
+	// registered for the node's open files (handover.go): the kernel
+	// takes no other for the inode while one is open. Fixed at Adopt.
+	backing int32
 }
 
 // anyOpen returns one handle open on the node, or nil.

@@ -97,6 +97,7 @@ func (n *node) opened(f *os.File, st *syscall.Stat_t, ch *charge, rel string, pi
 	} else {
 		fl |= fuse.FOPEN_KEEP_CACHE // go-fuse drops it for passthrough opens
 	}
+
 	n.srv.opens.Add(1)
 	if write {
 		// Staging a file being written would copy bytes about to change.
@@ -276,7 +277,7 @@ var _ = (gofs.FilePassthroughFder)((*file)(nil))
 // PassthroughFd offers the backing descriptor to the kernel only when
 // passthrough was settled on at mount.
 func (f *file) PassthroughFd() (int, bool) {
-	if !f.srv.passthrough.Load() || f.adopted {
+	if !f.srv.passthrough.Load() || f.adopted || f.node.backing != 0 {
 		return 0, false
 	}
 	return f.LoopbackFile.PassthroughFd()

@@ -36,7 +36,7 @@ func (u *umaskFS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string,
 	}
 	defer u.refs.exit()
 	st := u.with(cancel, in.Umask, func() fuse.Status { return u.RawFileSystem.Create(cancel, in, name, out) })
-	u.refs.opened(cancel, st, &out.EntryOut, out.NodeId, out.Fh)
+	u.refs.opened(cancel, st, &out.EntryOut, out.NodeId, &out.OpenOut)
 	return st
 }
 
@@ -46,7 +46,7 @@ func (u *umaskFS) Tmpfile(cancel <-chan struct{}, in *fuse.CreateIn, out *fuse.C
 	}
 	defer u.refs.exit()
 	st := u.with(cancel, in.Umask, func() fuse.Status { return u.RawFileSystem.Tmpfile(cancel, in, out) })
-	u.refs.opened(cancel, st, &out.EntryOut, out.NodeId, out.Fh)
+	u.refs.opened(cancel, st, &out.EntryOut, out.NodeId, &out.OpenOut)
 	return st
 }
 

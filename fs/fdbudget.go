@@ -118,6 +118,15 @@ func (b *fdBudget) take(ctx context.Context) (*charge, syscall.Errno) {
 	return &charge{b: b, uid: c.Uid}, 0
 }
 
+// adopt charges a handle a predecessor daemon opened for uid, bound or
+// not: the file is open already.
+func (b *fdBudget) adopt(uid uint32) *charge {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.open[uid]++
+	return &charge{b: b, uid: uid}
+}
+
 // release gives the charge back (once; nil is no charge).
 func (c *charge) release() {
 	if c == nil || c.done.Swap(true) {

@@ -115,6 +115,18 @@ type Server struct {
 	drain                   drain    // open files, and refusing new opens on shutdown (drain.go)
 	fds                     fdBudget // descriptors held per caller uid (fdbudget.go)
 	meta                    metaCache
+
+	ids nodeIDs // node ids of backing inodes (nodeids.go)
+	// fuseFd is the number of the FUSE descriptor go-fuse serves (-1:
+	// unknown); handover.go switches it.
+	fuseFd int
+	// adopting is the handle the next Open or Opendir returns, while
+	// Adopt registers a predecessor's handles (before serving).
+	adopting atomic.Pointer[gofs.FileHandle]
+	ho       *handover // a hand-over in progress; guarded by hoMu
+	hoMu     sync.Mutex
+	adopted  bool          // mounted by a predecessor: go-fuse cannot unmount it
+	served   chan struct{} // closed when go-fuse stopped serving
 }
 
 // Mount mounts SOURCE on MOUNTPOINT. Errors name the path or key at fault.
@@ -127,12 +139,34 @@ func Mount(cfg Config) (*Server, error) {
 	if err := cfg.Options.Validate(); err != nil {
 		return nil, err
 	}
-	if cfg.Log == nil {
-		cfg.Log = zap.NewNop()
-	}
 	source, mnt, err := CheckPaths(cfg.Source, cfg.Mountpoint)
 	if err != nil {
 		return nil, err
+	}
+	s, err := prepare(cfg, source, mnt)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.serve(mnt); err != nil {
+		s.meta.close()
+		s.root.Close()
+		return nil, fmt.Errorf("mount %s: %w", mnt, err)
+	}
+	if err := s.settlePassthrough(); err != nil {
+		s.fuse.Unmount()
+		s.meta.close()
+		s.root.Close()
+		return nil, err
+	}
+	s.raiseReadAhead()
+	s.startMeta()
+	return s, nil
+}
+
+// prepare opens SOURCE and makes the server, up to serving.
+func prepare(cfg Config, source, mnt string) (*Server, error) {
+	if cfg.Log == nil {
+		cfg.Log = zap.NewNop()
 	}
 	root, err := access.OpenRoot(source)
 	if err != nil {
@@ -154,6 +188,7 @@ func Mount(cfg Config) (*Server, error) {
 		root: root, dev: st.Dev, source: source, mountpoint: mnt, opts: cfg.Options, stager: cfg.Stager,
 		log: cfg.Log, errs: errnoLogger{log: cfg.Log},
 		uid: uint32(os.Geteuid()), gid: uint32(os.Getegid()), started: time.Now(),
+		fuseFd: -1, ids: nodeIDs{srcDev: st.Dev},
 	}
 	s.fds = fdBudget{perUID: perUID, exempt: s.uid, log: cfg.Log,
 		open: map[uint32]int{}, logged: map[uint32]time.Time{}}
@@ -168,19 +203,6 @@ func Mount(cfg Config) (*Server, error) {
 	}
 	syscall.Umask(0)
 	s.probeMeta(cfg.Watch)
-	if err := s.serve(mnt); err != nil {
-		s.meta.close()
-		root.Close()
-		return nil, fmt.Errorf("mount %s: %w", mnt, err)
-	}
-	if err := s.settlePassthrough(); err != nil {
-		s.fuse.Unmount()
-		s.meta.close()
-		root.Close()
-		return nil, err
-	}
-	s.raiseReadAhead()
-	s.startMeta()
 	return s, nil
 }
 
@@ -237,13 +259,18 @@ func unwrapPath(err error) error {
 // front of it) and serves it.
 func (s *Server) serve(mnt string) error {
 	opts := s.mountOptions()
-	s.tree = &rootNode{node: node{srv: s}}
-	s.raw = &umaskFS{RawFileSystem: gofs.NewNodeFS(s.tree, opts)}
+	s.newTree(opts)
+	fdMu.Lock()
+	before := fuseFds()
 	srv, err := fuse.NewServer(s.raw, mnt, &opts.MountOptions)
+	if err == nil {
+		s.fuseFd = newFuseFd(before, fuseFds())
+	}
+	fdMu.Unlock()
 	if err != nil {
 		return err
 	}
-	go srv.Serve()
+	s.goServe(srv)
 	if err := srv.WaitMount(); err != nil {
 		return err
 	}
@@ -253,6 +280,13 @@ func (s *Server) serve(mnt string) error {
 	}
 	s.fuse = srv
 	return nil
+}
+
+// newTree makes the root node and the layers go-fuse serves.
+func (s *Server) newTree(opts *gofs.Options) {
+	s.tree = &rootNode{node: node{srv: s}}
+	s.raw = &umaskFS{RawFileSystem: gofs.NewNodeFS(s.tree, opts)}
+	s.raw.refs.init()
 }
 
 func (s *Server) mountOptions() *gofs.Options {
@@ -291,6 +325,9 @@ func (s *Server) mountOptions() *gofs.Options {
 		AttrTimeout:     &o.AttrTimeout,
 		EntryTimeout:    &o.EntryTimeout,
 		NullPermissions: true,
+		// Node ids are the daemon's choice (nodeids.go), so that a
+		// successor daemon answers for the same ones (handover.go).
+		ExternalNodeID: true,
 	}
 }
 
@@ -367,9 +404,18 @@ func (s *Server) raiseReadAhead() {
 	}
 }
 
+// goServe serves srv until the connection ends.
+func (s *Server) goServe(srv *fuse.Server) {
+	s.served = make(chan struct{})
+	go func() {
+		srv.Serve()
+		close(s.served)
+	}()
+}
+
 // Wait blocks until the file system is unmounted, then lets SOURCE go.
 func (s *Server) Wait() {
-	s.fuse.Wait()
+	<-s.served
 	s.meta.close()
 	s.closeRoot.Do(func() { s.root.Close() })
 }
@@ -400,7 +446,12 @@ func (s *Server) CanRead(c access.Cred, rel string) bool {
 }
 
 // Unmount unmounts; it fails with EBUSY while files are open.
-func (s *Server) Unmount() error { return s.fuse.Unmount() }
+func (s *Server) Unmount() error {
+	if s.adopted {
+		return unmountAdopted(s.mountpoint)
+	}
+	return s.fuse.Unmount()
+}
 
 // Mountpoint is the absolute mount point.
 func (s *Server) Mountpoint() string { return s.mountpoint }

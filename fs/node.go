@@ -35,6 +35,10 @@ type node struct {
 	kept     *os.File           // the file, O_PATH, once unlinked or renamed over through the mount (replaced.go); guarded by mu
 	noXattr  map[string]bool    // security.* names the file has none of (xattr.go); guarded by mu
 	xattrGen uint64             // counts forgetXattrs; guarded by mu
+	// backing is the passthrough backing id a predecessor daemon
+	// registered for the node's open files (handover.go): the kernel
+	// takes no other for the inode while one is open. Fixed at Adopt.
+	backing int32
 }
 
 // anyOpen returns one handle open on the node, or nil.
@@ -174,13 +178,11 @@ func (n *node) statEntry(dirfd int, name string) (*syscall.Stat_t, fileID, watch
 	return st, id, n.srv.meta.fid(fd, id), nil
 }
 
-// stableAttr is go-fuse's identity of a backing inode: its number, mixed
-// with its device when that is not SOURCE's (as go-fuse's loopback does),
-// and its birth time as generation.
+// stableAttr is go-fuse's identity of a backing inode: its node id (the
+// kernel's name for it, and its st_ino through the mount: nodeids.go), and
+// its birth time as generation.
 func (s *Server) stableAttr(st *syscall.Stat_t, id fileID) gofs.StableAttr {
-	swapped := id.dev<<32 | id.dev>>32
-	rootDev := s.dev<<32 | s.dev>>32
-	return gofs.StableAttr{Mode: st.Mode, Ino: swapped ^ rootDev ^ id.ino, Gen: id.gen}
+	return gofs.StableAttr{Mode: st.Mode, Ino: s.ids.of(id.dev, id.ino), Gen: id.gen}
 }
 
 var _ = (gofs.NodeLookuper)((*node)(nil))
@@ -196,7 +198,25 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*go
 	if errno != 0 {
 		return nil, errno
 	}
-	return n.newChild(ctx, st, id, fid, out), 0
+	ch := n.newChild(ctx, st, id, fid, out)
+	n.srv.lookedUp(ctx, ch)
+	return ch, 0
+}
+
+// lookedUp counts the reference a READDIRPLUS entry gives the kernel
+// (kernelrefs.go); umaskFS counts those of other replies.
+func (s *Server) lookedUp(ctx context.Context, ch *gofs.Inode) {
+	if fc, ok := ctx.(*fuse.Context); ok && s.raw.refs.inPlus(fc.Cancel) {
+		s.raw.refs.ref(ch.StableAttr().Ino, 1)
+	}
+}
+
+// stash records the handle a request opened, for umaskFS to file under
+// the kernel's handle number.
+func (s *Server) stash(ctx context.Context, h gofs.FileHandle) {
+	if fc, ok := ctx.(*fuse.Context); ok {
+		s.raw.refs.stash(fc.Cancel, h)
+	}
 }
 
 var _ = (gofs.NodeGetattrer)((*node)(nil))
@@ -245,6 +265,9 @@ var _ = (gofs.NodeOpendirHandler)((*node)(nil))
 // OpendirHandle opens the directory as the caller; entries are read from
 // that descriptor, charged to the caller's uid until released.
 func (n *node) OpendirHandle(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	if h := n.srv.adopting.Swap(nil); h != nil {
+		return *h, 0, 0
+	}
 	ch, errno := n.srv.fds.take(ctx)
 	if errno != 0 {
 		return nil, 0, errno
@@ -280,7 +303,9 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (gofs.FileHandle
 	if n.cachedMeta() {
 		cache = fuse.FOPEN_CACHE_DIR | fuse.FOPEN_KEEP_CACHE
 	}
-	return &dirHandle{dirStream: stream, charge: ch}, cache, 0
+	h := &dirHandle{dirStream: stream, charge: ch, fd: fd}
+	n.srv.stash(ctx, h)
+	return h, cache, 0
 }
 
 // dirStream is what go-fuse's loopback directory stream does.
@@ -296,6 +321,7 @@ type dirStream interface {
 type dirHandle struct {
 	dirStream
 	charge *charge
+	fd     int // the stream's descriptor, until released
 }
 
 var _ = (gofs.FileReleasedirer)((*dirHandle)(nil))
@@ -360,7 +386,8 @@ func timespec(t unix.StatxTimestamp) syscall.Timespec {
 // rootNode is the mount's root: a node that also answers the .gdsfs lookup.
 type rootNode struct {
 	node
-	ctl *gofs.Inode // the control directory, made in OnAdd
+	ctl        *gofs.Inode // the control directory, made in OnAdd
+	adoptNodes adoptNodes  // while Adopt registers a predecessor's nodes (adopt.go)
 }
 
 var _ = (gofs.NodeOnAdder)((*rootNode)(nil))
@@ -376,6 +403,7 @@ var _ = (gofs.NodeLookuper)((*rootNode)(nil))
 func (r *rootNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	if name == controlDirName {
 		r.ctl.Operations().(*controlDir).fillAttr(&out.Attr)
+		r.srv.lookedUp(ctx, r.ctl)
 		return r.ctl, 0
 	}
 	ch, errno := r.node.Lookup(ctx, name, out)

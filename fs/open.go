@@ -31,6 +31,9 @@ var _ = (gofs.NodeOpener)((*node)(nil))
 // so a kernel passthrough backing file is only ever shared by opens of the
 // same inode.
 func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	if h := n.srv.adopting.Swap(nil); h != nil {
+		return *h, 0, 0
+	}
 	if errno := n.srv.drain.admit(); errno != 0 {
 		return nil, 0, errno
 	}
@@ -56,7 +59,11 @@ func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 	if c, ok := fuse.FromContext(ctx); ok {
 		pid = c.Pid
 	}
-	return n.opened(f, st, ch, rel, pid, flags, writes(flags))
+	h, fl, errno := n.opened(f, st, ch, rel, pid, flags, writes(flags))
+	if errno == 0 {
+		n.srv.stash(ctx, h)
+	}
+	return h, fl, errno
 }
 
 // opened makes the file handle of a backing file opened for the kernel:
@@ -90,6 +97,7 @@ func (n *node) opened(f *os.File, st *syscall.Stat_t, ch *charge, rel string, pi
 	} else {
 		fl |= fuse.FOPEN_KEEP_CACHE // go-fuse drops it for passthrough opens
 	}
+
 	n.srv.opens.Add(1)
 	if write {
 		// Staging a file being written would copy bytes about to change.
@@ -177,6 +185,9 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 	rel := n.relName(name)
 	ch := n.newChild(ctx, st, id, n.srv.meta.fid(int(f.Fd()), id), out)
 	h, fl, errno := ch.Operations().(*node).opened(f, st, chg, rel, 0, flags, true)
+	if errno == 0 {
+		n.srv.stash(ctx, h)
+	}
 	return ch, h, fl, errno
 }
 
@@ -208,6 +219,7 @@ type file struct {
 	writable bool    // opened for writing
 	reading  bool    // a regular file opened for reading only: Closed on release
 	written  bool    // a regular file opened for writing: Changed on write and release
+	adopted  bool    // taken over from a predecessor daemon (handover.go)
 }
 
 func (f *file) fd() int {
@@ -265,7 +277,7 @@ var _ = (gofs.FilePassthroughFder)((*file)(nil))
 // PassthroughFd offers the backing descriptor to the kernel only when
 // passthrough was settled on at mount.
 func (f *file) PassthroughFd() (int, bool) {
-	if !f.srv.passthrough.Load() {
+	if !f.srv.passthrough.Load() || f.adopted || f.node.backing != 0 {
 		return 0, false
 	}
 	return f.LoopbackFile.PassthroughFd()
@@ -348,5 +360,8 @@ func (n *node) Tmpfile(ctx context.Context, flags, mode uint32, out *fuse.EntryO
 	}
 	ch := n.newChild(ctx, st, id, n.srv.meta.fid(int(f.Fd()), id), out)
 	h, fl, errno := ch.Operations().(*node).opened(f, st, chg, "", 0, flags, true)
+	if errno == 0 {
+		n.srv.stash(ctx, h)
+	}
 	return ch, h, fl, errno
 }

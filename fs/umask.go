@@ -21,6 +21,7 @@ import (
 type umaskFS struct {
 	fuse.RawFileSystem
 	umasks sync.Map // <-chan struct{} -> uint32
+	refs   kernelRefs
 }
 
 func (u *umaskFS) with(cancel <-chan struct{}, umask uint32, fn func() fuse.Status) fuse.Status {
@@ -30,19 +31,43 @@ func (u *umaskFS) with(cancel <-chan struct{}, umask uint32, fn func() fuse.Stat
 }
 
 func (u *umaskFS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
-	return u.with(cancel, in.Umask, func() fuse.Status { return u.RawFileSystem.Create(cancel, in, name, out) })
+	if st := u.refs.enter(in.NodeId, 0, 0, 0); !st.Ok() {
+		return st
+	}
+	defer u.refs.exit()
+	st := u.with(cancel, in.Umask, func() fuse.Status { return u.RawFileSystem.Create(cancel, in, name, out) })
+	u.refs.opened(cancel, st, &out.EntryOut, out.NodeId, &out.OpenOut)
+	return st
 }
 
 func (u *umaskFS) Tmpfile(cancel <-chan struct{}, in *fuse.CreateIn, out *fuse.CreateOut) fuse.Status {
-	return u.with(cancel, in.Umask, func() fuse.Status { return u.RawFileSystem.Tmpfile(cancel, in, out) })
+	if st := u.refs.enter(in.NodeId, 0, 0, 0); !st.Ok() {
+		return st
+	}
+	defer u.refs.exit()
+	st := u.with(cancel, in.Umask, func() fuse.Status { return u.RawFileSystem.Tmpfile(cancel, in, out) })
+	u.refs.opened(cancel, st, &out.EntryOut, out.NodeId, &out.OpenOut)
+	return st
 }
 
 func (u *umaskFS) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {
-	return u.with(cancel, in.Umask, func() fuse.Status { return u.RawFileSystem.Mkdir(cancel, in, name, out) })
+	if st := u.refs.enter(in.NodeId, 0, 0, 0); !st.Ok() {
+		return st
+	}
+	defer u.refs.exit()
+	st := u.with(cancel, in.Umask, func() fuse.Status { return u.RawFileSystem.Mkdir(cancel, in, name, out) })
+	u.refs.entry(st, out)
+	return st
 }
 
 func (u *umaskFS) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *fuse.EntryOut) fuse.Status {
-	return u.with(cancel, in.Umask, func() fuse.Status { return u.RawFileSystem.Mknod(cancel, in, name, out) })
+	if st := u.refs.enter(in.NodeId, 0, 0, 0); !st.Ok() {
+		return st
+	}
+	defer u.refs.exit()
+	st := u.with(cancel, in.Umask, func() fuse.Status { return u.RawFileSystem.Mknod(cancel, in, name, out) })
+	u.refs.entry(st, out)
+	return st
 }
 
 // safeUmask is assumed for a request whose umask is unknown (there is

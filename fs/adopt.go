@@ -1,0 +1,346 @@
+package fs
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"syscall"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+
+	"github.com/gdsfs/gdsfs/staging/watch"
+)
+
+// Adopt serves the mount a predecessor handed over (Handoff) on its FUSE
+// connection: the kernel keeps its node ids and file handles. What it
+// cannot take over (a node whose file is not where it was, a handle of a
+// dropped node) it drops with a log line; the kernel then gets ESTALE or
+// EBADF for it. Adopt dups what it keeps: the caller closes files.
+func Adopt(cfg Config, st FUSEState, files []*os.File) (*Server, error) {
+	if st.Version != FUSEStateVersion {
+		return nil, fmt.Errorf("fuse hand-over: state version %d, this daemon reads version %d", st.Version, FUSEStateVersion)
+	}
+	if err := cfg.Options.Validate(); err != nil {
+		return nil, err
+	}
+	if err := sameConnection(cfg.Options, st); err != nil {
+		return nil, err
+	}
+	if st.FUSE < 0 || st.FUSE >= len(files) {
+		return nil, fmt.Errorf("fuse hand-over: no FUSE descriptor (index %d of %d files)", st.FUSE, len(files))
+	}
+	source, err := filepath.EvalSymlinks(cfg.Source)
+	if err == nil {
+		source, err = filepath.Abs(source)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("SOURCE %s: %w", cfg.Source, unwrapPath(err))
+	}
+	mnt, err := filepath.Abs(cfg.Mountpoint)
+	if err != nil || mnt != st.Mountpoint {
+		return nil, fmt.Errorf("MOUNTPOINT %s: the predecessor serves %s", cfg.Mountpoint, st.Mountpoint)
+	}
+	s, err := prepare(cfg, source, mnt)
+	if err != nil {
+		return nil, err
+	}
+	var srcSt unix.Stat_t
+	s.root.At(func(dirfd int) error { return unix.Fstat(dirfd, &srcSt) })
+	if srcSt.Dev != st.SourceDev || srcSt.Ino != st.SourceIno {
+		s.meta.close()
+		s.root.Close()
+		return nil, fmt.Errorf("SOURCE %s: not the directory the predecessor serves (%s)", cfg.Source, st.Source)
+	}
+	s.ids.restore(st.Foreign, st.ForeignNext)
+	if err := s.adoptConnection(st, files); err != nil {
+		s.meta.close()
+		s.root.Close()
+		return nil, fmt.Errorf("fuse hand-over: %w", err)
+	}
+	return s, nil
+}
+
+// sameConnection checks that o sets the connection up as the
+// predecessor's options did.
+func sameConnection(o Options, st FUSEState) error {
+	switch {
+	case int64(o.MaxRead) != st.MaxRead:
+		return fmt.Errorf("fuse.max_read: %s, but the mount was set up with %d bytes; a restart with another value needs a new mount", o.MaxRead, st.MaxRead)
+	case (o.Passthrough == PassthroughOff) != (st.Passthrough == PassthroughOff):
+		return fmt.Errorf("fuse.passthrough: %s, but the mount was set up with %s; a restart with another value needs a new mount", o.Passthrough, st.Passthrough)
+	case o.AllowOther != st.AllowOther:
+		return fmt.Errorf("fuse.allow_other: %v, but the mount was set up with %v; a restart with another value needs a new mount", o.AllowOther, st.AllowOther)
+	case !slices.Equal(o.MountFlags, st.MountFlags):
+		return fmt.Errorf("fuse.mount_flags: %q, but the mount was set up with %q; a restart with other flags needs a new mount", o.MountFlags, st.MountFlags)
+	}
+	return nil
+}
+
+// adoptConnection starts go-fuse on a socket pair that carries the
+// kernel's INIT, registers the predecessor's nodes and handles, then
+// serves the connection.
+func (s *Server) adoptConnection(st FUSEState, files []*os.File) error {
+	opts := s.mountOptions()
+	opts.DirectMount, opts.DirectMountStrict = false, false
+	s.newTree(opts)
+	fdMu.Lock()
+	sp, err := seqpacket()
+	if err != nil {
+		fdMu.Unlock()
+		return err
+	}
+	if _, err := unix.Write(sp[1], initRequest(st.Kernel)); err != nil {
+		unix.Close(sp[0])
+		unix.Close(sp[1])
+		fdMu.Unlock()
+		return fmt.Errorf("INIT: %w", err)
+	}
+	srv, err := fuse.NewServer(s.raw, fmt.Sprintf("/dev/fd/%d", sp[0]), &opts.MountOptions)
+	fdMu.Unlock()
+	if err != nil { // go-fuse closed sp[0]
+		unix.Close(sp[1])
+		return fmt.Errorf("INIT: %w", err)
+	}
+	s.fuse, s.fuseFd, s.adopted = srv, sp[0], true
+	buf := make([]byte, 4096)
+	n, err := unix.Read(sp[1], buf)
+	if err == nil {
+		_, err = initReply(buf[:n])
+	}
+	if err == nil {
+		err = s.adoptTree(st, files)
+	}
+	if err == nil {
+		err = unix.Dup3(int(files[st.FUSE].Fd()), sp[0], unix.O_CLOEXEC)
+	}
+	unix.Close(sp[1]) // on failure go-fuse reads end-of-file and stops
+	s.goServe(srv)
+	if err != nil {
+		<-s.served
+		return err
+	}
+	s.mountDev.Store(st.MountDev)
+	if err := s.settlePassthrough(); err != nil {
+		s.log.Warn("fuse hand-over: passthrough for new opens", zap.Error(err))
+	}
+	s.startMeta()
+	s.adoptMeta()
+	return nil
+}
+
+// adoptNodes are the nodes LookupNode returns while adoptTree registers
+// them (nil otherwise: set and cleared before serving).
+type adoptNodes map[uint64]*gofs.Inode
+
+var _ = (gofs.NodeLookupNoder)((*rootNode)(nil))
+
+// LookupNode answers a LOOKUP of "." for a node id the daemon does not
+// hold: one Adopt is registering, else ESTALE.
+func (r *rootNode) LookupNode(ctx context.Context, id uint64, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	if in := r.adoptNodes[id]; in != nil {
+		return in, 0
+	}
+	return nil, syscall.ESTALE
+}
+
+// adoptTree rebuilds the predecessor's nodes with their kernel lookup
+// counts, then its handles under their numbers.
+func (s *Server) adoptTree(st FUSEState, files []*os.File) error {
+	ctx := context.Background()
+	root := s.tree.EmbeddedInode()
+	built := adoptNodes{fuse.FUSE_ROOT_ID: root}
+	s.tree.adoptNodes = built
+	defer func() { s.tree.adoptNodes = nil }()
+	bridge := s.raw.RawFileSystem
+	for _, ns := range st.Nodes {
+		in, why := s.adoptNode(ctx, built, ns, files)
+		if in == nil {
+			s.log.Info("fuse hand-over: node dropped", zap.Uint64("node", ns.ID), zap.String("name", ns.Name), zap.String("why", why))
+			continue
+		}
+		built[ns.ID] = in
+		for range ns.Lookups {
+			var out fuse.EntryOut
+			if code := bridge.Lookup(nil, &fuse.InHeader{NodeId: ns.ID}, ".", &out); !code.Ok() {
+				return fmt.Errorf("registering node %d: %v", ns.ID, code)
+			}
+		}
+		if ns.Lookups > 0 {
+			s.raw.refs.ref(ns.ID, ns.Lookups)
+		}
+	}
+	return s.adoptHandles(st, built, files)
+}
+
+// adoptNode makes the node ns in the tree, or says why not.
+func (s *Server) adoptNode(ctx context.Context, built adoptNodes, ns NodeState, files []*os.File) (*gofs.Inode, string) {
+	if ns.ID >= controlIno {
+		ctl := s.tree.ctl
+		if ns.ID == controlIno {
+			return ctl, ""
+		}
+		for _, ch := range ctl.Children() {
+			if ch.StableAttr().Ino == ns.ID {
+				return ch, ""
+			}
+		}
+		return nil, "no such control file here"
+	}
+	if s.ids.of(ns.Dev, ns.Ino) != ns.ID {
+		return nil, "its node id is not this daemon's for the file"
+	}
+	parent := built[ns.Parent]
+	if ns.Parent == 0 {
+		parent = built[fuse.FUSE_ROOT_ID]
+	} else if parent == nil {
+		return nil, "its directory was dropped"
+	}
+	n := &node{srv: s, id: fileID{dev: ns.Dev, ino: ns.Ino, gen: ns.Gen}, fid: watch.FID(ns.FID)}
+	n.seen = fileVersion{size: ns.Size, mtime: syscall.NsecToTimespec(ns.Mtime), ctime: syscall.NsecToTimespec(ns.Ctime)}
+	if ns.Kept >= 0 && ns.Kept < len(files) && s.fds.keep() {
+		if f, err := dupFile(files[ns.Kept]); err == nil {
+			n.kept = f
+		} else {
+			s.fds.unkeep()
+		}
+	}
+	in := parent.NewInode(ctx, n, gofs.StableAttr{Mode: ns.Mode, Ino: ns.ID, Gen: ns.Gen})
+	if ns.Parent != 0 && ns.Name != "" {
+		parent.AddChild(ns.Name, in, false)
+	}
+	return in, ""
+}
+
+// gapHandle fills a handle number no adopted handle has, while
+// adoptHandles registers handles in order.
+type gapHandle struct{}
+
+// adoptHandles registers the predecessor's handles under the numbers the
+// kernel holds: go-fuse hands out the lowest free number, so the numbers
+// in between are taken by gap handles and released after.
+func (s *Server) adoptHandles(st FUSEState, built adoptNodes, files []*os.File) error {
+	byFh := map[uint64]HandleState{}
+	var maxFh uint64
+	for _, h := range st.Handles {
+		byFh[h.Fh] = h
+		maxFh = max(maxFh, h.Fh)
+	}
+	bridge := s.raw.RawFileSystem
+	var gaps []uint64
+	for fh := uint64(1); fh <= maxFh; fh++ {
+		hs, ok := byFh[fh]
+		var h gofs.FileHandle = gapHandle{}
+		node, dir := uint64(fuse.FUSE_ROOT_ID), false
+		if ok {
+			if ah, why := s.adoptHandle(built, hs, files); ah != nil {
+				h, node, dir = ah, hs.Node, hs.Dir
+			} else {
+				s.log.Info("fuse hand-over: handle dropped", zap.Uint64("fh", fh), zap.String("path", hs.Rel), zap.String("why", why))
+			}
+		}
+		s.adopting.Store(&h)
+		var out fuse.OpenOut
+		in := &fuse.OpenIn{InHeader: fuse.InHeader{NodeId: node}}
+		var code fuse.Status
+		if dir {
+			code = bridge.OpenDir(nil, in, &out)
+		} else {
+			code = bridge.Open(nil, in, &out)
+		}
+		s.adopting.Store(nil)
+		if !code.Ok() || out.Fh != fh {
+			return fmt.Errorf("registering handle %d: %v, got handle %d", fh, code, out.Fh)
+		}
+		if _, gap := h.(gapHandle); gap {
+			gaps = append(gaps, fh)
+			continue
+		}
+		s.raw.refs.mu.Lock()
+		s.raw.refs.fhs[fh] = fhRef{node: node, h: h}
+		s.raw.refs.mu.Unlock()
+	}
+	for _, fh := range gaps {
+		bridge.Release(nil, &fuse.ReleaseIn{InHeader: fuse.InHeader{NodeId: fuse.FUSE_ROOT_ID}, Fh: fh})
+	}
+	return nil
+}
+
+// adoptHandle makes the handle hs on its node, or says why not.
+func (s *Server) adoptHandle(built adoptNodes, hs HandleState, files []*os.File) (gofs.FileHandle, string) {
+	in := built[hs.Node]
+	if in == nil {
+		return nil, "its node was dropped"
+	}
+	n := asNode(in.Operations())
+	if n == nil || hs.File < 0 || hs.File >= len(files) {
+		return nil, "not a file of SOURCE"
+	}
+	var ch *charge
+	if hs.Charged {
+		ch = s.fds.adopt(hs.UID)
+	}
+	if hs.Dir {
+		fd, err := unix.FcntlInt(files[hs.File].Fd(), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			ch.release()
+			return nil, err.Error()
+		}
+		ds, errno := gofs.NewLoopbackDirStreamFd(fd) // the stream owns fd
+		stream, ok := ds.(dirStream)
+		if errno != 0 || !ok {
+			unix.Close(fd)
+			ch.release()
+			return nil, fmt.Sprintf("directory stream: %v", errno)
+		}
+		return &dirHandle{dirStream: stream, charge: ch, fd: fd}, ""
+	}
+	f, err := dupFile(files[hs.File])
+	if err != nil {
+		ch.release()
+		return nil, err.Error()
+	}
+	h := &file{LoopbackFile: gofs.NewLoopbackFileFromOS(f), srv: s, node: n, rel: hs.Rel, charge: ch,
+		writable: hs.Writable, reading: hs.Reading, written: hs.Written, adopted: true}
+	if hs.BackingID != 0 {
+		n.backing = hs.BackingID
+	}
+	n.mu.Lock()
+	if n.open == nil {
+		n.open = map[*file]struct{}{}
+	}
+	n.open[h] = struct{}{}
+	n.mu.Unlock()
+	s.drain.opened()
+	return h, ""
+}
+
+// adoptMeta lets change detection find the adopted nodes.
+func (s *Server) adoptMeta() {
+	if !s.meta.on {
+		return
+	}
+	var walk func(in *gofs.Inode)
+	walk = func(in *gofs.Inode) {
+		for _, ch := range in.Children() {
+			if n := asNode(ch.Operations()); n != nil && n.fid != "" {
+				s.meta.add(n.fid, ch)
+			}
+			walk(ch)
+		}
+	}
+	walk(s.tree.EmbeddedInode())
+}
+
+// dupFile is a descriptor of f's open file of this server's own.
+func dupFile(f *os.File) (*os.File, error) {
+	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("dup of %s: %w", f.Name(), err)
+	}
+	return os.NewFile(uintptr(fd), f.Name()), nil
+}

@@ -1,0 +1,344 @@
+package fs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"time"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+)
+
+// FUSEStateVersion is the version of FUSEState this package writes and
+// reads.
+const FUSEStateVersion = 1
+
+// FUSEState is what a successor daemon needs to keep answering the
+// kernel on the mount's FUSE connection (/dev/fuse): the connection
+// itself, the kernel's INIT, every node id the kernel holds with its
+// lookup count and where it is in the tree, and every open file handle
+// with its backing descriptor. Descriptors are indexes into the files
+// returned beside it.
+type FUSEState struct {
+	Version    int
+	Source     string
+	SourceDev  uint64 // SOURCE's directory, as the predecessor opened it
+	SourceIno  uint64
+	Mountpoint string
+	MountDev   uint64
+	FUSE       int // the connection
+	Kernel     KernelInit
+	// The options the connection was set up with; a successor must use
+	// the same.
+	MaxRead     int64
+	Passthrough string
+	AllowOther  bool
+	MountFlags  []string
+
+	Nodes       []NodeState // parents before children
+	Handles     []HandleState
+	Foreign     []foreignID // node ids of files not on SOURCE's filesystem (nodeids.go)
+	ForeignNext uint64
+}
+
+// KernelInit is the kernel's INIT request of the connection.
+type KernelInit struct {
+	Major, Minor, MaxReadAhead, Flags, Flags2 uint32
+}
+
+// NodeState is one node of the tree: one the kernel holds (Lookups > 0)
+// or a directory on the way to one.
+type NodeState struct {
+	ID      uint64 // node id
+	Parent  uint64 // 1: the root; 0: in no directory (unlinked while open)
+	Name    string
+	Mode    uint32 // file type bits
+	Dev     uint64
+	Ino     uint64
+	Gen     uint64
+	Lookups uint64 // the kernel's lookup count
+	FID     string `json:",omitempty"` // what change events name the file by (meta.go)
+	Kept    int    // the file kept after an unlink through the mount (replaced.go), -1: none
+	// The file's version at the last open (open.go).
+	Size, Mtime, Ctime int64
+}
+
+// HandleState is one file handle the kernel holds.
+type HandleState struct {
+	Fh                         uint64
+	Node                       uint64
+	Dir                        bool
+	File                       int // the open backing file or directory
+	Charged                    bool
+	UID                        uint32 // whose fuse.max_open_per_uid it counts against, when Charged
+	Rel                        string
+	Writable, Reading, Written bool
+	// BackingID is the passthrough backing id the kernel's file reads
+	// through (0: none); it stays registered on the connection.
+	BackingID int32
+}
+
+// handoffTimeout bounds the wait for the requests in flight.
+const handoffTimeout = 10 * time.Second
+
+// handover is an old server's side of a hand-over in progress.
+type handover struct {
+	conn int           // a descriptor of the connection
+	spA  int           // the socket end s.fuseFd names now
+	spB  int           // its peer, read by forward
+	done chan struct{} // forward returned
+}
+
+// Handoff stops serving at a point where no request is half answered
+// (the kernel's requests queue in the connection) and returns what a
+// successor needs. The returned files are dups the caller closes.
+func (s *Server) Handoff() (FUSEState, []*os.File, error) {
+	s.hoMu.Lock()
+	defer s.hoMu.Unlock()
+	if s.ho != nil {
+		return FUSEState{}, nil, errors.New("fuse hand-over: one is already in progress")
+	}
+	if s.fuseFd < 0 {
+		return FUSEState{}, nil, errors.New("fuse hand-over: the mount's FUSE descriptor is not known")
+	}
+	ho, err := s.detach()
+	if err != nil {
+		return FUSEState{}, nil, fmt.Errorf("fuse hand-over: %w", err)
+	}
+	if err := s.raw.refs.stop(handoffTimeout); err != nil {
+		s.reattach(ho)
+		return FUSEState{}, nil, fmt.Errorf("fuse hand-over: %w", err)
+	}
+	st, files, err := s.state(ho)
+	if err != nil {
+		for _, f := range files {
+			f.Close()
+		}
+		s.raw.refs.resume()
+		s.reattach(ho)
+		return FUSEState{}, nil, fmt.Errorf("fuse hand-over: %w", err)
+	}
+	s.ho = ho
+	return st, files, nil
+}
+
+// detach points go-fuse's descriptor at a socket, whose writes are
+// forwarded to the connection, and wakes the readers blocked on it.
+func (s *Server) detach() (*handover, error) {
+	fdMu.Lock()
+	defer fdMu.Unlock()
+	conn, err := unix.FcntlInt(uintptr(s.fuseFd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("dup of the FUSE descriptor: %w", err)
+	}
+	sp, err := seqpacket()
+	if err != nil {
+		unix.Close(conn)
+		return nil, err
+	}
+	ho := &handover{conn: conn, spA: sp[0], spB: sp[1], done: make(chan struct{})}
+	go forward(ho.spB, conn, ho.done)
+	if err := unix.Dup3(ho.spA, s.fuseFd, unix.O_CLOEXEC); err != nil {
+		ho.close()
+		return nil, fmt.Errorf("dup3: %w", err)
+	}
+	if err := kickReaders(); err != nil {
+		s.reattach(ho)
+		return nil, err
+	}
+	return ho, nil
+}
+
+// reattach points go-fuse's descriptor at the connection again.
+func (s *Server) reattach(ho *handover) error {
+	err := unix.Dup3(ho.conn, s.fuseFd, unix.O_CLOEXEC)
+	if err == nil {
+		err = kickReaders()
+	}
+	ho.close()
+	return err
+}
+
+// close stops forward and closes the hand-over's descriptors.
+func (ho *handover) close() {
+	unix.Write(ho.spA, nil) // an empty message: forward returns
+	<-ho.done
+	unix.Close(ho.spA)
+	unix.Close(ho.spB)
+	unix.Close(ho.conn)
+}
+
+// Resume undoes Handoff: this server serves the connection again.
+func (s *Server) Resume() error {
+	s.hoMu.Lock()
+	defer s.hoMu.Unlock()
+	if s.ho == nil {
+		return errors.New("fuse resume: no hand-over in progress")
+	}
+	ho := s.ho
+	s.ho = nil
+	err := s.reattach(ho)
+	s.raw.refs.resume()
+	if err != nil {
+		return fmt.Errorf("fuse resume: %w", err)
+	}
+	return nil
+}
+
+// Abandon ends this server after its successor took over: the mount
+// stays, and so does everything the kernel holds; the server's readers
+// stop, and it closes its own descriptors.
+func (s *Server) Abandon() {
+	s.hoMu.Lock()
+	ho := s.ho
+	s.ho = nil
+	s.hoMu.Unlock()
+	if ho == nil {
+		s.log.Warn("fuse abandon without a hand-over: ignored")
+		return
+	}
+	s.raw.refs.abandon()
+	// go-fuse's readers stop at a read error: a directory gives EISDIR
+	// (and a closed socket end-of-file, which go-fuse logs as a short
+	// read).
+	if dir, err := unix.Open("/", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err == nil {
+		unix.Dup3(dir, s.fuseFd, unix.O_CLOEXEC)
+		unix.Close(dir)
+		kickReaders()
+	}
+	unix.Write(ho.spA, nil)
+	<-ho.done
+	unix.Close(ho.spB)
+	unix.Close(ho.spA)
+	<-s.served
+	unix.Close(ho.conn)
+	_, fhs := s.raw.refs.snapshot()
+	for _, r := range fhs {
+		switch h := r.h.(type) {
+		case *file:
+			h.LoopbackFile.Release(context.Background())
+			h.charge.release()
+		case *dirHandle:
+			h.dirStream.Releasedir(context.Background(), 0)
+			h.charge.release()
+		}
+	}
+	s.meta.close()
+	s.closeRoot.Do(func() { s.root.Close() })
+}
+
+// state collects the FUSEState while no request runs.
+func (s *Server) state(ho *handover) (FUSEState, []*os.File, error) {
+	var srcSt unix.Stat_t
+	s.root.At(func(dirfd int) error { return unix.Fstat(dirfd, &srcSt) })
+	ki := s.fuse.KernelSettings()
+	st := FUSEState{
+		Version: FUSEStateVersion, Source: s.source, SourceDev: srcSt.Dev, SourceIno: srcSt.Ino,
+		Mountpoint: s.mountpoint, MountDev: s.mountDev.Load(),
+		Kernel:  KernelInit{Major: ki.Major, Minor: ki.Minor, MaxReadAhead: ki.MaxReadAhead, Flags: ki.Flags, Flags2: ki.Flags2},
+		MaxRead: int64(s.opts.MaxRead), Passthrough: s.opts.Passthrough, AllowOther: s.opts.AllowOther, MountFlags: s.opts.MountFlags,
+	}
+	st.Foreign, st.ForeignNext = s.ids.snapshot()
+	var files []*os.File
+	add := func(fd int, name string) (int, error) {
+		d, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			return -1, fmt.Errorf("dup of %s: %w", name, err)
+		}
+		files = append(files, os.NewFile(uintptr(d), name))
+		return len(files) - 1, nil
+	}
+	var err error
+	if st.FUSE, err = add(ho.conn, "/dev/fuse"); err != nil {
+		return st, files, err
+	}
+	lookups, fhs := s.raw.refs.snapshot()
+	seen := map[uint64]bool{fuse.FUSE_ROOT_ID: true}
+	record := func(parent uint64, name string, in *gofs.Inode) error {
+		id := in.StableAttr().Ino
+		if seen[id] {
+			return nil
+		}
+		seen[id] = true
+		ns := NodeState{ID: id, Parent: parent, Name: name, Mode: in.StableAttr().Mode, Gen: in.StableAttr().Gen,
+			Lookups: lookups[id], Kept: -1}
+		if n := asNode(in.Operations()); n != nil {
+			ns.Dev, ns.Ino, ns.FID = n.id.dev, n.id.ino, string(n.fid)
+			n.mu.Lock()
+			ns.Size, ns.Mtime, ns.Ctime = n.seen.size, n.seen.mtime.Nano(), n.seen.ctime.Nano()
+			kept := n.kept
+			n.mu.Unlock()
+			if kept != nil {
+				var err error
+				if ns.Kept, err = add(int(kept.Fd()), kept.Name()); err != nil {
+					return err
+				}
+			}
+		}
+		st.Nodes = append(st.Nodes, ns)
+		return nil
+	}
+	var walk func(parent uint64, dir *gofs.Inode) error
+	walk = func(parent uint64, dir *gofs.Inode) error {
+		kids := dir.Children()
+		names := make([]string, 0, len(kids))
+		for name := range kids {
+			names = append(names, name)
+		}
+		sort.Strings(names)
+		for _, name := range names {
+			ch := kids[name]
+			id := ch.StableAttr().Ino
+			if seen[id] {
+				continue
+			}
+			if err := record(parent, name, ch); err != nil {
+				return err
+			}
+			if err := walk(id, ch); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := walk(fuse.FUSE_ROOT_ID, s.tree.EmbeddedInode()); err != nil {
+		return st, files, err
+	}
+	fhList := make([]uint64, 0, len(fhs))
+	for fh := range fhs {
+		fhList = append(fhList, fh)
+	}
+	sort.Slice(fhList, func(i, j int) bool { return fhList[i] < fhList[j] })
+	for _, fh := range fhList {
+		r := fhs[fh]
+		hs := HandleState{Fh: fh, Node: r.node, BackingID: r.backing}
+		var fd int
+		var ch *charge
+		switch h := r.h.(type) {
+		case *file:
+			fd, ch = h.fd(), h.charge
+			hs.Rel, hs.Writable, hs.Reading, hs.Written = h.rel, h.writable, h.reading, h.written
+			if err := record(0, "", h.node.EmbeddedInode()); err != nil {
+				return st, files, err
+			}
+		case *dirHandle:
+			fd, ch, hs.Dir = h.fd, h.charge, true
+		default:
+			s.log.Info("fuse hand-over: a handle of a control file is not handed over", zap.Uint64("fh", fh))
+			continue
+		}
+		if ch != nil {
+			hs.Charged, hs.UID = true, ch.uid
+		}
+		if hs.File, err = add(fd, hs.Rel); err != nil {
+			return st, files, err
+		}
+		st.Handles = append(st.Handles, hs)
+	}
+	return st, files, nil
+}

@@ -1,0 +1,378 @@
+package fs
+
+import (
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/gdsfs/gdsfs/internal/units"
+	"github.com/gdsfs/gdsfs/staging/watch"
+)
+
+func handoverConfig(src, mnt string) Config {
+	return handoverConfigWith(src, mnt, PassthroughOff)
+}
+
+func handoverConfigWith(src, mnt, passthrough string) Config {
+	return Config{Source: src, Mountpoint: mnt, Options: Options{
+		Passthrough: passthrough, MaxRead: units.Size(1 << 20), EntryTimeout: time.Hour, AttrTimeout: time.Hour,
+	}}
+}
+
+// openFds lists this process's descriptors.
+func openFds(t *testing.T) []string {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fds []string
+	for _, e := range ents {
+		if l, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil {
+			fds = append(fds, e.Name()+" "+l)
+		}
+	}
+	return fds
+}
+
+// handoverSetup mounts A over a SOURCE with a nested file.
+func handoverSetup(t *testing.T) (src, mnt string, a *Server) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("SKIPPED: mounting FUSE needs root (run make test as root)")
+	}
+	src, mnt = t.TempDir(), t.TempDir()
+	if err := os.MkdirAll(filepath.Join(src, "d/e"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range map[string]string{"d/e/f.bin": "hello, world", "d/g": "g", "top": "top"} {
+		if err := os.WriteFile(filepath.Join(src, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, err := Mount(handoverConfig(src, mnt))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return src, mnt, a
+}
+
+// waitReleased waits until the server holds no file handle (the kernel
+// releases a closed file after close returns).
+func waitReleased(s *Server) {
+	r := &s.raw.refs
+	r.mu.Lock()
+	for len(r.fhs) > 0 {
+		r.cond.Wait()
+	}
+	r.mu.Unlock()
+}
+
+// TestHandoverKeepsTheMount: a second server adopts the connection; a
+// file and a directory opened before read right after, cached paths and
+// new opens work, and the successor unmounts cleanly with nothing left.
+func TestHandoverKeepsTheMount(t *testing.T) {
+	for _, mode := range []string{PassthroughOff, PassthroughAuto} {
+		t.Run("passthrough "+mode, func(t *testing.T) { testHandoverKeepsTheMount(t, mode) })
+	}
+}
+
+func testHandoverKeepsTheMount(t *testing.T, passthrough string) {
+	src, mnt, a := handoverSetup(t)
+	// go-fuse keeps process-wide descriptors (splice pipes) once a mount
+	// served: the baseline is taken after one did.
+	if _, err := os.ReadFile(filepath.Join(mnt, "top")); err != nil {
+		t.Fatal(err)
+	}
+	waitReleased(a)
+	if err := a.Unmount(); err != nil {
+		t.Fatal(err)
+	}
+	a.Wait()
+	fdsBefore := openFds(t)
+	cfg := handoverConfigWith(src, mnt, passthrough)
+	a, err := Mount(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b *Server
+	t.Cleanup(func() {
+		if b == nil {
+			a.Unmount()
+			a.Wait()
+		}
+	})
+	f, err := os.Open(filepath.Join(mnt, "d/e/f.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := make([]byte, 5)
+	if _, err := io.ReadFull(f, head); err != nil || string(head) != "hello" {
+		t.Fatalf("read before: %q %v", head, err)
+	}
+	if _, err := os.Stat(filepath.Join(mnt, "d/e/f.bin")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.ReadDir(filepath.Join(mnt, "d")); err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.Open(filepath.Join(mnt, "d"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	st, files, err := a.Handoff()
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := json.Marshal(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st2 FUSEState
+	if err := json.Unmarshal(raw, &st2); err != nil {
+		t.Fatal(err)
+	}
+	b, err = Adopt(cfg, st2, files)
+	for _, f := range files {
+		f.Close()
+	}
+	if err != nil {
+		a.Resume()
+		t.Fatal(err)
+	}
+	a.Abandon()
+
+	rest, err := io.ReadAll(f)
+	if err != nil || string(rest) != ", world" {
+		t.Errorf("read after: %q %v", rest, err)
+	}
+	if names, err := dir.Readdirnames(-1); err != nil || !slices.Contains(names, "e") || !slices.Contains(names, "g") {
+		t.Errorf("listing after: %q %v", names, err)
+	}
+	if fi, err := os.Stat(filepath.Join(mnt, "d/e/f.bin")); err != nil || fi.Size() != 12 {
+		t.Errorf("stat after: %v %v", fi, err)
+	}
+	if data, err := os.ReadFile(filepath.Join(mnt, "d/e/f.bin")); err != nil || string(data) != "hello, world" {
+		t.Errorf("open after: %q %v", data, err)
+	}
+	if data, err := os.ReadFile(filepath.Join(mnt, "top")); err != nil || string(data) != "top" {
+		t.Errorf("a file not looked up before: %q %v", data, err)
+	}
+	if err := os.WriteFile(filepath.Join(mnt, "d/new"), []byte("new"), 0o644); err != nil {
+		t.Errorf("create after: %v", err)
+	} else if data, err := os.ReadFile(filepath.Join(src, "d/new")); err != nil || string(data) != "new" {
+		t.Errorf("created file in SOURCE: %q %v", data, err)
+	}
+	f.Close()
+	dir.Close()
+	waitReleased(b)
+	t.Logf("passthrough: %v %s", b.Stats().Passthrough, b.Stats().PassthroughWhy)
+	if err := b.Unmount(); err != nil {
+		t.Fatal(err)
+	}
+	b.Wait()
+	if fds := openFds(t); !slices.Equal(fds, fdsBefore) {
+		t.Errorf("descriptors left: before %q, after %q", fdsBefore, fds)
+	}
+	buf := make([]byte, 1<<20)
+	if stacks := string(buf[:runtime.Stack(buf, true)]); strings.Contains(stacks, "fs.forward") {
+		t.Errorf("forwarding goroutine left:\n%s", stacks)
+	}
+}
+
+// TestHandoverResume: after Handoff and Resume the server serves again,
+// the file opened before included.
+func TestHandoverResume(t *testing.T) {
+	_, mnt, a := handoverSetup(t)
+	t.Cleanup(func() {
+		if err := a.Unmount(); err != nil {
+			t.Error(err)
+		}
+		a.Wait()
+	})
+	f, err := os.Open(filepath.Join(mnt, "d/e/f.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	_, files, err := a.Handoff()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		f.Close()
+	}
+	if err := a.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	if data, err := io.ReadAll(f); err != nil || string(data) != "hello, world" {
+		t.Errorf("read after resume: %q %v", data, err)
+	}
+	if data, err := os.ReadFile(filepath.Join(mnt, "d/g")); err != nil || string(data) != "g" {
+		t.Errorf("open after resume: %q %v", data, err)
+	}
+	f.Close()
+	waitReleased(a)
+}
+
+// TestHandoverForget: the kernel forgets an adopted node (its entry
+// dropped) without the successor panicking, and its lookup count goes
+// to zero.
+func TestHandoverForget(t *testing.T) {
+	src, mnt, a := handoverSetup(t)
+	if _, err := os.Stat(filepath.Join(mnt, "d/e/f.bin")); err != nil {
+		t.Fatal(err)
+	}
+	st, files, err := a.Handoff()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Adopt(handoverConfig(src, mnt), st, files)
+	for _, f := range files {
+		f.Close()
+	}
+	if err != nil {
+		a.Resume()
+		a.Unmount()
+		a.Wait()
+		t.Fatal(err)
+	}
+	a.Abandon()
+	t.Cleanup(func() {
+		if err := b.Unmount(); err != nil {
+			t.Error(err)
+		}
+		b.Wait()
+	})
+	var fi syscall.Stat_t
+	if err := syscall.Stat(filepath.Join(src, "d/e/f.bin"), &fi); err != nil {
+		t.Fatal(err)
+	}
+	e := b.tree.EmbeddedInode().GetChild("d").GetChild("e")
+	if e == nil {
+		t.Fatal("d/e is not in the adopted tree")
+	}
+	if errno := e.NotifyEntry("f.bin"); errno != 0 {
+		t.Fatalf("invalidating d/e/f.bin: %v", errno)
+	}
+	r := &b.raw.refs
+	r.mu.Lock()
+	for r.nodes[fi.Ino] > 0 {
+		r.cond.Wait()
+	}
+	r.mu.Unlock()
+	if data, err := os.ReadFile(filepath.Join(mnt, "d/e/f.bin")); err != nil || string(data) != "hello, world" {
+		t.Errorf("looked up again: %q %v", data, err)
+	}
+}
+
+// TestUnknownNodeID: a request naming a node id or handle the daemon
+// never gave answers an error; a FORGET of one is ignored.
+func TestUnknownNodeID(t *testing.T) {
+	src, mnt := t.TempDir(), t.TempDir()
+	if os.Geteuid() != 0 {
+		t.Skip("SKIPPED: mounting FUSE needs root (run make test as root)")
+	}
+	s, err := Mount(handoverConfig(src, mnt))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Unmount(); err != nil {
+			t.Error(err)
+		}
+		s.Wait()
+	})
+	const unknown = 987654321
+	var out fuse.AttrOut
+	if code := s.raw.GetAttr(nil, &fuse.GetAttrIn{InHeader: fuse.InHeader{NodeId: unknown}}, &out); code != fuse.Status(syscall.ESTALE) {
+		t.Errorf("GETATTR of an unknown node: %v", code)
+	}
+	if _, code := s.raw.Read(nil, &fuse.ReadIn{InHeader: fuse.InHeader{NodeId: 1}, Fh: 77}, make([]byte, 10)); code != fuse.Status(syscall.EBADF) {
+		t.Errorf("READ of an unknown handle: %v", code)
+	}
+	s.raw.Forget(unknown, 1)
+	s.raw.Forget(1, 1)
+	if _, err := os.Stat(mnt); err != nil {
+		t.Errorf("the mount after: %v", err)
+	}
+}
+
+// TestHandoverMetaInvalidation: a successor invalidates what the kernel
+// cached for long of the nodes it adopted, on SOURCE's change events.
+func TestHandoverMetaInvalidation(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("SKIPPED: mounting FUSE and fanotify need root (run make test as root)")
+	}
+	src, mnt := t.TempDir(), t.TempDir()
+	s, m := func(p string) string { return filepath.Join(src, p) }, func(p string) string { return filepath.Join(mnt, p) }
+	os.Mkdir(s("d"), 0o755)
+	os.WriteFile(s("d/a"), []byte("a"), 0o644)
+	cfg := handoverConfig(src, mnt)
+	w1 := watch.New(watch.Auto, nil)
+	t.Cleanup(w1.Close)
+	cfg.Watch = w1
+	a, err := Mount(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !a.meta.on {
+		a.Unmount()
+		a.Wait()
+		t.Fatalf("no entry events on %s: %s", src, a.meta.why)
+	}
+	if _, err := os.ReadDir(m("d")); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Lstat(m("d/a")); err != nil || fi.Mode().Perm() != 0o644 {
+		t.Fatalf("d/a before: %v %v", fi, err)
+	}
+	st, files, err := a.Handoff()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w2 := watch.New(watch.Auto, nil)
+	t.Cleanup(w2.Close)
+	cfg.Watch = w2
+	b, err := Adopt(cfg, st, files)
+	for _, f := range files {
+		f.Close()
+	}
+	if err != nil {
+		a.Resume()
+		a.Unmount()
+		a.Wait()
+		t.Fatal(err)
+	}
+	a.Abandon()
+	t.Cleanup(func() {
+		if err := b.Unmount(); err != nil {
+			t.Error(err)
+		}
+		b.Wait()
+	})
+	if err := os.Chmod(s("d/a"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(s("d/c"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b.settle(w2)
+	if fi, err := os.Lstat(m("d/a")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("d/a after a chmod in SOURCE: %v %v", fi, err)
+	}
+	names, err := os.ReadDir(m("d"))
+	if err != nil || !slices.ContainsFunc(names, func(e os.DirEntry) bool { return e.Name() == "c" }) {
+		t.Errorf("d after a create in SOURCE: %v %v", names, err)
+	}
+}

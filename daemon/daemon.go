@@ -73,6 +73,8 @@ type daemon struct {
 	// serves alone.
 	handedOver bool
 	store      *fdStore // nil unless the service manager keeps descriptors
+	// adopted is what the cache took over from a predecessor.
+	adopted staging.AdoptReport
 }
 
 func runMount(cfg *config.Config, source, mnt string) error {

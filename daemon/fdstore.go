@@ -100,24 +100,18 @@ func (d *daemon) startFDStore() error {
 	if !fdStoreEnabled() {
 		return nil
 	}
-	fsst, fsf, err := d.fs.Snapshot()
-	if err != nil {
-		return fmt.Errorf("descriptor store: %w", err)
-	}
 	is, isf, err := d.ipc.CrashState()
 	if err != nil {
-		handover.CloseFiles(fsf)
 		return fmt.Errorf("descriptor store: %w", err)
 	}
 	s := &fdStore{log: d.log.Named("fdstore"), cache: d.cache, regions: map[string][]string{},
 		kick: make(chan struct{}, 1), done: make(chan struct{}), source: d.source, mnt: d.absMnt}
-	defer handover.CloseFiles(fsf)
 	defer handover.CloseFiles(isf)
 	for _, part := range []struct {
 		name, prefix string
 		st           any
 		files        []*os.File
-	}{{partFS, storeFUSE, fsst, fsf}, {partIPC, storeIPC, is, isf}} {
+	}{{partIPC, storeIPC, is, isf}} {
 		p, err := encodePart(part.name, part.st, part.files)
 		if err != nil {
 			return err

@@ -14,7 +14,6 @@ import (
 	"github.com/gdsfs/gdsfs"
 	"github.com/gdsfs/gdsfs/daemon/handover"
 	"github.com/gdsfs/gdsfs/fs"
-	"github.com/gdsfs/gdsfs/internal/mountinfo"
 	"github.com/gdsfs/gdsfs/ipc"
 	"github.com/gdsfs/gdsfs/staging"
 )
@@ -171,33 +170,58 @@ func alive(pid int) bool {
 
 // adopt starts the cache, the lease server and the FUSE server from a
 // predecessor's state; on error it has released what it took (never
-// what the predecessor still serves).
-func (d *daemon) adopt(st handover.State, files map[string][]*os.File, source, absMnt string) error {
+// what the predecessor still serves). A part the state lacks is started
+// afresh (a store kept without the FUSE connection: the mount is made
+// again). The files stay the caller's: each part dups what it keeps.
+func (d *daemon) adopt(st handover.State, files map[string][]*os.File, source, mnt string) error {
+	defer func() {
+		for _, fl := range files {
+			handover.CloseFiles(fl)
+		}
+	}()
+	has := map[string]bool{}
+	for _, p := range st.Parts {
+		has[p.Name] = true
+	}
 	var cs staging.CacheState
 	var is ipc.IPCState
-	var fsst fs.HandoffState
-	err := errors.Join(decodePart(st, partCache, &cs), decodePart(st, partIPC, &is), decodePart(st, partFS, &fsst))
+	var fsst fs.FUSEState
+	err := decodePart(st, partCache, &cs)
+	if err == nil && has[partIPC] {
+		err = decodePart(st, partIPC, &is)
+	}
+	if err == nil && has[partFS] {
+		err = decodePart(st, partFS, &fsst)
+	}
 	if err == nil {
 		err = d.newCache(source)
 	}
 	if err != nil {
-		for _, fl := range files {
-			handover.CloseFiles(fl)
-		}
 		return err
 	}
 	rep, err := d.cache.Adopt(cs, files[partCache])
 	if err != nil {
-		handover.CloseFiles(files[partIPC])
-		handover.CloseFiles(files[partFS])
 		return err
 	}
-	d.log.Info("adopted the staged cache", zap.Any("report", rep))
-	if d.ipc, err = ipc.Adopt(d.ipcConfig(source, absMnt), is, files[partIPC]); err != nil {
-		handover.CloseFiles(files[partFS])
+	d.log.Info("adopted the staged cache", zap.Int("files", rep.Adopted), zap.Int64("bytes", rep.Bytes),
+		zap.Int("dropped", len(rep.Dropped)))
+	d.adopted = rep
+	if has[partIPC] {
+		d.ipc, err = ipc.Adopt(d.ipcConfig(source, d.absMnt), is, files[partIPC])
+	} else {
+		d.ipc, err = ipc.Listen(d.ipcConfig(source, d.absMnt))
+	}
+	if err != nil {
 		return err
 	}
-	if d.fs, err = fs.Adopt(d.fsConfig(source, absMnt), fsst, files[partFS]); err != nil {
+	if has[partFS] {
+		d.fs, err = fs.Adopt(d.fsConfig(source, mnt), fsst, files[partFS])
+	} else {
+		if err = clearDeadMount(mnt, d.log); err == nil {
+			d.fs, err = fs.Mount(d.fsConfig(source, mnt))
+		}
+	}
+	if err != nil {
 		d.ipc.Close() // an adopted server that never served touches nothing of the predecessor's
 		d.ipc = nil
 		return err

@@ -127,7 +127,8 @@ func startMountAt(t *testing.T, src, mnt string, sets ...string) *mount {
 // listenReady listens where a service manager would ($NOTIFY_SOCKET) and
 // returns its path and a channel that gets the MAINPID of the first
 // notification saying READY=1 (the daemon sends it once it serves the
-// mount and the lease socket).
+// mount and the lease socket). It reads every notification until the
+// test ends.
 func listenReady(t *testing.T) (string, <-chan int) {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "gdsfs-notify-") // short: a socket path is at most 107 bytes
@@ -156,10 +157,13 @@ func listenReady(t *testing.T) (string, <-chan int) {
 					pid, _ = strconv.Atoi(v)
 				}
 			}
-			if slices.Contains(fields, "READY=1") {
+			if slices.Contains(fields, "READY=1") && ready != nil {
 				ready <- pid
-				return
+				ready = nil
 			}
+			// Read on, as a service manager does: a daemon waits on
+			// BARRIER=1 until its message is handled (the descriptor
+			// it carries is closed by the kernel as Read drops it).
 		}
 	}()
 	return path, ready

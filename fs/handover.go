@@ -147,7 +147,7 @@ func (s *Server) detach() (*handover, error) {
 		ho.close()
 		return nil, fmt.Errorf("dup3: %w", err)
 	}
-	if err := kickReaders(); err != nil {
+	if err := kickReaders(s.fuseFd, "fuse_dev_do_read"); err != nil {
 		s.reattach(ho)
 		return nil, err
 	}
@@ -158,7 +158,7 @@ func (s *Server) detach() (*handover, error) {
 func (s *Server) reattach(ho *handover) error {
 	err := unix.Dup3(ho.conn, s.fuseFd, unix.O_CLOEXEC)
 	if err == nil {
-		err = kickReaders()
+		err = kickReaders(s.fuseFd, socketWait)
 	}
 	ho.close()
 	return err
@@ -209,7 +209,7 @@ func (s *Server) Abandon() {
 	if dir, err := unix.Open("/", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err == nil {
 		unix.Dup3(dir, s.fuseFd, unix.O_CLOEXEC)
 		unix.Close(dir)
-		kickReaders()
+		kickReaders(s.fuseFd, "")
 	}
 	unix.Write(ho.spA, nil)
 	<-ho.done

@@ -407,3 +407,87 @@ func TestHandoverMetaInvalidation(t *testing.T) {
 		t.Errorf("d after a create in SOURCE: %v %v", names, err)
 	}
 }
+
+// handOver moves the mount from a to a new server through a JSON
+// round-trip of the state.
+func handOver(t *testing.T, a *Server, cfg Config) *Server {
+	t.Helper()
+	st, files, err := a.Handoff()
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := json.Marshal(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st2 FUSEState
+	if err := json.Unmarshal(raw, &st2); err != nil {
+		t.Fatal(err)
+	}
+	b, err := Adopt(cfg, st2, files)
+	for _, f := range files {
+		f.Close()
+	}
+	if err != nil {
+		a.Resume()
+		a.Unmount()
+		a.Wait()
+		t.Fatal(err)
+	}
+	a.Abandon()
+	return b
+}
+
+// TestHandoverTwice: a successor hands the mount on in turn; a file
+// opened under the first server reads on under the third.
+func TestHandoverTwice(t *testing.T) {
+	src, mnt, a := handoverSetup(t)
+	cfg := handoverConfig(src, mnt)
+	f, err := os.Open(filepath.Join(mnt, "d/e/f.bin"))
+	if err != nil {
+		a.Unmount()
+		a.Wait()
+		t.Fatal(err)
+	}
+	defer f.Close()
+	head := make([]byte, 5)
+	if _, err := io.ReadFull(f, head); err != nil {
+		t.Fatal(err)
+	}
+	waitHandles(t, a, 1)
+	b := handOver(t, a, cfg)
+	if data, err := os.ReadFile(filepath.Join(mnt, "d/g")); err != nil || string(data) != "g" {
+		t.Errorf("open under the second: %q %v", data, err)
+	}
+	waitHandles(t, b, 1)
+	c := handOver(t, b, cfg)
+	t.Cleanup(func() {
+		if err := c.Unmount(); err != nil {
+			t.Error(err)
+		}
+		c.Wait()
+	})
+	if rest, err := io.ReadAll(f); err != nil || string(rest) != ", world" {
+		t.Errorf("read under the third: %q %v", rest, err)
+	}
+	if data, err := os.ReadFile(filepath.Join(mnt, "d/g")); err != nil || string(data) != "g" {
+		t.Errorf("open under the third: %q %v", data, err)
+	}
+	f.Close()
+	waitReleased(t, c)
+}
+
+// TestAdoptRefusesOtherVersionsAndOptions: a state of another version,
+// or options the connection was not set up with, are refused before
+// anything is served.
+func TestAdoptRefusesOtherVersionsAndOptions(t *testing.T) {
+	src, mnt := t.TempDir(), t.TempDir()
+	st := FUSEState{Version: FUSEStateVersion + 1}
+	if _, err := Adopt(handoverConfig(src, mnt), st, nil); err == nil || !strings.Contains(err.Error(), "state version 2, this daemon reads version 1") {
+		t.Errorf("another version: %v", err)
+	}
+	st = FUSEState{Version: FUSEStateVersion, MaxRead: 128 << 10, Passthrough: PassthroughOff}
+	if _, err := Adopt(handoverConfig(src, mnt), st, nil); err == nil || !strings.Contains(err.Error(), "fuse.max_read") {
+		t.Errorf("another max_read: %v", err)
+	}
+}

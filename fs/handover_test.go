@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/gdsfs/gdsfs/internal/units"
 	"github.com/gdsfs/gdsfs/staging/watch"
@@ -490,4 +492,64 @@ func TestAdoptRefusesOtherVersionsAndOptions(t *testing.T) {
 	if _, err := Adopt(handoverConfig(src, mnt), st, nil); err == nil || !strings.Contains(err.Error(), "fuse.max_read") {
 		t.Errorf("another max_read: %v", err)
 	}
+}
+
+// TestAdoptBareConnection: a successor with the connection and no
+// tables (what a daemon killed with SIGKILL leaves in the service
+// manager's fd store) serves the paths the kernel cached: node ids do
+// not depend on the daemon, and the kernel looks its entries up again.
+func TestAdoptBareConnection(t *testing.T) {
+	src, mnt, a := handoverSetup(t)
+	cfg := handoverConfig(src, mnt)
+	if _, err := os.Stat(filepath.Join(mnt, "d/e/f.bin")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.ReadDir(filepath.Join(mnt, "d")); err != nil {
+		t.Fatal(err)
+	}
+	waitHandles(t, a, 0)
+	bare, bareFiles, err := a.ConnectionState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The predecessor stops as if killed: its tables are not used.
+	_, files, err := a.Handoff()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		f.Close()
+	}
+	core, logs := observer.New(zap.WarnLevel)
+	cfg.Log = zap.New(core)
+	b, err := Adopt(cfg, bare, bareFiles)
+	for _, f := range bareFiles {
+		f.Close()
+	}
+	if err != nil {
+		a.Resume()
+		a.Unmount()
+		a.Wait()
+		t.Fatal(err)
+	}
+	a.Abandon()
+	t.Cleanup(func() {
+		if err := b.Unmount(); err != nil {
+			t.Error(err)
+		}
+		b.Wait()
+	})
+	for _, e := range logs.All() {
+		t.Errorf("adopting a bare connection: %s %v", e.Message, e.Context)
+	}
+	if fi, err := os.Stat(filepath.Join(mnt, "d/e/f.bin")); err != nil || fi.Size() != 12 {
+		t.Errorf("stat of a cached path: %v %v", fi, err)
+	}
+	if data, err := os.ReadFile(filepath.Join(mnt, "d/e/f.bin")); err != nil || string(data) != "hello, world" {
+		t.Errorf("open of a cached path: %q %v", data, err)
+	}
+	if names, err := os.ReadDir(filepath.Join(mnt, "d")); err != nil || len(names) != 2 {
+		t.Errorf("listing of a cached directory: %v %v", names, err)
+	}
+	waitReleased(t, b)
 }

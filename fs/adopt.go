@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"slices"
 	"syscall"
+	"time"
+	"unsafe"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -57,6 +59,11 @@ func Adopt(cfg Config, st FUSEState, files []*os.File) (*Server, error) {
 		return nil, fmt.Errorf("SOURCE %s: not the directory the predecessor serves (%s)", cfg.Source, st.Source)
 	}
 	s.ids.restore(st.Foreign, st.ForeignNext)
+	if st.Resend {
+		// The table died with the predecessor: new numbers start past
+		// any it can have handed out (at most one a nanosecond).
+		s.ids.restore(nil, uint64(time.Now().UnixNano()))
+	}
 	if err := s.adoptConnection(st, files); err != nil {
 		s.meta.close()
 		s.root.Close()
@@ -125,12 +132,31 @@ func (s *Server) adoptConnection(st FUSEState, files []*os.File) error {
 		return err
 	}
 	s.mountDev.Store(st.MountDev)
+	if st.Resend {
+		s.resend(st.Kernel)
+	}
 	if err := s.settlePassthrough(); err != nil {
 		s.log.Warn("fuse hand-over: passthrough for new opens", zap.Error(err))
 	}
 	s.startMeta()
 	s.adoptMeta()
 	return nil
+}
+
+// resend asks the kernel to send again the requests a dead predecessor
+// read and did not answer (FUSE_NOTIFY_RESEND, Linux 6.9); a reply to
+// one the predecessor did answer finds no request, which is harmless.
+func (s *Server) resend(k KernelInit) {
+	if (uint64(k.Flags)|uint64(k.Flags2)<<32)&fuse.CAP_HAS_RESEND == 0 {
+		s.log.Warn("fuse hand-over: the kernel cannot resend requests the predecessor read (needs Linux >= 6.9): their callers wait until the mount ends")
+		return
+	}
+	const notifyResend = 7
+	h := fuse.OutHeader{Status: notifyResend}
+	h.Length = uint32(unsafe.Sizeof(h))
+	if _, err := unix.Write(s.fuseFd, unsafe.Slice((*byte)(unsafe.Pointer(&h)), h.Length)); err != nil {
+		s.log.Warn("fuse hand-over: resending the predecessor's requests", zap.Error(err))
+	}
 }
 
 // adoptNodes are the nodes LookupNode returns while adoptTree registers

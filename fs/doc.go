@@ -19,4 +19,11 @@
 // file or on the Stager. fs never waits for staging: it tells the Stager
 // of opens, closes and changes made through the mount. It never writes to
 // SOURCE unless fuse.read_only is false.
+//
+// The mount outlives the daemon serving it: a successor takes the FUSE
+// connection over (Handoff, Adopt; handover.go, adopt.go, liveconn.go),
+// so node ids are the daemon's choice and a function of the file alone
+// (nodeids.go), and umaskFS keeps what the kernel holds (kernelrefs.go).
+// A request naming a node id or handle the daemon does not hold answers
+// ESTALE or EBADF; it must never reach go-fuse's node layer, which panics.
 package fs

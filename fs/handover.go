@@ -44,6 +44,9 @@ type FUSEState struct {
 	Handles     []HandleState
 	Foreign     []foreignID // node ids of files not on SOURCE's filesystem (nodeids.go)
 	ForeignNext uint64
+	// Resend: the predecessor may have died with requests read and not
+	// answered; the successor asks the kernel to send them again.
+	Resend bool `json:",omitempty"`
 }
 
 // KernelInit is the kernel's INIT request of the connection.
@@ -147,7 +150,7 @@ func (s *Server) detach() (*handover, error) {
 		ho.close()
 		return nil, fmt.Errorf("dup3: %w", err)
 	}
-	if err := kickReaders(); err != nil {
+	if err := kickReaders(s.fuseFd, "fuse_dev_do_read"); err != nil {
 		s.reattach(ho)
 		return nil, err
 	}
@@ -158,7 +161,7 @@ func (s *Server) detach() (*handover, error) {
 func (s *Server) reattach(ho *handover) error {
 	err := unix.Dup3(ho.conn, s.fuseFd, unix.O_CLOEXEC)
 	if err == nil {
-		err = kickReaders()
+		err = kickReaders(s.fuseFd, socketWait)
 	}
 	ho.close()
 	return err
@@ -209,7 +212,7 @@ func (s *Server) Abandon() {
 	if dir, err := unix.Open("/", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err == nil {
 		unix.Dup3(dir, s.fuseFd, unix.O_CLOEXEC)
 		unix.Close(dir)
-		kickReaders()
+		kickReaders(s.fuseFd, "")
 	}
 	unix.Write(ho.spA, nil)
 	<-ho.done
@@ -232,17 +235,43 @@ func (s *Server) Abandon() {
 	s.closeRoot.Do(func() { s.root.Close() })
 }
 
-// state collects the FUSEState while no request runs.
-func (s *Server) state(ho *handover) (FUSEState, []*os.File, error) {
+// ConnectionState is the part of the FUSEState that does not change
+// while the mount serves: the connection and how it was set up, with no
+// node and no handle. A successor that adopts it (after this daemon died:
+// kept in the service manager's fd store) serves the connection with
+// empty tables: the kernel's node ids are the same for it (nodeids.go),
+// an id it was not given answers ESTALE and the kernel looks the path up
+// again; handles open before answer EBADF. The returned file is a dup
+// the caller closes.
+func (s *Server) ConnectionState() (FUSEState, []*os.File, error) {
+	if s.fuseFd < 0 {
+		return FUSEState{}, nil, errors.New("fuse connection state: the mount's FUSE descriptor is not known")
+	}
+	st := s.setup()
+	d, err := unix.FcntlInt(uintptr(s.fuseFd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return FUSEState{}, nil, fmt.Errorf("fuse connection state: dup: %w", err)
+	}
+	st.Resend = true
+	return st, []*os.File{os.NewFile(uintptr(d), "/dev/fuse")}, nil
+}
+
+// setup is the FUSEState without tables; FUSE is index 0.
+func (s *Server) setup() FUSEState {
 	var srcSt unix.Stat_t
 	s.root.At(func(dirfd int) error { return unix.Fstat(dirfd, &srcSt) })
 	ki := s.fuse.KernelSettings()
-	st := FUSEState{
+	return FUSEState{
 		Version: FUSEStateVersion, Source: s.source, SourceDev: srcSt.Dev, SourceIno: srcSt.Ino,
 		Mountpoint: s.mountpoint, MountDev: s.mountDev.Load(),
 		Kernel:  KernelInit{Major: ki.Major, Minor: ki.Minor, MaxReadAhead: ki.MaxReadAhead, Flags: ki.Flags, Flags2: ki.Flags2},
 		MaxRead: int64(s.opts.MaxRead), Passthrough: s.opts.Passthrough, AllowOther: s.opts.AllowOther, MountFlags: s.opts.MountFlags,
 	}
+}
+
+// state collects the FUSEState while no request runs.
+func (s *Server) state(ho *handover) (FUSEState, []*os.File, error) {
+	st := s.setup()
 	st.Foreign, st.ForeignNext = s.ids.snapshot()
 	var files []*os.File
 	add := func(fd int, name string) (int, error) {

@@ -20,14 +20,17 @@ import (
 // than was given.
 //
 // Every request passes enter/exit, which also lets Handoff wait for the
-// requests in flight and hold new ones back (stop).
+// requests in flight (stop). It does not hold later ones back: once
+// Handoff switched go-fuse's descriptor, a later one can only be one
+// go-fuse read from the connection in the instant of the switch, and it
+// must be answered (the reply is forwarded), not left waiting forever.
 type kernelRefs struct {
 	mu       sync.Mutex
 	cond     *sync.Cond        // inflight, stopped, gone, nodes or fhs changed
 	nodes    map[uint64]uint64 // node id -> the kernel's lookup count; guarded by mu; INVARIANT: no zero counts
 	fhs      map[uint64]fhRef  // file handles the kernel holds; guarded by mu
 	inflight int               // requests between enter and exit; guarded by mu
-	stopped  bool              // requests wait in enter (Handoff); guarded by mu
+	stopped  bool              // Handoff waits for inflight to drop to 0; guarded by mu
 	gone     bool              // requests fail in enter (Abandon); guarded by mu
 	pending  sync.Map          // <-chan struct{} (a request's cancel) -> gofs.FileHandle the request opened
 	plus     sync.Map          // <-chan struct{} -> struct{}: a READDIRPLUS in flight
@@ -52,9 +55,6 @@ func (r *kernelRefs) init() {
 func (r *kernelRefs) enter(id1, id2, fh1, fh2 uint64) fuse.Status {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for r.stopped && !r.gone {
-		r.cond.Wait()
-	}
 	if r.gone {
 		return fuse.Status(syscall.ESHUTDOWN)
 	}
@@ -166,8 +166,8 @@ func (r *kernelRefs) inPlus(cancel <-chan struct{}) bool {
 // errBusy is Handoff's error when a request does not finish.
 var errBusy = errors.New("a FUSE request in flight did not finish (a blocking lock?)")
 
-// stop holds new requests back and waits until none is in flight, or
-// until timeout: then it lets requests in again and fails.
+// stop waits until no request is in flight, or until timeout: then it
+// fails.
 func (r *kernelRefs) stop(timeout time.Duration) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -191,7 +191,7 @@ func (r *kernelRefs) stop(timeout time.Duration) error {
 	return nil
 }
 
-// resume lets requests in again.
+// resume ends stop's state.
 func (r *kernelRefs) resume() {
 	r.mu.Lock()
 	r.stopped = false

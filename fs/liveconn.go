@@ -7,7 +7,9 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
+	"time"
 	"unsafe"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -23,9 +25,9 @@ import (
 // (replies to requests it read before, notifications) is forwarded to
 // the connection; a successor is started on a socket pair carrying a
 // copy of the kernel's INIT, and its number then replaced by the
-// connection. Readers blocked in read(2) on the old number are woken
-// with a signal the Go runtime ignores (SIGURG, its preemption signal):
-// the read restarts on what the number names now.
+// connection. Readers blocked in read(2) on the number are woken with a
+// signal the Go runtime ignores when it did not ask for it (SIGURG, its
+// preemption signal): the read restarts on what the number names now.
 
 // fdMu serialises creating FUSE descriptors in this process, so that
 // the one a mount made can be told from others (fuseFds).
@@ -64,25 +66,80 @@ func newFuseFd(before, after map[int]bool) int {
 	return fd
 }
 
-// kickReaders interrupts every thread of the process with SIGURG: a
-// blocking read(2) restarts (SA_RESTART) on what its descriptor number
-// names now.
-func kickReaders() error {
+// kickReaders interrupts, with SIGURG, the threads that may be in
+// read(2) on descriptor fd: the read restarts (SA_RESTART) on what fd
+// names now. Those are the threads blocked in read(2) on fd and those
+// not blocked at all (one may be on its way into the wait, holding what
+// fd named before). Threads blocked elsewhere (the GPU driver's among
+// them) are left alone. One round misses a thread now and then (seen
+// about once in a few hundred switches), so it kicks twice, then, where
+// the kernel names the function a thread sleeps in (wchan), until no
+// thread sleeps in stale (the old file's wait; "" to skip), for at most
+// about 50ms.
+func kickReaders(fd int, stale string) error {
+	for round := 0; ; round++ {
+		n, err := kickOnce(fd, stale, round >= 2)
+		if err != nil || round >= 1 && n == 0 || round == 50 {
+			return err
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// kickOnce signals the threads that may be reading fd (or, when only is
+// set, those sleeping in stale on it) and returns how many sleep in
+// stale.
+func kickOnce(fd int, stale string, only bool) (int, error) {
 	ents, err := os.ReadDir("/proc/self/task")
 	if err != nil {
-		return fmt.Errorf("listing threads: %w", err)
+		return 0, fmt.Errorf("listing threads: %w", err)
 	}
-	pid := unix.Getpid()
+	pid, stuck := unix.Getpid(), 0
 	for _, e := range ents {
 		tid, err := strconv.Atoi(e.Name())
-		if err != nil {
+		if err != nil || !readingFd(tid, fd) {
+			continue
+		}
+		on := stale != "" && sleepsIn(tid, stale)
+		if on {
+			stuck++
+		}
+		if only && !on {
 			continue
 		}
 		if err := unix.Tgkill(pid, tid, unix.SIGURG); err != nil && err != unix.ESRCH {
-			return fmt.Errorf("signalling thread %d: %w", tid, err)
+			return 0, fmt.Errorf("signalling thread %d: %w", tid, err)
 		}
 	}
-	return nil
+	return stuck, nil
+}
+
+// socketWait is where a read(2) of an empty socket sleeps (Linux 6).
+const socketWait = "__skb_wait_for_more_packets"
+
+// sleepsIn reports whether thread tid sleeps in the kernel function fn.
+func sleepsIn(tid int, fn string) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/self/task/%d/wchan", tid))
+	return err == nil && strings.TrimSpace(string(b)) == fn
+}
+
+// readingFd reports whether thread tid is blocked in read(2) on fd or
+// not blocked (/proc/self/task/TID/syscall: the call's number and
+// arguments, or "running").
+func readingFd(tid, fd int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/self/task/%d/syscall", tid))
+	if err != nil {
+		return true // cannot tell: a spurious SIGURG is harmless
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 1 && f[0] == "running" {
+		return true
+	}
+	if len(f) < 2 || f[0] != strconv.Itoa(unix.SYS_READ) {
+		return false
+	}
+	arg, err := strconv.ParseUint(strings.TrimPrefix(f[1], "0x"), 16, 64)
+	return err == nil && arg == uint64(fd)
 }
 
 // maxMessage bounds one FUSE message: a reply of fuse.max_read bytes, or

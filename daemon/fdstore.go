@@ -100,18 +100,23 @@ func (d *daemon) startFDStore() error {
 	if !fdStoreEnabled() {
 		return nil
 	}
+	fsst, fsf, err := d.fs.ConnectionState()
+	if err != nil {
+		return fmt.Errorf("descriptor store: %w", err)
+	}
+	defer handover.CloseFiles(fsf)
 	is, isf, err := d.ipc.CrashState()
 	if err != nil {
 		return fmt.Errorf("descriptor store: %w", err)
 	}
+	defer handover.CloseFiles(isf)
 	s := &fdStore{log: d.log.Named("fdstore"), cache: d.cache, regions: map[string][]string{},
 		kick: make(chan struct{}, 1), done: make(chan struct{}), source: d.source, mnt: d.absMnt}
-	defer handover.CloseFiles(isf)
 	for _, part := range []struct {
 		name, prefix string
 		st           any
 		files        []*os.File
-	}{{partIPC, storeIPC, is, isf}} {
+	}{{partFS, storeFUSE, fsst, fsf}, {partIPC, storeIPC, is, isf}} {
 		p, err := encodePart(part.name, part.st, part.files)
 		if err != nil {
 			return err
@@ -210,6 +215,13 @@ func (s *fdStore) update() error {
 		Parts: append(append([]handover.Part{}, s.fixed.Parts...), p),
 		Names: append(append([][]string{}, s.fixedN...), names)}
 	if err := s.write(st); err != nil {
+		return err
+	}
+	var total int64
+	for _, e := range cs.Entries {
+		total += e.Size
+	}
+	if err := sdNotify(fmt.Sprintf("STATUS=serving %s; %d files (%d bytes) resident, kept for a restart", s.mnt, len(cs.Entries), total)); err != nil {
 		return err
 	}
 	for k, ns := range s.regions {

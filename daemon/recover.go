@@ -1,12 +1,14 @@
 package daemon
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 
 	"github.com/gdsfs/gdsfs/daemon/handover"
 	"github.com/gdsfs/gdsfs/internal/mountinfo"
@@ -19,11 +21,7 @@ import (
 // aborted (a dead mount the normal start clears) and the store emptied,
 // with a log line saying why.
 func (d *daemon) recoverFromStore(passed map[string]*os.File, source, mnt string) bool {
-	if passed[storeStateA] == nil && passed[storeStateB] == nil {
-		for n, f := range passed {
-			d.log.Warn("a descriptor passed by the service manager is not gdsfs's: closed", zap.String("name", n))
-			f.Close()
-		}
+	if len(passed) == 0 {
 		return false
 	}
 	names := make([]string, 0, len(passed))
@@ -50,8 +48,9 @@ func (d *daemon) recoverFromStore(passed map[string]*os.File, source, mnt string
 		return true
 	}
 	d.log.Warn("descriptor store not used: mounting afresh", zap.Error(err))
-	if st.Mountpoint != "" {
-		if err := abortConnection(st.Mountpoint); err != nil {
+	if at := cmp.Or(st.Mountpoint, absMnt); passed[storeFUSE+".0"] != nil && at != "" {
+		// Nobody would serve it, and nobody could tell it is dead.
+		if err := abortConnection(at); err != nil {
 			d.log.Warn("the stored FUSE connection was not aborted", zap.Error(err))
 		}
 	}
@@ -74,9 +73,16 @@ func abortConnection(mnt string) error {
 	if err != nil {
 		return err
 	}
-	err = os.WriteFile(filepath.Join("/sys/fs/fuse/connections", fmt.Sprint(n), "abort"), []byte("1"), 0)
+	const fusectl = "/sys/fs/fuse/connections"
+	abort := filepath.Join(fusectl, fmt.Sprint(n), "abort")
+	err = os.WriteFile(abort, []byte("1"), 0)
 	if errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("FUSE connection %d of %s: fusectl is not mounted on /sys/fs/fuse/connections", n, mnt)
+		// fusectl is not mounted (systemd mounts it at boot; a bare
+		// machine or a container may not have).
+		if merr := unix.Mount("fusectl", fusectl, "fusectl", 0, ""); merr != nil {
+			return fmt.Errorf("FUSE connection %d of %s: fusectl is not mounted on %s and cannot be: %w", n, mnt, fusectl, merr)
+		}
+		err = os.WriteFile(abort, []byte("1"), 0)
 	}
 	return err
 }

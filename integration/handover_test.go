@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/gdsfs/gdsfs/daemon/handover"
 	"github.com/gdsfs/gdsfs/ipc"
@@ -33,16 +32,10 @@ func TestHandoverKeepsMountLeasesAndCache(t *testing.T) {
 		names = append(names, name)
 	}
 	randomFile(t, filepath.Join(src, "changed.bin"), 1<<20, 99)
-	// Files as old as model weights usually are: a file changed within
-	// staging.racy_window of its staging is not handed over (its change
-	// could go unseen).
-	old := time.Now().Add(-time.Hour)
-	for _, n := range append(names, "changed.bin") {
-		if err := os.Chtimes(filepath.Join(src, n), old, old); err != nil {
-			t.Fatal(err)
-		}
-	}
-	m := startMount(t, src, "staging.capacity=2GiB")
+	// staging.racy_window=0: a file changed within the window before the
+	// switch would not be handed over (staging's tests cover that rule),
+	// and these were all written just now.
+	m := startMount(t, src, "staging.capacity=2GiB", "staging.racy_window=0s")
 	for _, n := range append(names, "changed.bin") {
 		leaseSum(t, m.path(n))
 	}
@@ -68,7 +61,7 @@ func TestHandoverKeepsMountLeasesAndCache(t *testing.T) {
 	}
 	randomFile(t, filepath.Join(src, "changed.bin"), 1<<20, 100)
 
-	next := startMountAt(t, src, m.mnt, "staging.capacity=2GiB")
+	next := startMountAt(t, src, m.mnt, "staging.capacity=2GiB", "staging.racy_window=0s", "ipc.socket="+m.sock)
 	next.sock = m.sock // the successor serves the predecessor's lease socket
 	// It exits once it let go, a message before the successor's READY.
 	if err := <-m.exited; err != nil {

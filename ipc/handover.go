@@ -260,10 +260,10 @@ func (s *Server) nonblockLocked() {
 
 // CrashState is what a server restarted after this one died (SIGKILL,
 // a crash) adopts from a store that outlived it (systemd's descriptor
-// store): the listening socket (a dup, the caller closes it) and the
-// counters, with no connections (they end with the process) and a new
-// epoch (the leases granted on them are gone). The server goes on
-// serving.
+// store): the listening socket (a dup, the caller closes it), with no
+// connections (they end with the process), a new epoch (the leases
+// granted on them are gone) and no counters (those of the moment it is
+// taken would be stale by then). The server goes on serving.
 func (s *Server) CrashState() (IPCState, []*os.File, error) {
 	lf, err := s.uln.File()
 	if err != nil {
@@ -271,12 +271,6 @@ func (s *Server) CrashState() (IPCState, []*os.File, error) {
 	}
 	var b [8]byte
 	rand.Read(b[:])
-	st := IPCState{Version: StateVersion, Socket: s.path, Epoch: binary.LittleEndian.Uint64(b[:]) | 1,
-		NextLease: s.nextLease.Load()}
-	st.Counters = Counters{
-		Connections: s.conns.Load(), Requests: s.requests.Load(), BadRequests: s.bad.Load(),
-		AcceptErrors: s.acceptErrs.Load(), Timeouts: s.timeouts.Load(), Refused: s.refused.Load(),
-		LeaseDenied: s.denied.Load(),
-	}
+	st := IPCState{Version: StateVersion, Socket: s.path, Epoch: binary.LittleEndian.Uint64(b[:]) | 1}
 	return st, []*os.File{lf}, nil
 }

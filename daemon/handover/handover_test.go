@@ -207,7 +207,9 @@ func TestSendKeepsSocketsNonBlocking(t *testing.T) {
 	}
 	defer dup.Close()
 	errc := make(chan error, 1)
-	go func() { errc <- daemon.SendState(State{Parts: []Part{{Name: "s", State: json.RawMessage(`1`), Files: 1}}}, []*os.File{dup}) }()
+	go func() {
+		errc <- daemon.SendState(State{Parts: []Part{{Name: "s", State: json.RawMessage(`1`), Files: 1}}}, []*os.File{dup})
+	}()
 	_, got, err := successor.ReadState()
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,257 @@
+package integration
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// manager plays systemd's part for one service: it reads the daemon's
+// notifications, keeps the descriptors it stores (FDSTORE=1, FDNAME=),
+// drops those it removes (FDSTOREREMOVE=1), answers BARRIER=1, and
+// passes what it keeps to the next daemon as $LISTEN_FDS.
+type manager struct {
+	path  string
+	mu    sync.Mutex
+	store map[string]*os.File
+	// status gets every STATUS= line; ready every MAINPID of READY=1.
+	status chan string
+	ready  chan int
+}
+
+func newManager(t *testing.T) *manager {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "gdsfs-manager-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &manager{path: filepath.Join(dir, "notify"), store: map[string]*os.File{},
+		status: make(chan string, 1024), ready: make(chan int, 16)}
+	l, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: m.path, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		l.Close()
+		os.RemoveAll(dir)
+		m.mu.Lock()
+		for _, f := range m.store {
+			f.Close()
+		}
+		m.mu.Unlock()
+	})
+	go func() {
+		buf, oob := make([]byte, 4096), make([]byte, unix.CmsgSpace(4*253))
+		for {
+			n, oobn, _, _, err := l.ReadMsgUnix(buf, oob)
+			if err != nil {
+				return
+			}
+			var fds []int
+			if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
+				for _, msg := range msgs {
+					got, _ := unix.ParseUnixRights(&msg)
+					fds = append(fds, got...)
+				}
+			}
+			m.handle(string(buf[:n]), fds)
+		}
+	}()
+	return m
+}
+
+func (m *manager) handle(msg string, fds []int) {
+	fields := map[string]string{}
+	for _, l := range strings.Split(msg, "\n") {
+		k, v, _ := strings.Cut(l, "=")
+		fields[k] = v
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch {
+	case fields["FDSTORE"] == "1" && len(fds) == 1:
+		if old := m.store[fields["FDNAME"]]; old != nil {
+			old.Close()
+		}
+		m.store[fields["FDNAME"]] = os.NewFile(uintptr(fds[0]), fields["FDNAME"])
+		return
+	case fields["FDSTOREREMOVE"] == "1":
+		if f := m.store[fields["FDNAME"]]; f != nil {
+			f.Close()
+			delete(m.store, fields["FDNAME"])
+		}
+	}
+	for _, fd := range fds {
+		unix.Close(fd) // BARRIER=1's descriptor, or one not kept
+	}
+	if s, ok := fields["STATUS"]; ok {
+		m.status <- s
+	}
+	if _, ok := fields["READY"]; ok {
+		pid, _ := strconv.Atoi(fields["MAINPID"])
+		m.ready <- pid
+	}
+}
+
+// waitStatus waits for a STATUS= line containing want.
+func (m *manager) waitStatus(t *testing.T, want string) {
+	t.Helper()
+	timeout := time.After(30 * time.Second)
+	for {
+		select {
+		case s := <-m.status:
+			if strings.Contains(s, want) {
+				return
+			}
+		case <-timeout:
+			t.Fatalf("no STATUS= saying %q within 30s", want)
+		}
+	}
+}
+
+// start runs `gdsfs mount` as the service's main process, passing what
+// the store holds as systemd would.
+func (m *manager) start(t *testing.T, args ...string) (*exec.Cmd, *syncBuffer, chan error) {
+	t.Helper()
+	m.mu.Lock()
+	var names []string
+	for n := range m.store {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var files []*os.File
+	for _, n := range names {
+		files = append(files, m.store[n])
+	}
+	m.mu.Unlock()
+	env := ""
+	if len(files) > 0 {
+		env = fmt.Sprintf("LISTEN_FDS=%d LISTEN_FDNAMES=%s LISTEN_PID=$$ ", len(files), strings.Join(names, ":"))
+	}
+	cmd := exec.Command("sh", "-c", env+`exec "$@"`, "sh")
+	cmd.Args = append(cmd.Args, append([]string{bins.gdsfs}, args...)...)
+	cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+m.path, "FDSTORE=4096")
+	cmd.ExtraFiles = files
+	log := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	select {
+	case pid := <-m.ready:
+		if pid != cmd.Process.Pid {
+			t.Fatalf("READY=1 from pid %d, not the daemon's %d", pid, cmd.Process.Pid)
+		}
+	case err := <-exited:
+		t.Fatalf("gdsfs exited before mounting: %v\n%s", err, log)
+	case <-time.After(30 * time.Second):
+		cmd.Process.Kill()
+		t.Fatalf("no READY=1 within 30s\n%s", log)
+	}
+	return cmd, log, exited
+}
+
+// TestCrashKeepsMountAndCache: under a service manager with a
+// descriptor store, a daemon killed with SIGKILL loses neither the mount
+// nor the staged files: the restarted daemon gets the FUSE connection,
+// the lease socket and the regions back, serves the resident files
+// without reading SOURCE, and does not serve a file changed while no
+// daemon ran. A file open through the mount reads on; a consumer's
+// mapping keeps its bytes.
+func TestCrashKeepsMountAndCache(t *testing.T) {
+	needMount(t)
+	src, mnt := t.TempDir(), t.TempDir()
+	const files, size = 4, 32 << 20
+	var names []string
+	for i := range files {
+		name := fmt.Sprintf("w%d.bin", i)
+		randomFile(t, filepath.Join(src, name), size, i+1)
+		names = append(names, name)
+	}
+	randomFile(t, filepath.Join(src, "changed.bin"), 1<<20, 99)
+	sock := filepath.Join(t.TempDir(), "lease.sock")
+	// staging.racy_window=0: these files were all written just now (see
+	// TestHandoverKeepsMountLeasesAndCache).
+	args := []string{"mount", "--set", "log.format=console", "--set", "ipc.socket=" + sock,
+		"--set", "staging.racy_window=0s", src, mnt}
+	mgr := newManager(t)
+	first, firstLog, firstExit := mgr.start(t, args...)
+	m := &mount{t: t, src: src, mnt: mnt, sock: sock, cmd: first, log: firstLog, exited: firstExit}
+	for _, n := range append(names, "changed.bin") {
+		leaseSum(t, m.path(n))
+	}
+	mgr.waitStatus(t, fmt.Sprintf("%d files", files+1))
+	before := statsOf(t, m)
+
+	h := hold(t, m.path(names[0]))
+	// The reader is a process of its own: a process that closes a file of
+	// the mount while no daemon serves it waits for one (FLUSH), and the
+	// test's own forks close their copies of its descriptors when they
+	// exec: the restarted daemon's start would wait on itself.
+	want, _ := os.ReadFile(filepath.Join(src, names[1]))
+	reader := exec.Command("sh", "-c", `exec 3<"$1"; dd bs=1M count=16 iflag=fullblock status=none <&3 | sha256sum; read go; dd bs=1M count=16 iflag=fullblock status=none <&3 | sha256sum`, "sh", m.path(names[1]))
+	readerIn, _ := reader.StdinPipe()
+	readerOut, _ := reader.StdoutPipe()
+	if err := reader.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { reader.Process.Kill(); reader.Wait() })
+	readerLines := bufio.NewReader(readerOut)
+	halfSum := func(b []byte) string { s := sha256.Sum256(b); return hex.EncodeToString(s[:]) + "  -\n" }
+	if got, err := readerLines.ReadString('\n'); err != nil || got != halfSum(want[:size/2]) {
+		t.Fatalf("read before the crash: %q %v", got, err)
+	}
+
+	first.Process.Signal(syscall.SIGKILL)
+	<-firstExit
+	randomFile(t, filepath.Join(src, "changed.bin"), 1<<20, 100)
+
+	second, secondLog, secondExit := mgr.start(t, args...)
+	next := &mount{t: t, src: src, mnt: mnt, sock: sock, cmd: second, log: secondLog, exited: secondExit}
+	t.Cleanup(next.stop)
+	if !strings.Contains(secondLog.String(), "recovered the mount") {
+		t.Fatalf("the restarted daemon did not recover from the store:\n%s", secondLog)
+	}
+	io.WriteString(readerIn, "go\n")
+	if got, err := readerLines.ReadString('\n'); err != nil || got != halfSum(want[size/2:]) {
+		t.Fatalf("reading on after the crash through the file opened before it: %q %v", got, err)
+	}
+	if got := h.sum(t); got[0]["sha256"] != h.first[0]["sha256"] {
+		t.Fatalf("the consumer's mapping reads %v after the crash, %v before", got[0]["sha256"], h.first[0]["sha256"])
+	}
+	after := statsOf(t, next)
+	if got := after["staged_files"].(float64); got != files {
+		t.Errorf("staged_files %v after the crash, want %d (changed.bin dropped)\n%s", got, files, secondLog)
+	}
+	for _, n := range names {
+		if res := leaseSum(t, next.path(n)); res["sha256"] != sha(t, filepath.Join(src, n)) {
+			t.Errorf("%s leased after the crash: wrong bytes", n)
+		}
+	}
+	if got := sha(t, next.path("changed.bin")); got != sha(t, filepath.Join(src, "changed.bin")) {
+		t.Errorf("changed.bin read after the crash: stale bytes")
+	}
+	final := statsOf(t, next)
+	if d := final["bytes_posix"].(float64) - before["bytes_posix"].(float64); d > 1<<20 {
+		t.Errorf("the restarted daemon read %v bytes from SOURCE; only changed.bin (1 MiB) was to be read", d)
+	}
+	h.cmd.Process.Kill() // its connection ended with the first daemon
+	h.cmd.Wait()
+}

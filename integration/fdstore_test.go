@@ -134,11 +134,22 @@ func (m *manager) start(t *testing.T, args ...string) (*exec.Cmd, *syncBuffer, c
 		names = append(names, n)
 	}
 	sort.Strings(names)
+	// Dups: the manager may drop its own while the daemon starts.
 	var files []*os.File
 	for _, n := range names {
-		files = append(files, m.store[n])
+		fd, err := unix.FcntlInt(m.store[n].Fd(), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			m.mu.Unlock()
+			t.Fatal(err)
+		}
+		files = append(files, os.NewFile(uintptr(fd), n))
 	}
 	m.mu.Unlock()
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}()
 	env := ""
 	if len(files) > 0 {
 		env = fmt.Sprintf("LISTEN_FDS=%d LISTEN_FDNAMES=%s LISTEN_PID=$$ ", len(files), strings.Join(names, ":"))

@@ -143,7 +143,7 @@ func listenReady(t *testing.T) (string, <-chan int) {
 	}
 	t.Cleanup(func() { l.Close(); os.RemoveAll(dir) })
 	ready := make(chan int, 1)
-	go func() {
+	go func(ready chan<- int) {
 		buf := make([]byte, 4096)
 		for {
 			n, err := l.Read(buf) // ends when the listener is closed
@@ -165,7 +165,7 @@ func listenReady(t *testing.T) (string, <-chan int) {
 			// BARRIER=1 until its message is handled (the descriptor
 			// it carries is closed by the kernel as Read drops it).
 		}
-	}()
+	}(ready)
 	return path, ready
 }
 

@@ -3,7 +3,6 @@ package integration
 import (
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -201,51 +200,5 @@ func TestMountFlagsApplied(t *testing.T) {
 	m := startMount(t, src, "fuse.mount_flags=[noexec]")
 	if opts := mountOptions(t, m.mnt); !hasAll(opts, "rw", "noexec", "nosuid", "nodev") {
 		t.Errorf("fuse.mount_flags=[noexec]: mount options %q, want rw, noexec, nosuid, nodev", opts)
-	}
-}
-
-// stopPostCommand is the unit's ExecStopPost command line for mnt, run with
-// this test's gdsfs.
-func stopPostCommand(t *testing.T, mnt string) *exec.Cmd {
-	t.Helper()
-	for _, l := range strings.Split(readFile(t, "../deploy/systemd/gdsfs@.service"), "\n") {
-		if v, ok := strings.CutPrefix(l, "ExecStopPost="); ok {
-			v = strings.TrimPrefix(v, "-")
-			v = strings.ReplaceAll(v, "/usr/local/bin/gdsfs", bins.gdsfs)
-			f := strings.Fields(strings.ReplaceAll(v, "${MOUNTPOINT}", mnt))
-			return exec.Command(f[0], f[1:]...)
-		}
-	}
-	t.Fatal("the unit has no ExecStopPost")
-	return nil
-}
-
-// TestUnitStopPostOnlyDeadMount: the command the unit runs after its
-// daemon stopped leaves a mount another daemon serves (the unit's start
-// failed "busy" on it), and clears a dead one.
-func TestUnitStopPostOnlyDeadMount(t *testing.T) {
-	needMount(t)
-	src := helloTree(t)
-	live := startMount(t, src)
-	if out, err := stopPostCommand(t, live.mnt).CombinedOutput(); err != nil {
-		t.Logf("ExecStopPost on a live mount: %v %s", err, out)
-	}
-	if got, err := os.ReadFile(live.path("hello.txt")); err != nil || string(got) != "hello, gdsfs\n" {
-		t.Fatalf("the live mount after the unit's ExecStopPost: %q %v", got, err)
-	}
-
-	sock, recv := notifySocket(t)
-	dead := foreground(t, src, t.TempDir(), []string{"NOTIFY_SOCKET=" + sock})
-	recv() // READY=1: killed after the mount-time probe
-	dead.cmd.Process.Kill()
-	<-dead.exited
-	if err := unix.Statfs(dead.mnt, &unix.Statfs_t{}); !errors.Is(err, unix.ENOTCONN) {
-		t.Fatalf("statfs of the dead mount: %v, want ENOTCONN", err)
-	}
-	if out, err := stopPostCommand(t, dead.mnt).CombinedOutput(); err != nil {
-		t.Fatalf("ExecStopPost on a dead mount: %v %s", err, out)
-	}
-	if _, ok := mountinfo.MountedAt(dead.mnt); ok {
-		t.Fatal("the dead mount is still there after the unit's ExecStopPost")
 	}
 }

@@ -110,7 +110,7 @@ func runMount(cfg *config.Config, source, mnt string) error {
 		return ready.fail(err)
 	case pred != nil:
 		d.source, d.absMnt = src, absMnt
-		err = d.takeOver(pred, src, absMnt)
+		err = d.takeOver(pred, src, mnt, absMnt)
 		if err == nil {
 			err = d.startMetrics()
 			if err != nil { // the mount is served: metrics are not worth dropping it for

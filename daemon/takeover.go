@@ -110,7 +110,7 @@ func decodePart(s handover.State, name string, st any) error {
 // predecessor has let go and waits for c to close before it exits (so
 // that a service manager hears of the new main process first); on
 // failure it serves on and this daemon holds nothing of it.
-func (d *daemon) takeOver(c *handover.Conn, source, absMnt string) (err error) {
+func (d *daemon) takeOver(c *handover.Conn, source, mnt, absMnt string) (err error) {
 	defer func() {
 		if err != nil {
 			c.Close()
@@ -122,7 +122,7 @@ func (d *daemon) takeOver(c *handover.Conn, source, absMnt string) (err error) {
 	}
 	theirs, err := c.ReadHello()
 	if err != nil {
-		return UsageError{fmt.Errorf("MOUNTPOINT %s: busy: the daemon serving it does not hand over to this one: %w", absMnt, err)}
+		return UsageError{fmt.Errorf("MOUNTPOINT %s: busy: the daemon serving it does not hand over to this one: %w", mnt, err)}
 	}
 	log.Info("taking over from the running daemon", zap.Int("pid", theirs.Pid), zap.String("version", theirs.Version))
 	st, files, err := c.ReadState()

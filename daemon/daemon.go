@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -75,6 +76,9 @@ type daemon struct {
 	store      *fdStore // nil unless the service manager keeps descriptors
 	// adopted is what the cache took over from a predecessor.
 	adopted staging.AdoptReport
+	// successorLn is the hand-over socket's listener (nil: none); letGo
+	// closes it, keeping the path for the successor's own.
+	successorLn *net.UnixListener
 }
 
 func runMount(cfg *config.Config, source, mnt string) error {
@@ -192,8 +196,10 @@ func (d *daemon) newCache(source string) error {
 		d.log.Info("descriptor limit", zap.Uint64("soft", soft), zap.Uint64("hard", hard))
 	}
 	var err error
-	if d.devs, err = openDevices(cfg.Staging, d.log); err != nil {
-		return err
+	if d.devs == nil { // a successor opened them before the hand-over
+		if d.devs, err = openDevices(cfg.Staging, d.log); err != nil {
+			return err
+		}
 	}
 	d.version = d.versionText()
 	d.cache, err = staging.New(context.Background(), staging.Config{

@@ -117,6 +117,11 @@ func (d *daemon) takeOver(c *handover.Conn, source, mnt, absMnt string) (err err
 		}
 	}()
 	log := d.log.With(zap.String("mountpoint", absMnt))
+	// The devices before anything stops: opening CUDA takes most of a
+	// second, which the mount would otherwise wait through.
+	if d.devs, err = openDevices(d.cfg.Staging, d.log); err != nil {
+		return err
+	}
 	if err := c.SendHello(hello(source, absMnt)); err != nil {
 		return fmt.Errorf("hand-over: %w", err)
 	}
@@ -259,6 +264,7 @@ func (d *daemon) listenSuccessors(absMnt string) (<-chan *handover.Conn, func())
 		d.log.Warn("no hand-over socket: a successor cannot take this mount over", zap.Error(err))
 		return nil, func() {}
 	}
+	d.successorLn = ln
 	out := make(chan *handover.Conn)
 	done := make(chan struct{})
 	go func() {
@@ -383,6 +389,13 @@ func (d *daemon) handoff() (handover.State, []*os.File, func(), error) {
 // it hands back unmounts, unlinks or frees what the successor serves.
 func (d *daemon) letGo() {
 	d.handedOver = true
+	if d.successorLn != nil {
+		// Closed before the successor hears it took over, so that it
+		// listens on the same path for its own successor; the path is
+		// left for it (the listener unlinks only on its first close).
+		d.successorLn.SetUnlinkOnClose(false)
+		d.successorLn.Close()
+	}
 	if d.store != nil {
 		d.store.stop(true) // the successor keeps its own
 		d.store = nil

@@ -100,6 +100,7 @@ func TestOpenBoundPerUID(t *testing.T) {
 	if stats["max_open_per_uid"] != float64(bound) || stats["opens_refused"] != float64(5) {
 		t.Errorf("stats: max_open_per_uid %v, opens_refused %v; want %d and 5", stats["max_open_per_uid"], stats["opens_refused"], bound)
 	}
+	m.log.waitFor("open refused (EMFILE)")
 	if n := strings.Count(m.log.String(), "open refused (EMFILE)"); n != 1 {
 		t.Errorf("the refusals of uid 65534 were logged %d times, want once:\n%s", n, m.log)
 	}

@@ -237,7 +237,7 @@ func TestCrashKeepsMountAndCache(t *testing.T) {
 	second, secondLog, secondExit := mgr.start(t, args...)
 	next := &mount{t: t, src: src, mnt: mnt, sock: sock, cmd: second, log: secondLog, exited: secondExit}
 	t.Cleanup(next.stop)
-	if !strings.Contains(secondLog.String(), "recovered the mount") {
+	if !secondLog.waitFor("recovered the mount") {
 		t.Fatalf("the restarted daemon did not recover from the store:\n%s", secondLog)
 	}
 	io.WriteString(readerIn, "go\n")

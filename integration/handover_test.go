@@ -150,3 +150,36 @@ func TestHandoverOfAnotherSourceRefused(t *testing.T) {
 		t.Fatal("the daemon does not serve on after refusing another SOURCE")
 	}
 }
+
+// TestHandoverTwiceInARow: the daemon that took a mount over hands it over
+// in its turn (an upgrade after an upgrade): each predecessor exits 0,
+// the third daemon serves the files still resident, none read again.
+func TestHandoverTwiceInARow(t *testing.T) {
+	src := t.TempDir()
+	randomFile(t, filepath.Join(src, "a.bin"), 4<<20, 1)
+	m := startMount(t, src, "staging.racy_window=0s")
+	want := sha(t, filepath.Join(src, "a.bin"))
+	if res := leaseSum(t, m.path("a.bin")); res["sha256"] != want {
+		t.Fatal("a.bin leased before the switches: wrong bytes")
+	}
+	waitStat(t, m, "leases_active", 0)
+	before := statsOf(t, m)
+	prev := m
+	for i := 1; i <= 2; i++ {
+		next := startMountAt(t, src, m.mnt, "staging.racy_window=0s", "ipc.socket="+m.sock)
+		next.sock = m.sock
+		if err := <-prev.exited; err != nil {
+			t.Fatalf("daemon %d exited with %v after handing over\n%s", i, err, prev.log)
+		}
+		if !next.log.waitFor("took over") {
+			t.Fatalf("daemon %d does not say it took over:\n%s", i+1, next.log)
+		}
+		prev = next
+	}
+	if res := leaseSum(t, prev.path("a.bin")); res["sha256"] != want {
+		t.Fatal("a.bin leased after two switches: wrong bytes")
+	}
+	if got, was := statsOf(t, prev)["bytes_host"], before["bytes_host"]; got != was {
+		t.Errorf("bytes_host %v after two switches, %v before: a successor read SOURCE again", got, was)
+	}
+}

@@ -196,13 +196,18 @@ func (m *mount) stop() {
 // syncBuffer is a bytes.Buffer the daemon's output goroutine and the test
 // may use at once.
 type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+	mu    sync.Mutex
+	b     bytes.Buffer
+	wrote chan struct{} // closed at the next Write
 }
 
 func (s *syncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.wrote != nil {
+		close(s.wrote)
+		s.wrote = nil
+	}
 	return s.b.Write(p)
 }
 
@@ -210,6 +215,31 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// waitFor says whether the output holds sub within 20 s. A daemon's
+// output reaches the buffer through a copying goroutine, after whatever
+// the daemon did next (its READY=1, an answer): wait for a line, do not
+// look for it.
+func (s *syncBuffer) waitFor(sub string) bool {
+	limit := time.After(20 * time.Second)
+	for {
+		s.mu.Lock()
+		if strings.Contains(s.b.String(), sub) {
+			s.mu.Unlock()
+			return true
+		}
+		if s.wrote == nil {
+			s.wrote = make(chan struct{})
+		}
+		wrote := s.wrote
+		s.mu.Unlock()
+		select {
+		case <-wrote:
+		case <-limit:
+			return false
+		}
+	}
 }
 
 // path is a path inside the mount.

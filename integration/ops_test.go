@@ -208,7 +208,7 @@ func TestDeadMountRecovered(t *testing.T) {
 	if got, _ := os.ReadFile(m2.path("hello.txt")); string(got) != "hello, gdsfs\n" {
 		t.Fatalf("hello.txt through the new mount: %q", got)
 	}
-	if !strings.Contains(m2.log.String(), "dead gdsfs mount") {
+	if !m2.log.waitFor("dead gdsfs mount") {
 		t.Fatalf("the log does not say a dead mount was cleared:\n%s", m2.log)
 	}
 }

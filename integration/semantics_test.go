@@ -184,6 +184,9 @@ func TestSourceReplaced(t *testing.T) {
 					t.Errorf("%s after SOURCE was %s and made again: mount %s, lease %s, want %s", rel, how, mounted, leased, want)
 				}
 			}
+			if how == "removed" {
+				m.log.waitFor("SOURCE was removed") // logged as the change is seen; checked below
+			}
 			if gone := strings.Contains(m.log.String(), "SOURCE was removed"); gone != (how == "removed") {
 				t.Errorf("the daemon's log says SOURCE was removed: %v\n%s", gone, m.log)
 			}

@@ -91,6 +91,9 @@ step "torch consumers: 1 GiB and 4 GiB zero-copy tensors, four processes" sh --c
 	sh "$here/torch-gpu.sh"
 step "leases: Go client without cgo, shared writes fault, private copies, repeat-lease latency" sh \
 	--count '^PASS  ' --min 17 -- sh "$here/lease-gpu.sh"
+step "restart on the GPU: a second mount takes over resident files, a held lease and a reader" sh \
+	--count '^PASS  ' --min 7 -- env PYTHONPATH="$repo/python" python3 "$here/restart-gpu.py" --bin "$here/gdsfs" \
+	--work "$GDSFS_TEST_DIR.restart" --files 4 --size 512MiB
 if [ "${GDSFS_CUFILE_SETUP:-0}" = 1 ]; then
 	echo "=== test-machine setup: cuFile compat mode for $GDSFS_TEST_DIR"
 	sh "$here/cufile-compat.sh" "$GDSFS_TEST_DIR"

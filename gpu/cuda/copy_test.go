@@ -158,6 +158,48 @@ func TestExportMapSameProcess(t *testing.T) {
 	}
 }
 
+// TestImportExportsAgain: a region imported from another's exported
+// descriptors (a successor adopting a predecessor's cache) holds the
+// bytes after the exporter freed its own handles, and exports them again
+// to consumers (the driver refuses to export an imported handle, so the
+// descriptors it came from are handed out).
+func TestImportExportsAgain(t *testing.T) {
+	d, r, data, files := exported(t)
+	im, err := d.Import(files, r.Chunks(), r.Size())
+	if err != nil {
+		t.Fatalf("Import: %v", err)
+	}
+	defer im.Free()
+	if err := r.Free(); err != nil {
+		t.Fatalf("Free of the exporter's region: %v", err)
+	}
+	got := make([]byte, len(data))
+	if _, err := im.ReadAt(got, 0); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("imported region's bytes after the exporter freed its own: err %v, equal %v", err, bytes.Equal(got, data))
+	}
+	again, err := im.Export()
+	if err != nil {
+		t.Fatalf("Export of an imported region: %v", err)
+	}
+	defer func() {
+		for _, f := range again {
+			f.Close()
+		}
+	}()
+	var total int64
+	for _, c := range im.Chunks() {
+		total += c
+	}
+	m, err := chunkmap.CUDA(d.Name(), again, im.Chunks(), total, false)
+	if err != nil {
+		t.Fatalf("Map of the imported region's export: %v", err)
+	}
+	defer m.Close()
+	if got := readAll(t, m, int64(len(data))); !bytes.Equal(got, data) {
+		t.Fatal("bytes mapped from the imported region's export differ")
+	}
+}
+
 // Environment of the child process TestExportMapChildProcess starts.
 const (
 	envChild  = "GDSFS_CUDA_TEST_CHILD"

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/gdsfs/gdsfs/gpu"
 )
 
@@ -39,6 +41,11 @@ type Region struct {
 	registered bool       // chunks registered with cuFileBufRegister (gds mode)
 
 	exported atomic.Bool // a chunk left this process: never pooled again
+
+	// imported: the descriptors an imported region came from, one per
+	// chunk, which Export hands out again (the driver refuses to export
+	// a handle it imported). Closed by destroy.
+	imported []*os.File
 
 	accessMu sync.Mutex       // guards access
 	access   map[*Device]bool // other devices granted access (peer copies)
@@ -156,11 +163,19 @@ func (d *Device) Import(files []*os.File, chunks []int64, size int64) (gpu.Regio
 	}
 	for i, f := range files {
 		h, err := d.ctx.importFD(int(f.Fd()))
+		var kept *os.File
+		if err == nil {
+			kept, err = dupFile(f)
+			if err != nil {
+				d.ctx.memRelease(h)
+			}
+		}
 		if err != nil {
 			r.destroy(0, false)
 			return nil, fmt.Errorf("cuda: import chunk %d of %d on %s: %w", i, len(files), d.name, err)
 		}
 		r.handles = append(r.handles, h)
+		r.imported = append(r.imported, kept)
 	}
 	runtime.KeepAlive(files)
 	if err := r.mapHandles(); err != nil {
@@ -189,6 +204,10 @@ func (r *Region) destroy(mapped int, reserved bool) error {
 		errs = append(errs, ctx.memRelease(h))
 	}
 	r.handles = nil
+	for _, f := range r.imported {
+		errs = append(errs, f.Close())
+	}
+	r.imported = nil
 	return errors.Join(errs...)
 }
 
@@ -230,7 +249,8 @@ func rlockPair(a, b *Region) (unlock func(), err error) {
 }
 
 // Export returns one new POSIX file descriptor per chunk
-// (cuMemExportToShareableHandle). The caller closes them.
+// (cuMemExportToShareableHandle; for an imported region, a duplicate of
+// the descriptor it came from). The caller closes them.
 func (r *Region) Export() ([]*os.File, error) {
 	if err := r.rlock(); err != nil {
 		return nil, err
@@ -239,16 +259,35 @@ func (r *Region) Export() ([]*os.File, error) {
 	r.exported.Store(true)
 	files := make([]*os.File, 0, len(r.handles))
 	for i, h := range r.handles {
-		fd, err := r.dev.ctx.exportFD(h)
+		var f *os.File
+		var err error
+		if r.imported != nil {
+			f, err = dupFile(r.imported[i])
+		} else {
+			var fd int
+			if fd, err = r.dev.ctx.exportFD(h); err == nil {
+				f = os.NewFile(uintptr(fd), fmt.Sprintf("cuda:%s:chunk%d", r.dev.name, i))
+			}
+		}
 		if err != nil {
 			for _, f := range files {
 				f.Close()
 			}
 			return nil, fmt.Errorf("cuda: export chunk %d of %d: %w", i, len(r.handles), err)
 		}
-		files = append(files, os.NewFile(uintptr(fd), fmt.Sprintf("cuda:%s:chunk%d", r.dev.name, i)))
+		files = append(files, f)
 	}
 	return files, nil
+}
+
+// dupFile is a close-on-exec duplicate of f.
+func dupFile(f *os.File) (*os.File, error) {
+	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	runtime.KeepAlive(f)
+	if err != nil {
+		return nil, fmt.Errorf("dup %s: %w", f.Name(), err)
+	}
+	return os.NewFile(uintptr(fd), f.Name()), nil
 }
 
 // ReadAt copies device bytes at off into p, synchronously.

@@ -1,0 +1,365 @@
+#!/usr/bin/env python3
+"""A restart that keeps the GPU cache, on a GPU machine: files resident on
+the GPU (default 8 x 2.5 GiB), a consumer holding a lease, a reader working
+through the mount; a second `gdsfs mount` of the same SOURCE on the same
+mount point takes over. Prints one line per check (PASS, FAIL, or MISS for
+a time target) and a JSON summary; exits 1 when a check fails (wrong bytes,
+bytes staged again, the hand-over refused, a read through the mount
+failing), 0 otherwise (a MISS is a figure, not a failure).
+
+    python3 scripts/restart-gpu.py --bin .bin/gdsfs [--work /var/tmp/gdsfs-restart] [--files 8] [--size 2.5GiB]
+
+Checks:
+- the first daemon exits 0 and says it handed the mount over;
+- the successor holds every file resident and read 0 bytes from SOURCE;
+- the lease held across the switch reads the same SHA-256 after it;
+- the first lease of each file after the switch, in a process that leased
+  a small file before it (its CUDA context and first import predate the
+  switch): SHA-256 of its bytes equals the file's; time <= 5 ms (MISS
+  above), beside the same process's first lease of a resident file before
+  the switch;
+- a reader opening, reading and closing files through the mount in a loop
+  from before the switch to after it: no failed operation; the longest
+  single operation and the longest gap between two completed operations
+  are reported (how long the mount did not answer).
+
+Needs root, /dev/fuse, a GPU, torch and the gdsfs Python client
+(PYTHONPATH=python).
+"""
+
+import argparse
+import concurrent.futures
+import hashlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+CHUNK = 64 << 20
+
+
+def parse_size(s):
+    m = re.fullmatch(r"([0-9.]+)\s*([KMGT]i?B?)?", s.strip(), re.I)
+    if not m:
+        raise SystemExit("--size %r: not a size (e.g. 2.5GiB)" % s)
+    mult = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}[(m.group(2) or "")[:1].upper()]
+    return int(float(m.group(1)) * mult) // 4096 * 4096
+
+
+def write_file(path, size, seed):
+    """Random bytes from a seeded generator; returns the file's SHA-256."""
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    h = hashlib.sha256()
+    with open(path + ".tmp", "wb") as f:
+        left = size
+        while left:
+            b = rng.bytes(min(CHUNK, left))
+            h.update(b)
+            f.write(b)
+            left -= len(b)
+    os.replace(path + ".tmp", path)
+    return h.hexdigest()
+
+
+def sources(src, files, size):
+    """Writes the files (kept between runs when the manifest matches) and
+    returns {name: sha256}."""
+    os.makedirs(src, exist_ok=True)
+    manifest = os.path.join(os.path.dirname(src), "manifest.json")
+    names = ["w%d.bin" % i for i in range(files)]
+    try:
+        with open(manifest) as f:
+            m = json.load(f)
+        if m.get("size") == size and sorted(m["sha256"]) == sorted(names) and all(
+                os.path.getsize(os.path.join(src, n)) == size for n in names):
+            return m["sha256"]
+    except (OSError, ValueError, KeyError):
+        pass
+    with concurrent.futures.ThreadPoolExecutor(8) as ex:
+        sums = dict(zip(names, ex.map(lambda i: write_file(os.path.join(src, names[i]), size, i + 1), range(files))))
+    # Older than staging.racy_window, so the hand-over keeps them.
+    past = time.time() - 3600
+    for n in names:
+        os.utime(os.path.join(src, n), (past, past))
+    with open(manifest, "w") as f:
+        json.dump({"size": size, "sha256": sums}, f)
+    return sums
+
+
+# A consumer process: CUDA context and connection made before the switch.
+# Commands on stdin, one JSON line out per command.
+CONSUMER = r'''
+import hashlib, json, sys, time, torch, gdsfs
+if torch.cuda.is_available():
+    torch.cuda.init(); torch.empty(1, device="cuda"); torch.cuda.synchronize()
+
+def sha(t):
+    h = hashlib.sha256()
+    for part in t.split(256 << 20):
+        h.update(part.cpu().numpy().tobytes())
+    return h.hexdigest()
+
+held = None
+print(json.dumps({"ready": True}), flush=True)
+for line in sys.stdin:
+    cmd = json.loads(line)
+    if cmd["op"] == "hold":
+        held = gdsfs.open(cmd["path"])
+        t = held.tensor()
+        print(json.dumps({"sha256": sha(t), "ptr": held.ptr}), flush=True)
+        del t
+    elif cmd["op"] == "held":
+        t = held.tensor()
+        out = {"sha256": sha(t), "ptr": held.ptr}
+        del t
+        held.close()
+        print(json.dumps(out), flush=True)
+    elif cmd["op"] == "warm":
+        gdsfs.open(cmd["path"]).close()
+        print(json.dumps({"warm": True}), flush=True)
+    elif cmd["op"] == "lease":
+        out = []
+        for p in cmd["paths"]:
+            t0 = time.perf_counter()
+            lease = gdsfs.open(p)
+            ms = (time.perf_counter() - t0) * 1e3
+            t = lease.tensor()
+            out.append({"path": p, "ms": ms, "sha256": sha(t), "device": lease.device})
+            del t
+            lease.close()
+        print(json.dumps(out), flush=True)
+    elif cmd["op"] == "quit":
+        break
+'''
+
+# A reader through the mount: open, pread 1 MiB, close, over the files in
+# turn, until the stop file appears. Writes one JSON summary.
+READER = r'''
+import json, os, sys, time
+mnt, names, stop, out = sys.argv[1], sys.argv[2].split(","), sys.argv[3], sys.argv[4]
+blocks = int(sys.argv[5]) >> 20
+ops = errs = 0
+worst = gap = 0.0
+last = time.monotonic()
+first_err = None
+i = 0
+while not os.path.exists(stop):
+    p = os.path.join(mnt, names[i % len(names)])
+    t0 = time.monotonic()
+    try:
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            b = os.pread(fd, 1 << 20, ((i * 7919) % blocks) << 20)
+            if len(b) != 1 << 20:
+                raise OSError("short read: %d" % len(b))
+            os.fstat(fd)
+        finally:
+            os.close(fd)
+        t1 = time.monotonic()
+        worst = max(worst, t1 - t0)
+        gap = max(gap, t1 - last)
+        last = t1
+        ops += 1
+    except OSError as e:
+        errs += 1
+        if first_err is None:
+            first_err = "%s: %s" % (p, e)
+    i += 1
+json.dump({"ops": ops, "errors": errs, "first_error": first_err,
+           "longest_op_ms": worst * 1e3, "longest_gap_ms": gap * 1e3}, open(out, "w"))
+'''
+
+
+def ask(p, cmd):
+    """Sends a command to a consumer process and returns its answer."""
+    p.stdin.write(json.dumps(cmd) + "\n")
+    p.stdin.flush()
+    return json.loads(p.stdout.readline())
+
+
+def mount_cmd(args, src, mnt):
+    return [args.bin, "mount", "--set", "staging.device=" + args.device, "--set", "staging.capacity=%dB" % args.capacity,
+            "--set", "log.format=console", "--set", "shutdown.grace=5s", src, mnt]
+
+
+def wait_for(pred, what, secs=60):
+    end = time.monotonic() + secs
+    while time.monotonic() < end:
+        if pred():
+            return
+        time.sleep(0.05)
+    raise SystemExit("timed out waiting for " + what)
+
+
+def stats(mnt):
+    with open(os.path.join(mnt, ".gdsfs", "stats.json")) as f:
+        return json.load(f)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--work", default="/var/tmp/gdsfs-restart")
+    ap.add_argument("--files", type=int, default=8)
+    ap.add_argument("--size", default="2.5GiB")
+    ap.add_argument("--device", default="cuda", help="staging.device (host: a dry run on a machine with no GPU)")
+    args = ap.parse_args()
+    size = parse_size(args.size)
+    args.capacity = size * args.files + (4 << 30)
+    src, mnt = os.path.join(args.work, "src"), os.path.join(args.work, "mnt")
+    os.makedirs(mnt, exist_ok=True)
+    t0 = time.monotonic()
+    sums = sources(src, args.files, size)
+    # A small file each consumer leases first: its process has leased
+    # before (a running loader), so its first lease of each big file shows
+    # the daemon's part, not the process's first import.
+    warm = os.path.join(src, "warm.bin")
+    with open(warm, "wb") as f:
+        f.write(os.urandom(1 << 20))
+    os.utime(warm, (time.time() - 3600,) * 2)
+    names = sorted(sums)
+    print("sources: %d x %d bytes ready in %.1f s" % (len(names), size, time.monotonic() - t0), flush=True)
+    env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "python"), PYTHONUNBUFFERED="1")
+    logs = [open(os.path.join(args.work, "daemon-%d.log" % i), "w+") for i in (1, 2)]
+    first = subprocess.Popen(mount_cmd(args, src, mnt), stdout=logs[0], stderr=subprocess.STDOUT)
+    second = None
+    results, fails = {}, []
+
+    def check(ok, what, miss=False):
+        word = "PASS" if ok else ("MISS" if miss else "FAIL")
+        print("%s  %s" % (word, what), flush=True)
+        if not ok and not miss:
+            fails.append(what)
+
+    try:
+        wait_for(lambda: os.path.exists(os.path.join(mnt, ".gdsfs", "version")), "the first daemon's mount")
+        # Stage every file: a lease in a short-lived process, bytes checked.
+        stager = subprocess.Popen([sys.executable, "-c", CONSUMER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  text=True, env=env)
+        assert json.loads(stager.stdout.readline())["ready"]
+        t1 = time.monotonic()
+        stager.stdin.write(json.dumps({"op": "lease", "paths": [os.path.join(mnt, n) for n in names]}) + "\n")
+        stager.stdin.flush()
+        staged = json.loads(stager.stdout.readline())
+        stager.stdin.write('{"op": "quit"}\n')
+        stager.stdin.close()
+        stager.wait()
+        results["stage_s"] = time.monotonic() - t1
+        check(all(r["sha256"] == sums[os.path.basename(r["path"])] for r in staged),
+              "staged before the switch: SHA-256 of every lease equals its file's")
+        # Baseline: the first lease of a resident file in a fresh process, before the switch.
+        base = subprocess.Popen([sys.executable, "-c", CONSUMER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                text=True, env=env)
+        assert json.loads(base.stdout.readline())["ready"]
+        ask(base, {"op": "warm", "path": os.path.join(mnt, "warm.bin")})
+        base.stdin.write(json.dumps({"op": "lease", "paths": [os.path.join(mnt, names[-1])]}) + "\n")
+        base.stdin.flush()
+        results["first_lease_before_switch_ms"] = json.loads(base.stdout.readline())[0]["ms"]
+        base.stdin.write('{"op": "quit"}\n')
+        base.stdin.close()
+        base.wait()
+        wait_for(lambda: stats(mnt).get("leases_active") == 0, "leases_active 0")
+        before = stats(mnt)
+        results["before"] = {k: before.get(k) for k in ("staged_files", "resident_bytes", "bytes_posix", "bytes_cufile",
+                                                       "bytes_peer", "bytes_host")}
+
+        holder = subprocess.Popen([sys.executable, "-c", CONSUMER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  text=True, env=env)
+        consumer = subprocess.Popen([sys.executable, "-c", CONSUMER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    text=True, env=env)
+        assert json.loads(holder.stdout.readline())["ready"]
+        assert json.loads(consumer.stdout.readline())["ready"]
+        ask(consumer, {"op": "warm", "path": os.path.join(mnt, "warm.bin")})
+        holder.stdin.write(json.dumps({"op": "hold", "path": os.path.join(mnt, names[0])}) + "\n")
+        holder.stdin.flush()
+        held_before = json.loads(holder.stdout.readline())
+        stop = os.path.join(args.work, "reader.stop")
+        rout = os.path.join(args.work, "reader.json")
+        for p in (stop, rout):
+            if os.path.exists(p):
+                os.unlink(p)
+        reader = subprocess.Popen([sys.executable, "-c", READER, mnt, ",".join(names), stop, rout, str(size)])
+        # The reader is working through the mount before the switch.
+        wait_for(lambda: stats(mnt).get("leases_active") == 1, "the held lease")
+        time.sleep(0.5)
+
+        t2 = time.monotonic()
+        second = subprocess.Popen(mount_cmd(args, src, mnt), stdout=logs[1], stderr=subprocess.STDOUT)
+        rc = first.wait(timeout=120)
+        results["switch_s"] = time.monotonic() - t2
+        logs[0].seek(0)
+        log1 = logs[0].read()
+        check(rc == 0 and "handed the mount over" in log1,
+              "the first daemon handed the mount over and exited 0 (rc %s)" % rc)
+
+        def adopted():
+            logs[1].seek(0)
+            return "took over" in logs[1].read()
+        wait_for(adopted, "the successor's 'took over'")
+        results["switch_to_took_over_s"] = time.monotonic() - t2
+
+        consumer.stdin.write(json.dumps({"op": "lease", "paths": [os.path.join(mnt, n) for n in names]}) + "\n")
+        consumer.stdin.flush()
+        after_leases = json.loads(consumer.stdout.readline())
+        holder.stdin.write('{"op": "held"}\n')
+        holder.stdin.flush()
+        held_after = json.loads(holder.stdout.readline())
+        open(stop, "w").close()
+        reader.wait(timeout=60)
+        with open(rout) as f:
+            rd = json.load(f)
+        results["reader"] = rd
+        for p in (consumer, holder):
+            p.stdin.write('{"op": "quit"}\n')
+            p.stdin.close()
+            p.wait(timeout=60)
+
+        after = stats(mnt)
+        results["after"] = {k: after.get(k) for k in results["before"]}
+        results["first_lease_after_switch_ms"] = {os.path.basename(r["path"]): round(r["ms"], 3) for r in after_leases}
+        check(held_after["sha256"] == held_before["sha256"] == sums[names[0]],
+              "the lease held across the switch reads its file's SHA-256 after it")
+        check(all(r["sha256"] == sums[os.path.basename(r["path"])] for r in after_leases),
+              "first lease of each file after the switch: SHA-256 equals its file's")
+        check(after.get("staged_files") == len(names) + 1,
+              "the successor holds all %d files and warm.bin resident (staged_files %s)"
+              % (len(names), after.get("staged_files")))
+        again = sum((after.get(k) or 0) - (before.get(k) or 0) for k in ("bytes_posix", "bytes_cufile", "bytes_host"))
+        results["bytes_staged_again"] = again
+        check(again == 0, "bytes staged again by the successor: %d" % again)
+        worst = max(r["ms"] for r in after_leases)
+        check(worst <= 5, "first lease of each file after the switch <= 5 ms (slowest %.2f ms, before the switch %.2f ms)"
+              % (worst, results["first_lease_before_switch_ms"]), miss=True)
+        check(rd["errors"] == 0 and rd["ops"] > 0,
+              "reader through the mount across the switch: %d operations, %d failed%s"
+              % (rd["ops"], rd["errors"], ": " + rd["first_error"] if rd["first_error"] else ""))
+        print("mount did not answer for at most %.1f ms (longest single open+read+close %.1f ms); hand-over %.3f s "
+              "from the successor's start to the first daemon's exit" % (rd["longest_gap_ms"], rd["longest_op_ms"],
+                                                                           results["switch_s"]), flush=True)
+    finally:
+        for p in (second, first):
+            if p is not None and p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                try:
+                    p.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+        for i, lf in enumerate(logs):
+            lf.seek(0)
+            tail = lf.read().splitlines()[-12:]
+            print("--- daemon %d log, last lines:\n%s" % (i + 1, "\n".join(tail)), flush=True)
+    print(json.dumps(results, indent=1))
+    if fails:
+        print("RESTART FAILED: " + "; ".join(fails))
+        sys.exit(1)
+    print("RESTART PASSED")
+
+
+if __name__ == "__main__":
+    main()

@@ -9,7 +9,8 @@
 #   sh scripts/bench-ab.sh OLD_BINARY NEW_BINARY            # GPU sizes
 #   GDSFS_AB_MODE=dry sh scripts/bench-ab.sh OLD NEW        # host backend, small
 #
-# GDSFS_AB_ROUNDS (default 2) rounds. Outputs in $OUT (default a new
+# GDSFS_AB_ROUNDS (default 2) rounds; GDSFS_AB_BENCHES (default "stage
+# lease loader") the benches run in each. Outputs in $OUT (default a new
 # directory from mktemp -d, named at the start; an $OUT another user owns
 # or may write is refused): ab.txt (everything printed and the table) and
 # a.jsonl, b.jsonl (each bench's JSON report). Work files in
@@ -63,7 +64,12 @@ failed=0
 # failure to run); 2 and above, or no report line, is a failure.
 one() {
 	bin=$1 tag=$2
-	for st in stage lease loader; do
+	for st in ${GDSFS_AB_BENCHES:-stage lease loader}; do
+		case $st in stage | lease | loader) ;; *)
+			echo "bench-ab: GDSFS_AB_BENCHES names $st; the benches are stage, lease and loader" | tee -a "$log"
+			exit 2
+			;;
+		esac
 		case $st in
 		stage) args="--dir $work/files $stage" ;;
 		lease) args="--dir $work $lease" ;;

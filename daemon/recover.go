@@ -45,6 +45,17 @@ func (d *daemon) recoverFromStore(passed map[string]*os.File, source, mnt string
 	if err == nil {
 		d.log.Info("recovered the mount from the service manager's descriptor store",
 			zap.String("mountpoint", absMnt))
+		// The service manager keeps every descriptor stored under a
+		// name, and drops one it holds already under another: this
+		// daemon stores its own afresh (startFDStore) in an empty store.
+		for _, n := range names {
+			if n == storeStateA || n == storeStateB {
+				passed[n].Close()
+			}
+			if err := storeRemove(n); err != nil {
+				d.log.Warn("descriptor store not cleared", zap.String("name", n), zap.Error(err))
+			}
+		}
 		return true
 	}
 	d.log.Warn("descriptor store not used: mounting afresh", zap.Error(err))

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gdsfs/gdsfs/daemon/handover"
 	"github.com/gdsfs/gdsfs/internal/mountinfo"
+	"github.com/gdsfs/gdsfs/staging"
 )
 
 // recoverFromStore starts the daemon from what the service manager's
@@ -59,6 +60,8 @@ func (d *daemon) recoverFromStore(passed map[string]*os.File, source, mnt string
 		return true
 	}
 	d.log.Warn("descriptor store not used: mounting afresh", zap.Error(err))
+	d.abandon() // what adopt took before it failed: the fresh start makes its own
+	d.adopted = staging.AdoptReport{}
 	if at := cmp.Or(st.Mountpoint, absMnt); passed[storeFUSE+".0"] != nil && at != "" {
 		// Nobody would serve it, and nobody could tell it is dead.
 		if err := abortConnection(at); err != nil {
@@ -72,6 +75,11 @@ func (d *daemon) recoverFromStore(passed map[string]*os.File, source, mnt string
 		if err := storeRemove(n); err != nil {
 			d.log.Warn("descriptor store not cleared", zap.String("name", n), zap.Error(err))
 		}
+	}
+	// The manager's copies (the lease socket's listener among them) are
+	// gone before the fresh start binds the same paths.
+	if err := sdBarrier(); err != nil {
+		d.log.Warn("descriptor store not confirmed cleared", zap.Error(err))
 	}
 	return false
 }

@@ -176,11 +176,11 @@ func (m *manager) start(t *testing.T, args ...string) (*exec.Cmd, *syncBuffer, c
 		files = append(files, os.NewFile(uintptr(fd), s.name))
 	}
 	m.mu.Unlock()
-	defer func() {
+	closeFiles := func() {
 		for _, f := range files {
 			f.Close()
 		}
-	}()
+	}
 	env := ""
 	if len(files) > 0 {
 		env = fmt.Sprintf("LISTEN_FDS=%d LISTEN_FDNAMES=%s LISTEN_PID=$$ ", len(files), strings.Join(names, ":"))
@@ -191,7 +191,9 @@ func (m *manager) start(t *testing.T, args ...string) (*exec.Cmd, *syncBuffer, c
 	cmd.ExtraFiles = files
 	log := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
+	err := cmd.Start()
+	closeFiles() // the daemon has its own: a listener the store drops must end
+	if err != nil {
 		t.Fatal(err)
 	}
 	exited := make(chan error, 1)
@@ -341,5 +343,43 @@ func TestCrashTwiceRecoversTheLatest(t *testing.T) {
 		if got := sha(t, m.path(n)); got != sha(t, filepath.Join(src, n)) {
 			t.Errorf("%s after the second crash: wrong bytes", n)
 		}
+	}
+}
+
+// TestCrashStoreRefusedKeepsNoRegion: a restart that cannot use the store
+// (here another fuse.max_read) mounts afresh and holds none of the
+// regions it had begun to take over.
+func TestCrashStoreRefusedKeepsNoRegion(t *testing.T) {
+	needMount(t)
+	src, mnt := t.TempDir(), t.TempDir()
+	randomFile(t, filepath.Join(src, "a.bin"), 4<<20, 1)
+	sock := filepath.Join(t.TempDir(), "lease.sock")
+	args := []string{"mount", "--set", "log.format=console", "--set", "ipc.socket=" + sock,
+		"--set", "staging.racy_window=0s"}
+	mgr := newManager(t)
+	cmd, log, exited := mgr.start(t, append(args, src, mnt)...)
+	m := &mount{t: t, src: src, mnt: mnt, sock: sock, cmd: cmd, log: log, exited: exited}
+	t.Cleanup(func() { m.stop() }) // the daemon serving last
+	leaseSum(t, m.path("a.bin"))
+	mgr.waitStatus(t, "1 files")
+	m.cmd.Process.Signal(syscall.SIGKILL)
+	<-m.exited
+	cmd, log, exited = mgr.start(t, append(args, "--set", "fuse.max_read=256KiB", src, mnt)...)
+	m = &mount{t: t, src: src, mnt: mnt, sock: sock, cmd: cmd, log: log, exited: exited}
+	if !log.waitFor("descriptor store not used") {
+		t.Fatalf("the restart with another fuse.max_read used the store:\n%s", log)
+	}
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fd := range fds {
+		link, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", cmd.Process.Pid, fd.Name()))
+		if strings.HasPrefix(link, "/memfd:gdsfs-") && !strings.HasPrefix(link, "/memfd:gdsfs-state") {
+			t.Errorf("descriptor %s of the restarted daemon is a region it did not take over: %s", fd.Name(), link)
+		}
+	}
+	if got := sha(t, m.path("a.bin")); got != sha(t, filepath.Join(src, "a.bin")) {
+		t.Fatal("a.bin after the fresh mount: wrong bytes")
 	}
 }

@@ -371,6 +371,10 @@ func fromStore(passed map[string]*os.File) (storedState, handover.State, map[str
 		if i >= len(st.Names) {
 			return st, handover.State{}, nil, fmt.Errorf("descriptor store: part %s has no names", p.Name)
 		}
+		if _, ok := files[p.Name]; ok {
+			return st, handover.State{}, nil, fmt.Errorf("descriptor store: part %s stored twice", p.Name)
+		}
+		files[p.Name] = nil
 		for _, n := range st.Names[i] {
 			f := passed[n]
 			if f == nil {

@@ -77,4 +77,13 @@ func TestFromStoreNamesEveryDescriptor(t *testing.T) {
 	if _, _, _, err := fromStore(passed); err == nil || !strings.Contains(err.Error(), "gdsfs-r0.1 is missing") {
 		t.Fatalf("a state naming a missing descriptor: %v", err)
 	}
+	st.Parts = append(st.Parts, st.Parts[0])
+	st.Names = append(st.Names, []string{"gdsfs-r9.0"})
+	if err := s.write(st); err != nil {
+		t.Fatal(err)
+	}
+	passed["gdsfs-r0.1"], passed["gdsfs-r9.0"] = stateFile(t), stateFile(t)
+	if _, _, _, err := fromStore(passed); err == nil || !strings.Contains(err.Error(), "part cache stored twice") {
+		t.Fatalf("a state naming a part twice: %v", err)
+	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gdsfs/gdsfs/daemon/handover"
 	"github.com/gdsfs/gdsfs/internal/mountinfo"
+	"github.com/gdsfs/gdsfs/staging"
 )
 
 // recoverFromStore starts the daemon from what the service manager's
@@ -45,9 +46,22 @@ func (d *daemon) recoverFromStore(passed map[string]*os.File, source, mnt string
 	if err == nil {
 		d.log.Info("recovered the mount from the service manager's descriptor store",
 			zap.String("mountpoint", absMnt))
+		// The service manager keeps every descriptor stored under a
+		// name, and drops one it holds already under another: this
+		// daemon stores its own afresh (startFDStore) in an empty store.
+		for _, n := range names {
+			if n == storeStateA || n == storeStateB {
+				passed[n].Close()
+			}
+			if err := storeRemove(n); err != nil {
+				d.log.Warn("descriptor store not cleared", zap.String("name", n), zap.Error(err))
+			}
+		}
 		return true
 	}
 	d.log.Warn("descriptor store not used: mounting afresh", zap.Error(err))
+	d.abandon() // what adopt took before it failed: the fresh start makes its own
+	d.adopted = staging.AdoptReport{}
 	if at := cmp.Or(st.Mountpoint, absMnt); passed[storeFUSE+".0"] != nil && at != "" {
 		// Nobody would serve it, and nobody could tell it is dead.
 		if err := abortConnection(at); err != nil {
@@ -61,6 +75,11 @@ func (d *daemon) recoverFromStore(passed map[string]*os.File, source, mnt string
 		if err := storeRemove(n); err != nil {
 			d.log.Warn("descriptor store not cleared", zap.String("name", n), zap.Error(err))
 		}
+	}
+	// The manager's copies (the lease socket's listener among them) are
+	// gone before the fresh start binds the same paths.
+	if err := sdBarrier(); err != nil {
+		d.log.Warn("descriptor store not confirmed cleared", zap.Error(err))
 	}
 	return false
 }

@@ -9,14 +9,13 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
-	"github.com/gdsfs/gdsfs/daemon/handover"
 	"github.com/gdsfs/gdsfs/internal/mountinfo"
 )
 
 // serveUntilStopped returns once the mount is gone: unmounted from
 // outside (umount, gdsfs umount), stopped by a signal (shutdown), or
 // handed over to a successor (handOver).
-func (d *daemon) serveUntilStopped(sigs <-chan os.Signal, unmounted <-chan struct{}, successors <-chan *handover.Conn) {
+func (d *daemon) serveUntilStopped(sigs <-chan os.Signal, unmounted <-chan struct{}, successors <-chan successor) {
 	for {
 		select {
 		case <-unmounted:

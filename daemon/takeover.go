@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -251,9 +252,19 @@ func (d *daemon) abandon() {
 	}
 }
 
+// successor is a connection whose successor said hello.
+type successor struct {
+	c     *handover.Conn
+	hello handover.Hello
+	err   error // its hello was unreadable or of another protocol
+}
+
 // listenSuccessors waits for successors on the hand-over socket and
-// passes each to the serving loop. The returned function stops it.
-func (d *daemon) listenSuccessors(absMnt string) (<-chan *handover.Conn, func()) {
+// passes each to the serving loop once it has said hello: one that says
+// nothing holds up neither the loop (signals, other successors) nor
+// anything it serves. The returned function stops it and closes the
+// connections still waiting.
+func (d *daemon) listenSuccessors(absMnt string) (<-chan successor, func()) {
 	path := handoverPath(absMnt)
 	if err := ipc.SocketDir(filepath.Dir(path)); err != nil {
 		d.log.Warn("no hand-over socket: a successor cannot take this mount over", zap.Error(err))
@@ -265,8 +276,18 @@ func (d *daemon) listenSuccessors(absMnt string) (<-chan *handover.Conn, func())
 		return nil, func() {}
 	}
 	d.successorLn = ln
-	out := make(chan *handover.Conn)
-	done := make(chan struct{})
+	out := make(chan successor)
+	ctx, cancel := context.WithCancel(context.Background())
+	greet := func(c *handover.Conn) {
+		stop := context.AfterFunc(ctx, func() { c.Close() })
+		defer stop()
+		h, err := c.ReadHello()
+		select {
+		case out <- successor{c: c, hello: h, err: err}:
+		case <-ctx.Done():
+			c.Close()
+		}
+	}
 	go func() {
 		for {
 			c, err := handover.Accept(ln)
@@ -276,24 +297,19 @@ func (d *daemon) listenSuccessors(absMnt string) (<-chan *handover.Conn, func())
 				}
 				return
 			}
-			select {
-			case out <- c:
-			case <-done:
-				c.Close()
-				return
-			}
+			go greet(c)
 		}
 	}()
-	return out, func() { close(done); ln.Close() }
+	return out, func() { cancel(); ln.Close() }
 }
 
-// handOver runs the running daemon's side with one successor; true when
-// the successor took the mount (this daemon must then exit without
-// unmounting), false when this daemon serves on.
-func (d *daemon) handOver(c *handover.Conn) bool {
+// handOver runs the running daemon's side with one successor, its hello
+// read; true when the successor took the mount (this daemon must then
+// exit without unmounting), false when this daemon serves on.
+func (d *daemon) handOver(sc successor) bool {
+	c, theirs, err := sc.c, sc.hello, sc.err
 	defer c.Close()
 	log := d.log.With(zap.Int("successor_pid", c.Peer))
-	theirs, err := c.ReadHello()
 	if err != nil {
 		log.Warn("hand-over refused", zap.Error(err))
 		c.SendRefusal(err.Error())

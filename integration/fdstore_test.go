@@ -10,7 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,14 +24,42 @@ import (
 // manager plays systemd's part for one service: it reads the daemon's
 // notifications, keeps the descriptors it stores (FDSTORE=1, FDNAME=),
 // drops those it removes (FDSTOREREMOVE=1), answers BARRIER=1, and
-// passes what it keeps to the next daemon as $LISTEN_FDS.
+// passes what it keeps to the next daemon as $LISTEN_FDS. As systemd
+// does, it keeps every descriptor stored under a name, newest first,
+// drops one that is the same open file as one it keeps, and removes
+// every descriptor of a name.
 type manager struct {
 	path  string
 	mu    sync.Mutex
-	store map[string]*os.File
+	store []stored
 	// status gets every STATUS= line; ready every MAINPID of READY=1.
 	status chan string
 	ready  chan int
+}
+
+// stored is one descriptor in the manager's store.
+type stored struct {
+	name string
+	f    *os.File
+}
+
+// sameFile says whether descriptors a and b of this process are the same
+// open file (kcmp KCMP_FILE), as systemd's same_fd does.
+func sameFile(a, b int) bool {
+	pid := uintptr(os.Getpid())
+	r, _, errno := unix.Syscall6(unix.SYS_KCMP, pid, pid, 0, uintptr(a), uintptr(b), 0)
+	return errno == 0 && r == 0
+}
+
+// names are the names in the store, newest first.
+func (m *manager) names() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []string
+	for _, s := range m.store {
+		out = append(out, s.name)
+	}
+	return out
 }
 
 func newManager(t *testing.T) *manager {
@@ -40,7 +68,7 @@ func newManager(t *testing.T) *manager {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := &manager{path: filepath.Join(dir, "notify"), store: map[string]*os.File{},
+	m := &manager{path: filepath.Join(dir, "notify"),
 		status: make(chan string, 1024), ready: make(chan int, 16)}
 	l, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: m.path, Net: "unixgram"})
 	if err != nil {
@@ -50,8 +78,8 @@ func newManager(t *testing.T) *manager {
 		l.Close()
 		os.RemoveAll(dir)
 		m.mu.Lock()
-		for _, f := range m.store {
-			f.Close()
+		for _, s := range m.store {
+			s.f.Close()
 		}
 		m.mu.Unlock()
 	})
@@ -85,16 +113,22 @@ func (m *manager) handle(msg string, fds []int) {
 	defer m.mu.Unlock()
 	switch {
 	case fields["FDSTORE"] == "1" && len(fds) == 1:
-		if old := m.store[fields["FDNAME"]]; old != nil {
-			old.Close()
+		for _, s := range m.store {
+			if sameFile(int(s.f.Fd()), fds[0]) {
+				unix.Close(fds[0])
+				return
+			}
 		}
-		m.store[fields["FDNAME"]] = os.NewFile(uintptr(fds[0]), fields["FDNAME"])
+		m.store = append([]stored{{fields["FDNAME"], os.NewFile(uintptr(fds[0]), fields["FDNAME"])}}, m.store...)
 		return
 	case fields["FDSTOREREMOVE"] == "1":
-		if f := m.store[fields["FDNAME"]]; f != nil {
-			f.Close()
-			delete(m.store, fields["FDNAME"])
-		}
+		m.store = slices.DeleteFunc(m.store, func(s stored) bool {
+			if s.name == fields["FDNAME"] {
+				s.f.Close()
+				return true
+			}
+			return false
+		})
 	}
 	for _, fd := range fds {
 		unix.Close(fd) // BARRIER=1's descriptor, or one not kept
@@ -130,26 +164,23 @@ func (m *manager) start(t *testing.T, args ...string) (*exec.Cmd, *syncBuffer, c
 	t.Helper()
 	m.mu.Lock()
 	var names []string
-	for n := range m.store {
-		names = append(names, n)
-	}
-	sort.Strings(names)
 	// Dups: the manager may drop its own while the daemon starts.
 	var files []*os.File
-	for _, n := range names {
-		fd, err := unix.FcntlInt(m.store[n].Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	for _, s := range m.store {
+		fd, err := unix.FcntlInt(s.f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
 		if err != nil {
 			m.mu.Unlock()
 			t.Fatal(err)
 		}
-		files = append(files, os.NewFile(uintptr(fd), n))
+		names = append(names, s.name)
+		files = append(files, os.NewFile(uintptr(fd), s.name))
 	}
 	m.mu.Unlock()
-	defer func() {
+	closeFiles := func() {
 		for _, f := range files {
 			f.Close()
 		}
-	}()
+	}
 	env := ""
 	if len(files) > 0 {
 		env = fmt.Sprintf("LISTEN_FDS=%d LISTEN_FDNAMES=%s LISTEN_PID=$$ ", len(files), strings.Join(names, ":"))
@@ -160,7 +191,9 @@ func (m *manager) start(t *testing.T, args ...string) (*exec.Cmd, *syncBuffer, c
 	cmd.ExtraFiles = files
 	log := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
+	err := cmd.Start()
+	closeFiles() // the daemon has its own: a listener the store drops must end
+	if err != nil {
 		t.Fatal(err)
 	}
 	exited := make(chan error, 1)
@@ -265,4 +298,88 @@ func TestCrashKeepsMountAndCache(t *testing.T) {
 	}
 	h.cmd.Process.Kill() // its connection ended with the first daemon
 	h.cmd.Wait()
+}
+
+// TestCrashTwiceRecoversTheLatest: a daemon restarted after a crash
+// replaces the store's content with its own (systemd keeps every
+// descriptor stored under a name): no name is stored twice, and a second
+// crash recovers what the second daemon staged, not the first's state.
+func TestCrashTwiceRecoversTheLatest(t *testing.T) {
+	needMount(t)
+	src, mnt := t.TempDir(), t.TempDir()
+	randomFile(t, filepath.Join(src, "a.bin"), 4<<20, 1)
+	randomFile(t, filepath.Join(src, "b.bin"), 4<<20, 2)
+	sock := filepath.Join(t.TempDir(), "lease.sock")
+	args := []string{"mount", "--set", "log.format=console", "--set", "ipc.socket=" + sock,
+		"--set", "staging.racy_window=0s", src, mnt}
+	mgr := newManager(t)
+	cmd, log, exited := mgr.start(t, args...)
+	m := &mount{t: t, src: src, mnt: mnt, sock: sock, cmd: cmd, log: log, exited: exited}
+	t.Cleanup(func() { m.stop() }) // the daemon serving last
+	leaseSum(t, m.path("a.bin"))
+	mgr.waitStatus(t, "1 files")
+	for i := 2; i <= 3; i++ {
+		m.cmd.Process.Signal(syscall.SIGKILL)
+		<-m.exited
+		cmd, log, exited := mgr.start(t, args...)
+		m = &mount{t: t, src: src, mnt: mnt, sock: sock, cmd: cmd, log: log, exited: exited}
+		if !log.waitFor("recovered the mount") {
+			t.Fatalf("daemon %d did not recover from the store:\n%s", i, log)
+		}
+		if i == 2 {
+			leaseSum(t, m.path("b.bin"))
+			mgr.waitStatus(t, "2 files")
+			names := mgr.names()
+			slices.Sort(names)
+			if c := slices.Compact(slices.Clone(names)); len(c) != len(names) {
+				t.Fatalf("the store holds a name twice after a recovery: %q", names)
+			}
+		}
+	}
+	if got := statsOf(t, m)["staged_files"].(float64); got != 2 {
+		t.Fatalf("staged_files %v after the second crash, want 2 (a.bin and b.bin)\n%s", got, m.log)
+	}
+	for _, n := range []string{"a.bin", "b.bin"} {
+		if got := sha(t, m.path(n)); got != sha(t, filepath.Join(src, n)) {
+			t.Errorf("%s after the second crash: wrong bytes", n)
+		}
+	}
+}
+
+// TestCrashStoreRefusedKeepsNoRegion: a restart that cannot use the store
+// (here another fuse.max_read) mounts afresh and holds none of the
+// regions it had begun to take over.
+func TestCrashStoreRefusedKeepsNoRegion(t *testing.T) {
+	needMount(t)
+	src, mnt := t.TempDir(), t.TempDir()
+	randomFile(t, filepath.Join(src, "a.bin"), 4<<20, 1)
+	sock := filepath.Join(t.TempDir(), "lease.sock")
+	args := []string{"mount", "--set", "log.format=console", "--set", "ipc.socket=" + sock,
+		"--set", "staging.racy_window=0s"}
+	mgr := newManager(t)
+	cmd, log, exited := mgr.start(t, append(args, src, mnt)...)
+	m := &mount{t: t, src: src, mnt: mnt, sock: sock, cmd: cmd, log: log, exited: exited}
+	t.Cleanup(func() { m.stop() }) // the daemon serving last
+	leaseSum(t, m.path("a.bin"))
+	mgr.waitStatus(t, "1 files")
+	m.cmd.Process.Signal(syscall.SIGKILL)
+	<-m.exited
+	cmd, log, exited = mgr.start(t, append(args, "--set", "fuse.max_read=256KiB", src, mnt)...)
+	m = &mount{t: t, src: src, mnt: mnt, sock: sock, cmd: cmd, log: log, exited: exited}
+	if !log.waitFor("descriptor store not used") {
+		t.Fatalf("the restart with another fuse.max_read used the store:\n%s", log)
+	}
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fd := range fds {
+		link, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", cmd.Process.Pid, fd.Name()))
+		if strings.HasPrefix(link, "/memfd:gdsfs-") && !strings.HasPrefix(link, "/memfd:gdsfs-state") {
+			t.Errorf("descriptor %s of the restarted daemon is a region it did not take over: %s", fd.Name(), link)
+		}
+	}
+	if got := sha(t, m.path("a.bin")); got != sha(t, filepath.Join(src, "a.bin")) {
+		t.Fatal("a.bin after the fresh mount: wrong bytes")
+	}
 }

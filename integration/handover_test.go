@@ -183,3 +183,28 @@ func TestHandoverTwiceInARow(t *testing.T) {
 		t.Errorf("bytes_host %v after two switches, %v before: a successor read SOURCE again", got, was)
 	}
 }
+
+// TestHandoverPastASilentConnection: a connection to the hand-over
+// socket that never says hello holds up nothing: a successor that comes
+// after it takes the mount over, and the silent one is closed.
+func TestHandoverPastASilentConnection(t *testing.T) {
+	src := t.TempDir()
+	randomFile(t, filepath.Join(src, "a.bin"), 1<<16, 1)
+	m := startMount(t, src)
+	silent, err := handover.Dial(handover.Path(ipc.DefaultSocket(m.mnt)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	next := startMountAt(t, src, m.mnt, "ipc.socket="+m.sock)
+	next.sock = m.sock
+	if err := <-m.exited; err != nil {
+		t.Fatalf("the first daemon exited with %v after handing over\n%s", err, m.log)
+	}
+	if _, err := silent.ReadHello(); err == nil {
+		t.Error("the silent connection was answered a hello")
+	}
+	if got := sha(t, next.path("a.bin")); got != sha(t, filepath.Join(src, "a.bin")) {
+		t.Fatal("a.bin read through the successor: wrong bytes")
+	}
+}

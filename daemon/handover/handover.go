@@ -422,6 +422,9 @@ func CloseFiles(files []*os.File) { closeAll(files) }
 func Split(s State, files []*os.File) (map[string][]*os.File, error) {
 	out := make(map[string][]*os.File, len(s.Parts))
 	for _, p := range s.Parts {
+		if _, ok := out[p.Name]; ok {
+			return nil, fmt.Errorf("hand-over part %s: sent twice", p.Name)
+		}
 		if p.Files < 0 || p.Files > len(files) {
 			return nil, fmt.Errorf("hand-over part %s names %d descriptors, %d left", p.Name, p.Files, len(files))
 		}

@@ -135,6 +135,12 @@ func TestStateCountsMustMatch(t *testing.T) {
 	if _, err := Split(State{Parts: []Part{{Name: "a", Files: 1}}}, nil); err == nil {
 		t.Fatal("Split of a part naming more descriptors than there are succeeded")
 	}
+	// A part named twice: its state and its descriptors could come from
+	// different places, and the first's descriptors from none.
+	twice := State{Parts: []Part{{Name: "a", Files: 1}, {Name: "a", Files: 1}}}
+	if _, err := Split(twice, make([]*os.File, 2)); err == nil || !strings.Contains(err.Error(), "a") {
+		t.Fatalf("Split of a part named twice: %v; want an error naming it", err)
+	}
 }
 
 // TestDialChecksOwner: a socket that belongs to another uid is not a

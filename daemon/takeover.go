@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 	"golang.org/x/sys/unix"
 
 	"github.com/gdsfs/gdsfs"
@@ -119,8 +120,12 @@ func (d *daemon) takeOver(c *handover.Conn, source, mnt, absMnt string) (err err
 	}()
 	log := d.log.With(zap.String("mountpoint", absMnt))
 	// The devices before anything stops: opening CUDA takes most of a
-	// second, which the mount would otherwise wait through.
-	if d.devs, err = openDevices(d.cfg.Staging, d.log); err != nil {
+	// second, which the mount would otherwise wait through. What opening
+	// them logs is held until the running daemon accepts this one: a
+	// refused successor says only why.
+	held, heldLogs := observer.New(d.log.Level())
+	if d.devs, err = openDevices(d.cfg.Staging, zap.New(held)); err != nil {
+		replay(d.log, heldLogs)
 		return err
 	}
 	if err := c.SendHello(hello(source, absMnt)); err != nil {
@@ -130,6 +135,7 @@ func (d *daemon) takeOver(c *handover.Conn, source, mnt, absMnt string) (err err
 	if err != nil {
 		return UsageError{fmt.Errorf("MOUNTPOINT %s: busy: the daemon serving it does not hand over to this one: %w", mnt, err)}
 	}
+	replay(d.log, heldLogs)
 	log.Info("taking over from the running daemon", zap.Int("pid", theirs.Pid), zap.String("version", theirs.Version))
 	st, files, err := c.ReadState()
 	if err != nil {
@@ -167,6 +173,15 @@ func (d *daemon) takeOver(c *handover.Conn, source, mnt, absMnt string) (err err
 	}
 	log.Info("took over", zap.Int("from_pid", theirs.Pid))
 	return nil
+}
+
+// replay writes the entries held by an observer to log.
+func replay(log *zap.Logger, held *observer.ObservedLogs) {
+	for _, e := range held.TakeAll() {
+		if ce := log.Named(e.LoggerName).Check(e.Level, e.Message); ce != nil {
+			ce.Write(e.Context...)
+		}
+	}
 }
 
 // alive says whether pid still runs.

@@ -44,6 +44,9 @@ func (d *daemon) recoverFromStore(passed map[string]*os.File, source, mnt string
 		err = d.adopt(hs, files, src, absMnt)
 	}
 	if err == nil {
+		err = d.fs.Serve() // nobody else serves the stored connection
+	}
+	if err == nil {
 		d.log.Info("recovered the mount from the service manager's descriptor store",
 			zap.String("mountpoint", absMnt))
 		// The service manager keeps every descriptor stored under a

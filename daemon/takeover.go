@@ -8,10 +8,10 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
-	"golang.org/x/sys/unix"
 
 	"github.com/gdsfs/gdsfs"
 	"github.com/gdsfs/gdsfs/daemon/handover"
@@ -108,7 +108,9 @@ func decodePart(s handover.State, name string, st any) error {
 }
 
 // takeOver runs the successor's side of the exchange and starts the
-// daemon from what the predecessor hands over. On success the
+// daemon from what the predecessor hands over: it adopts everything,
+// says so, and serves the FUSE connection only once the predecessor
+// answers that it let go (or is known to have exited). On success the
 // predecessor has let go and waits for c to close before it exits (so
 // that a service manager hears of the new main process first); on
 // failure it serves on and this daemon holds nothing of it.
@@ -160,16 +162,26 @@ func (d *daemon) takeOver(c *handover.Conn, source, mnt, absMnt string) (err err
 	v, err := c.ReadVerdict()
 	switch {
 	case err == nil && v.Taken:
-	case err != nil && !alive(theirs.Pid):
+	case err == nil:
+		d.abandon()
+		return fmt.Errorf("hand-over: the running daemon kept the mount: %s", v.Error)
+	default:
+		live, aerr := c.PeerAlive()
+		if aerr != nil {
+			d.abandon()
+			return fmt.Errorf("hand-over: no answer from the running daemon (%v), and whether it still serves cannot be told: %w", err, aerr)
+		}
+		if live {
+			d.abandon()
+			return fmt.Errorf("hand-over: the running daemon kept the mount: %w", err)
+		}
 		// It read our verdict and died before answering, or died
 		// before reading it: either way it serves no more.
 		log.Warn("the running daemon died during the hand-over; serving on", zap.Int("pid", theirs.Pid), zap.Error(err))
-	default:
-		d.abandon()
-		if err == nil {
-			err = errors.New(v.Error)
-		}
-		return fmt.Errorf("hand-over: the running daemon kept the mount: %w", err)
+	}
+	if err := d.fs.Serve(); err != nil {
+		// The predecessor let go: nobody else can serve the mount.
+		return err
 	}
 	log.Info("took over", zap.Int("from_pid", theirs.Pid))
 	return nil
@@ -182,11 +194,6 @@ func replay(log *zap.Logger, held *observer.ObservedLogs) {
 			ce.Write(e.Context...)
 		}
 	}
-}
-
-// alive says whether pid still runs.
-func alive(pid int) bool {
-	return pid > 0 && !errors.Is(unix.Kill(pid, 0), unix.ESRCH)
 }
 
 // adopt starts the cache, the lease server and the FUSE server from a
@@ -347,12 +354,26 @@ func (d *daemon) handOver(sc successor) bool {
 		c.SendRefusal(err.Error())
 		return false
 	}
+	// The mount waits while the successor adopts: at most
+	// shutdown.handover_timeout, then this daemon serves on.
+	timeout := d.cfg.Shutdown.HandoverTimeout
+	c.SetDeadline(time.Now().Add(timeout))
 	err = c.SendState(st, files)
 	handover.CloseFiles(files)
 	var v handover.Verdict
 	if err == nil {
 		v, err = c.ReadVerdict()
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			// Told, so that the successor lets go of what it adopted
+			// instead of serving.
+			err = fmt.Errorf("no verdict from the successor within shutdown.handover_timeout (%s)", timeout)
+			c.SetDeadline(time.Time{})
+			c.SendVerdict(handover.Verdict{Error: "the running daemon serves on: " + err.Error()})
+		}
+	} else if errors.Is(err, os.ErrDeadlineExceeded) {
+		err = fmt.Errorf("the successor did not read the state within shutdown.handover_timeout (%s)", timeout)
 	}
+	c.SetDeadline(time.Time{})
 	if err != nil || !v.Taken {
 		if err == nil {
 			err = errors.New(v.Error)

@@ -18,11 +18,14 @@ import (
 	"github.com/gdsfs/gdsfs/staging/watch"
 )
 
-// Adopt serves the mount a predecessor handed over (Handoff) on its FUSE
-// connection: the kernel keeps its node ids and file handles. What it
-// cannot take over (a node whose file is not where it was, a handle of a
-// dropped node) it drops with a log line; the kernel then gets ESTALE or
-// EBADF for it. Adopt dups what it keeps: the caller closes files.
+// Adopt prepares a server for the mount a predecessor handed over
+// (Handoff) on its FUSE connection: the kernel keeps its node ids and
+// file handles. What it cannot take over (a node whose file is not where
+// it was, a handle of a dropped node) it drops with a log line; the
+// kernel then gets ESTALE or EBADF for it. The server reads nothing from
+// the connection until Serve: the predecessor may still serve it. One
+// that is never served is let go with Abandon. Adopt dups what it keeps:
+// the caller closes files.
 func Adopt(cfg Config, st FUSEState, files []*os.File) (*Server, error) {
 	if st.Version != FUSEStateVersion {
 		return nil, fmt.Errorf("fuse hand-over: state version %d, this daemon reads version %d", st.Version, FUSEStateVersion)
@@ -89,8 +92,8 @@ func sameConnection(o Options, st FUSEState) error {
 }
 
 // adoptConnection starts go-fuse on a socket pair that carries the
-// kernel's INIT, registers the predecessor's nodes and handles, then
-// serves the connection.
+// kernel's INIT and registers the predecessor's nodes and handles; it
+// keeps a dup of the connection for Serve.
 func (s *Server) adoptConnection(st FUSEState, files []*os.File) error {
 	opts := s.mountOptions()
 	opts.DirectMount, opts.DirectMountStrict = false, false
@@ -114,8 +117,13 @@ func (s *Server) adoptConnection(st FUSEState, files []*os.File) error {
 		return fmt.Errorf("INIT: %w", err)
 	}
 	s.fuse, s.fuseFd, s.adopted = srv, sp[0], true
+	p := &pendingConn{conn: -1, kernel: st.Kernel, resend: st.Resend}
+	s.pending = p
 	buf := make([]byte, 4096)
 	n, err := unix.Read(sp[1], buf)
+	// go-fuse, once started, reads end-of-file from sp[0] until Serve
+	// puts the connection in its place.
+	unix.Close(sp[1])
 	if err == nil {
 		_, err = initReply(buf[:n])
 	}
@@ -123,17 +131,43 @@ func (s *Server) adoptConnection(st FUSEState, files []*os.File) error {
 		err = s.adoptTree(st, files)
 	}
 	if err == nil {
-		err = unix.Dup3(int(files[st.FUSE].Fd()), sp[0], unix.O_CLOEXEC)
+		p.conn, err = unix.FcntlInt(files[st.FUSE].Fd(), unix.F_DUPFD_CLOEXEC, 0)
 	}
-	unix.Close(sp[1]) // on failure go-fuse reads end-of-file and stops
-	s.goServe(srv)
 	if err != nil {
-		<-s.served
+		s.releaseUnserved()
 		return err
 	}
 	s.mountDev.Store(st.MountDev)
-	if st.Resend {
-		s.resend(st.Kernel)
+	return nil
+}
+
+// pendingConn is what Adopt prepared for Serve.
+type pendingConn struct {
+	conn   int // a dup of the connection, -1: none yet
+	kernel KernelInit
+	resend bool
+	kept   []*os.File // nodes' kept files (replaced.go), to close if never served
+}
+
+// Serve starts serving the connection Adopt prepared: go-fuse reads the
+// kernel's requests from now on. The caller must know the predecessor
+// let the connection go (it reads from it no more). A server that serves
+// already (made by Mount, or served before) is left as it is.
+func (s *Server) Serve() error {
+	s.hoMu.Lock()
+	defer s.hoMu.Unlock()
+	p := s.pending
+	if p == nil {
+		return nil
+	}
+	if err := unix.Dup3(p.conn, s.fuseFd, unix.O_CLOEXEC); err != nil {
+		return fmt.Errorf("fuse hand-over: serving the connection: %w", err)
+	}
+	s.pending = nil
+	unix.Close(p.conn)
+	s.goServe(s.fuse)
+	if p.resend {
+		s.resend(p.kernel)
 	}
 	if err := s.settlePassthrough(); err != nil {
 		s.log.Warn("fuse hand-over: passthrough for new opens", zap.Error(err))
@@ -141,6 +175,25 @@ func (s *Server) adoptConnection(st FUSEState, files []*os.File) error {
 	s.startMeta()
 	s.adoptMeta()
 	return nil
+}
+
+// releaseUnserved lets go of what Adopt took, before Serve: go-fuse
+// reads end-of-file from its socket and stops, and the dups of the
+// adopted handles, kept files and the connection are closed. Nothing it
+// does reaches the connection, nor a passthrough backing id registered
+// on it: the predecessor serves on with them.
+func (s *Server) releaseUnserved() {
+	p := s.pending
+	s.pending = nil
+	s.goServe(s.fuse)
+	<-s.served
+	if p.conn >= 0 {
+		unix.Close(p.conn)
+	}
+	for _, f := range p.kept {
+		f.Close()
+	}
+	s.releaseHandles()
 }
 
 // resend asks the kernel to send again the requests a dead predecessor
@@ -231,6 +284,7 @@ func (s *Server) adoptNode(ctx context.Context, built adoptNodes, ns NodeState, 
 	if ns.Kept >= 0 && ns.Kept < len(files) && s.fds.keep() {
 		if f, err := dupFile(files[ns.Kept]); err == nil {
 			n.kept = f
+			s.pending.kept = append(s.pending.kept, f)
 		} else {
 			s.fds.unkeep()
 		}

@@ -126,6 +126,7 @@ type Server struct {
 	ho       *handover // a hand-over in progress; guarded by hoMu
 	hoMu     sync.Mutex
 	adopted  bool          // mounted by a predecessor: go-fuse cannot unmount it
+	pending  *pendingConn  // adopted, not served yet (adopt.go); guarded by hoMu
 	served   chan struct{} // closed when go-fuse stopped serving
 }
 

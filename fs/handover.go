@@ -193,13 +193,21 @@ func (s *Server) Resume() error {
 	return nil
 }
 
-// Abandon ends this server after its successor took over: the mount
+// Abandon ends this server after its successor took over, or an
+// adopted server that never served (Adopt without Serve): the mount
 // stays, and so does everything the kernel holds; the server's readers
 // stop, and it closes its own descriptors.
 func (s *Server) Abandon() {
 	s.hoMu.Lock()
 	ho := s.ho
 	s.ho = nil
+	if ho == nil && s.pending != nil {
+		s.releaseUnserved()
+		s.hoMu.Unlock()
+		s.meta.close()
+		s.closeRoot.Do(func() { s.root.Close() })
+		return
+	}
 	s.hoMu.Unlock()
 	if ho == nil {
 		s.log.Warn("fuse abandon without a hand-over: ignored")
@@ -220,6 +228,15 @@ func (s *Server) Abandon() {
 	unix.Close(ho.spA)
 	<-s.served
 	unix.Close(ho.conn)
+	s.releaseHandles()
+	s.meta.close()
+	s.closeRoot.Do(func() { s.root.Close() })
+}
+
+// releaseHandles closes this server's descriptors of the open handles,
+// leaving their backing ids registered: the kernel's files read on
+// through them.
+func (s *Server) releaseHandles() {
 	_, fhs := s.raw.refs.snapshot()
 	for _, r := range fhs {
 		switch h := r.h.(type) {
@@ -231,8 +248,6 @@ func (s *Server) Abandon() {
 			h.charge.release()
 		}
 	}
-	s.meta.close()
-	s.closeRoot.Do(func() { s.root.Close() })
 }
 
 // ConnectionState is the part of the FUSEState that does not change

@@ -2,6 +2,7 @@ package fs
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -180,6 +181,9 @@ func testHandoverKeepsTheMount(t *testing.T, passthrough string) {
 		t.Fatal(err)
 	}
 	a.Abandon()
+	if err := b.Serve(); err != nil {
+		t.Fatal(err)
+	}
 	if err := <-during; err != nil {
 		t.Errorf("a read during the switch: %v", err)
 	}
@@ -281,6 +285,9 @@ func TestHandoverForget(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.Abandon()
+	if err := b.Serve(); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
 		if err := b.Unmount(); err != nil {
 			t.Error(err)
@@ -388,6 +395,9 @@ func TestHandoverMetaInvalidation(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.Abandon()
+	if err := b.Serve(); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
 		if err := b.Unmount(); err != nil {
 			t.Error(err)
@@ -437,6 +447,9 @@ func handOver(t *testing.T, a *Server, cfg Config) *Server {
 		t.Fatal(err)
 	}
 	a.Abandon()
+	if err := b.Serve(); err != nil {
+		t.Fatal(err)
+	}
 	return b
 }
 
@@ -533,6 +546,9 @@ func TestAdoptBareConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.Abandon()
+	if err := b.Serve(); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
 		if err := b.Unmount(); err != nil {
 			t.Error(err)
@@ -552,4 +568,89 @@ func TestAdoptBareConnection(t *testing.T) {
 		t.Errorf("listing of a cached directory: %v %v", names, err)
 	}
 	waitReleased(t, b)
+}
+
+// TestAdoptServesNothingBeforeServe: an adopted server reads nothing
+// from the connection until Serve, so its predecessor can serve on; let
+// go unserved (the predecessor kept the mount), it leaves the connection,
+// the handles and their passthrough backing ids to the predecessor and
+// holds no descriptor.
+func TestAdoptServesNothingBeforeServe(t *testing.T) {
+	src, mnt, a := handoverSetup(t)
+	if err := a.Unmount(); err != nil {
+		t.Fatal(err)
+	}
+	a.Wait()
+	cfg := handoverConfigWith(src, mnt, PassthroughAuto)
+	a, err := Mount(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := a.Unmount(); err != nil {
+			t.Error(err)
+		}
+		a.Wait()
+	})
+	if _, err := os.ReadFile(filepath.Join(mnt, "top")); err != nil {
+		t.Fatal(err)
+	}
+	waitReleased(t, a)
+	fdsBefore := openFds(t)
+	f, err := os.Open(filepath.Join(mnt, "d/e/f.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	head := make([]byte, 5)
+	if _, err := io.ReadFull(f, head); err != nil || string(head) != "hello" {
+		t.Fatalf("read before: %q %v", head, err)
+	}
+	waitHandles(t, a, 1)
+	st, files, err := a.Handoff()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Adopt(cfg, st, files)
+	for _, f := range files {
+		f.Close()
+	}
+	if err != nil {
+		a.Resume()
+		t.Fatal(err)
+	}
+	if l, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", b.fuseFd)); err != nil || l == "/dev/fuse" {
+		a.Resume()
+		b.Abandon()
+		t.Fatalf("the adopted server's descriptor names %q (%v) before Serve: it reads the connection", l, err)
+	}
+	during := make(chan error, 1)
+	go func() {
+		data, err := os.ReadFile(filepath.Join(mnt, "d/g"))
+		if err == nil && string(data) != "g" {
+			err = fmt.Errorf("read %q", data)
+		}
+		during <- err
+	}()
+	if err := a.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	b.Abandon()
+	if err := <-during; err != nil {
+		t.Errorf("a read made while both held the connection: %v", err)
+	}
+	if got := b.Stats().Opens; got != 0 {
+		t.Errorf("the server never served answered %d opens", got)
+	}
+	if rest, err := io.ReadAll(f); err != nil || string(rest) != ", world" {
+		t.Errorf("read on through the file opened before: %q %v", rest, err)
+	}
+	if data, err := os.ReadFile(filepath.Join(mnt, "top")); err != nil || string(data) != "top" {
+		t.Errorf("open after: %q %v", data, err)
+	}
+	f.Close()
+	waitReleased(t, a)
+	if fds := openFds(t); !slices.Equal(fds, fdsBefore) {
+		t.Errorf("descriptors left: before %q, after %q", fdsBefore, fds)
+	}
 }

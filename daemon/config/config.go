@@ -39,6 +39,9 @@ type Shutdown struct {
 	// SIGTERM or SIGINT, then exit 0 touching nothing: for a container
 	// whose exit would be restarted).
 	AfterHandover string `yaml:"after_handover"`
+	// HandoverTimeout bounds how long the mount waits, stopped, for a
+	// successor to adopt what it was handed; then this daemon serves on.
+	HandoverTimeout time.Duration `yaml:"handover_timeout"`
 }
 
 // Config is the whole configuration, one field per section of config.yaml.
@@ -134,6 +137,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Shutdown.Grace < 0 {
 		return fmt.Errorf("shutdown.grace: %s is negative", c.Shutdown.Grace)
+	}
+	if c.Shutdown.HandoverTimeout <= 0 {
+		return fmt.Errorf("shutdown.handover_timeout: %s is not positive", c.Shutdown.HandoverTimeout)
 	}
 	switch c.Shutdown.AfterHandover {
 	case "exit", "wait":

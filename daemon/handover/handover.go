@@ -10,7 +10,12 @@
 //	daemon:    State{parts} + descriptors      (it has stopped serving)
 //	successor: Verdict{Taken: true} or Verdict{Error}
 //	daemon:    Verdict{Taken: true} once it let go ("gone"); on any
-//	           failure it serves again instead.
+//	           failure, or no verdict by its deadline, it answers
+//	           Verdict{Error} where it can and serves again instead.
+//
+// The successor serves nothing before the daemon's Verdict{Taken: true};
+// one whose exchange breaks off after its own verdict serves only when
+// the daemon is known to have exited (Conn.PeerAlive).
 //
 // Protocol is bumped whenever a message changes meaning; a daemon and a
 // successor that speak different protocols refuse each other before
@@ -26,6 +31,7 @@ import (
 	"os"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -73,6 +79,15 @@ type message struct {
 const (
 	dataPacket = 60 << 10 // JSON bytes per packet
 	fdsPacket  = 250      // descriptors per packet (the kernel's SCM_MAX_FD is 253)
+	// MaxFiles bounds a message's descriptors: one a staged chunk, one a
+	// handle open through the mount.
+	MaxFiles = 1 << 20
+	// MaxMessage bounds a message's JSON. The cache's state takes about
+	// 340 bytes a resident file with a path of 60 bytes, and 17 more a
+	// chunk: a million chunks is 16 MiB in files of 1024 chunks, 26 MiB
+	// in files of 32, 340 MiB in a million one-chunk files. The body is
+	// read as it comes, never allocated from the header's word alone.
+	MaxMessage = 512 << 20
 )
 
 // Path is where the daemon serving mountpoint listens for a successor,
@@ -84,8 +99,63 @@ func Path(ipcSocket string) string {
 // Conn is one side of an exchange.
 type Conn struct {
 	c *net.UnixConn
-	// Peer is the other side's pid, from SO_PEERCRED.
+	// Peer is the other side's pid, from SO_PEERCRED: 0 when the other
+	// side is in a pid namespace this process does not see.
 	Peer int
+	// pidfd is the other side's process (SO_PEERPIDFD), -1: refused by
+	// the kernel (before Linux 6.5).
+	pidfd int
+}
+
+// newConn wraps c, taking the peer's process descriptor now: it names
+// the process that connected or listened, in any pid namespace.
+func newConn(c *net.UnixConn, cred *unix.Ucred) (*Conn, error) {
+	conn := &Conn{c: c, Peer: int(cred.Pid), pidfd: -1}
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	var perr error
+	if err := raw.Control(func(fd uintptr) {
+		conn.pidfd, perr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_PEERPIDFD)
+	}); err != nil {
+		return nil, err
+	}
+	if errors.Is(perr, unix.ENOPROTOOPT) {
+		conn.pidfd = -1
+	} else if perr != nil {
+		return nil, fmt.Errorf("SO_PEERPIDFD: %w", perr)
+	} else {
+		unix.CloseOnExec(conn.pidfd)
+	}
+	return conn, nil
+}
+
+// ErrPeerUnknown: whether the other side still runs cannot be told.
+var ErrPeerUnknown = errors.New("the other side's process cannot be told (no SO_PEERPIDFD, and its pid is not visible in this pid namespace)")
+
+// PeerAlive says whether the other side's process still runs, by its
+// process descriptor; where the kernel gave none, by its pid (only
+// meaningful in the same pid namespace), and ErrPeerUnknown where that
+// is not known either.
+func (c *Conn) PeerAlive() (bool, error) {
+	if c.pidfd >= 0 {
+		fds := []unix.PollFd{{Fd: int32(c.pidfd), Events: unix.POLLIN}}
+		for {
+			n, err := unix.Poll(fds, 0)
+			if err == unix.EINTR {
+				continue
+			}
+			if err != nil {
+				return false, fmt.Errorf("poll of the other side's pidfd: %w", err)
+			}
+			return n == 0, nil // readable: it exited
+		}
+	}
+	if c.Peer <= 0 {
+		return false, ErrPeerUnknown
+	}
+	return !errors.Is(unix.Kill(c.Peer, 0), unix.ESRCH), nil
 }
 
 // Listen binds path for successors, mode 0600, replacing a socket a dead
@@ -125,7 +195,12 @@ func Accept(ln *net.UnixListener) (*Conn, error) {
 			c.Close()
 			continue
 		}
-		return &Conn{c: c, Peer: int(cred.Pid)}, nil
+		conn, err := newConn(c, cred)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		return conn, nil
 	}
 }
 
@@ -156,7 +231,12 @@ func Dial(path string) (*Conn, error) {
 		c.Close()
 		return nil, fmt.Errorf("%s is served by uid %d, not by this daemon's euid %d", path, cred.Uid, os.Geteuid())
 	}
-	return &Conn{c: c, Peer: int(cred.Pid)}, nil
+	conn, err := newConn(c, cred)
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return conn, nil
 }
 
 func peerCred(c *net.UnixConn) (*unix.Ucred, error) {
@@ -186,7 +266,17 @@ func (c *Conn) WaitClosed() {
 }
 
 // Close closes the connection.
-func (c *Conn) Close() error { return c.c.Close() }
+func (c *Conn) Close() error {
+	if c.pidfd >= 0 {
+		unix.Close(c.pidfd)
+		c.pidfd = -1
+	}
+	return c.c.Close()
+}
+
+// SetDeadline bounds every read and write from now on to t (zero: no
+// bound); one past it fails with an error wrapping os.ErrDeadlineExceeded.
+func (c *Conn) SetDeadline(t time.Time) error { return c.c.SetDeadline(t) }
 
 // SendHello, SendRefusal, SendState and SendVerdict write one message.
 func (c *Conn) SendHello(h Hello) error      { return c.send(message{Hello: &h}, nil) }
@@ -272,6 +362,10 @@ func (c *Conn) send(m message, files []*os.File) error {
 	if err != nil {
 		return err
 	}
+	if len(body) > MaxMessage || len(files) > MaxFiles {
+		return fmt.Errorf("hand-over: a message of %d bytes and %d descriptors is beyond what a successor reads (%d bytes, %d descriptors)",
+			len(body), len(files), MaxMessage, MaxFiles)
+	}
 	var h [headerLen]byte
 	binary.LittleEndian.PutUint32(h[:4], uint32(len(body)))
 	binary.LittleEndian.PutUint32(h[4:], uint32(len(files)))
@@ -336,10 +430,13 @@ func (c *Conn) read() (message, []*os.File, error) {
 		return m, nil, fmt.Errorf("hand-over: a header of %d bytes, want %d", n, headerLen)
 	}
 	h := header{binary.LittleEndian.Uint32(buf[:4]), binary.LittleEndian.Uint32(buf[4:8])}
-	if h.Bytes > 1<<30 || h.Files > 1<<20 {
-		return m, nil, fmt.Errorf("hand-over: a message of %d bytes and %d descriptors is beyond any real state", h.Bytes, h.Files)
+	if h.Bytes > MaxMessage {
+		return m, nil, fmt.Errorf("hand-over: a message of %d bytes is beyond any real state (at most %d)", h.Bytes, MaxMessage)
 	}
-	body := make([]byte, 0, h.Bytes)
+	if h.Files > MaxFiles {
+		return m, nil, fmt.Errorf("hand-over: a message of %d descriptors is beyond any real state (at most %d)", h.Files, MaxFiles)
+	}
+	body := make([]byte, 0, min(h.Bytes, 1<<20)) // grows as the data comes
 	for uint32(len(body)) < h.Bytes {
 		n, err := c.c.Read(buf)
 		if err != nil {

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gdsfs/gdsfs/daemon/handover"
 	"github.com/gdsfs/gdsfs/ipc"
@@ -206,5 +207,134 @@ func TestHandoverPastASilentConnection(t *testing.T) {
 	}
 	if got := sha(t, next.path("a.bin")); got != sha(t, filepath.Join(src, "a.bin")) {
 		t.Fatal("a.bin read through the successor: wrong bytes")
+	}
+}
+
+// TestHandoverVerdictDeadline: a successor whose verdict does not reach
+// the running daemon within shutdown.handover_timeout (a relay on the
+// hand-over socket withholds it, as a successor stalled adopting over a
+// hung SOURCE would) does not freeze the mount. The daemon tells the
+// successor and serves on; the successor, which adopted everything and
+// served nothing, lets go and exits non-zero saying why; a file open
+// through the mount reads on, and a later successor takes over.
+func TestHandoverVerdictDeadline(t *testing.T) {
+	src := t.TempDir()
+	randomFile(t, filepath.Join(src, "a.bin"), 1<<20, 1)
+	randomFile(t, filepath.Join(src, "b.bin"), 1<<20, 2)
+	m := startMount(t, src, "shutdown.handover_timeout=1s")
+	want, err := os.ReadFile(filepath.Join(src, "a.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reader, err := os.Open(m.path("a.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Close()
+	first := make([]byte, len(want)/2)
+	if _, err := io.ReadFull(reader, first); err != nil || !bytes.Equal(first, want[:len(first)]) {
+		t.Fatalf("first read through the mount: %v", err)
+	}
+
+	// The relay takes the socket's path; the daemon's listener answers
+	// on under another name.
+	path := handover.Path(ipc.DefaultSocket(m.mnt))
+	daemonPath := path + ".daemon"
+	if err := os.Rename(path, daemonPath); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := handover.Listen(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted := make(chan *handover.Conn, 1)
+	go func() {
+		c, err := handover.Accept(ln)
+		if err == nil {
+			accepted <- c
+		}
+	}()
+	out := &syncBuffer{}
+	cmd := exec.Command(bins.gdsfs, "mount", "--set", "log.format=console", "--set", "ipc.socket="+m.sock, src, m.mnt)
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	var succ *handover.Conn
+	select {
+	case succ = <-accepted:
+	case err := <-exited:
+		t.Fatalf("the successor exited before connecting: %v\n%s", err, out)
+	}
+	defer succ.Close()
+	pred, err := handover.Dial(daemonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pred.Close()
+	h, err := succ.ReadHello()
+	if err == nil {
+		err = pred.SendHello(h)
+	}
+	if err == nil {
+		h, err = pred.ReadHello()
+	}
+	if err == nil {
+		err = succ.SendHello(h)
+	}
+	if err != nil {
+		t.Fatalf("relaying the hellos: %v", err)
+	}
+	st, files, err := pred.ReadState()
+	if err == nil {
+		err = succ.SendState(st, files)
+		handover.CloseFiles(files)
+	}
+	if err != nil {
+		t.Fatalf("relaying the state: %v", err)
+	}
+	if v, err := succ.ReadVerdict(); err != nil || !v.Taken {
+		t.Fatalf("the successor's verdict: %+v, %v\n%s", v, err, out)
+	}
+	// Withheld: the daemon's deadline passes. (A guard against a daemon
+	// that would wait for ever, as it once did.)
+	pred.SetDeadline(time.Now().Add(20 * time.Second))
+	v, err := pred.ReadVerdict()
+	if err != nil || v.Taken || !strings.Contains(v.Error, "shutdown.handover_timeout (1s)") {
+		t.Fatalf("the daemon's answer to a withheld verdict: %+v, %v\n%s", v, err, m.log)
+	}
+	if err := succ.SendVerdict(v); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-exited; err == nil || !strings.Contains(out.String(), "kept the mount: the running daemon serves on: no verdict from the successor within shutdown.handover_timeout") {
+		t.Fatalf("the successor told the daemon kept the mount exited with %v:\n%s", err, out)
+	}
+	if strings.Contains(out.String(), "took over") {
+		t.Errorf("the successor says it took over:\n%s", out)
+	}
+	if !m.log.waitFor("the successor did not take the mount; serving on") {
+		t.Fatalf("the daemon does not say it serves on:\n%s", m.log)
+	}
+
+	rest := make([]byte, len(want)-len(first))
+	if _, err := io.ReadFull(reader, rest); err != nil || !bytes.Equal(rest, want[len(first):]) {
+		t.Fatalf("reading on through the file opened before: %v", err)
+	}
+	if got := sha(t, m.path("b.bin")); got != sha(t, filepath.Join(src, "b.bin")) {
+		t.Fatal("b.bin read through the mount after the refused hand-over: wrong bytes")
+	}
+	ln.Close()
+	if err := os.Rename(daemonPath, path); err != nil {
+		t.Fatal(err)
+	}
+	next := startMountAt(t, src, m.mnt, "ipc.socket="+m.sock)
+	next.sock = m.sock
+	if err := <-m.exited; err != nil {
+		t.Fatalf("the daemon exited with %v after handing over\n%s", err, m.log)
+	}
+	if got := sha(t, next.path("b.bin")); got != sha(t, filepath.Join(src, "b.bin")) {
+		t.Fatal("b.bin read through the later successor: wrong bytes")
 	}
 }

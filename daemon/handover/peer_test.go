@@ -100,6 +100,7 @@ func TestOversizedMessageRefused(t *testing.T) {
 		if _, err := daemon.c.Write(h[:]); err != nil {
 			t.Fatal(err)
 		}
+		daemon.Close() // nothing follows the header
 		_, _, err := successor.ReadState()
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("a header of %d bytes and %d descriptors: %v; want %q", tc.bytes, tc.files, err, tc.want)

@@ -121,9 +121,7 @@ func (s *Server) adoptConnection(st FUSEState, files []*os.File) error {
 	s.pending = p
 	buf := make([]byte, 4096)
 	n, err := unix.Read(sp[1], buf)
-	// go-fuse, once started, reads end-of-file from sp[0] until Serve
-	// puts the connection in its place.
-	unix.Close(sp[1])
+	unix.Close(sp[1]) // sp[0] waits unread for Serve to replace it
 	if err == nil {
 		_, err = initReply(buf[:n])
 	}
@@ -178,13 +176,19 @@ func (s *Server) Serve() error {
 }
 
 // releaseUnserved lets go of what Adopt took, before Serve: go-fuse
-// reads end-of-file from its socket and stops, and the dups of the
-// adopted handles, kept files and the connection are closed. Nothing it
-// does reaches the connection, nor a passthrough backing id registered
-// on it: the predecessor serves on with them.
+// starts, reads an error and stops, and the dups of the adopted handles,
+// kept files and the connection are closed. Nothing it does reaches the
+// connection, nor a passthrough backing id registered on it: the
+// predecessor serves on with them.
 func (s *Server) releaseUnserved() {
 	p := s.pending
 	s.pending = nil
+	// A directory reads EISDIR, which go-fuse logs at debug level (the
+	// socket's end-of-file it would log on stderr).
+	if dir, err := unix.Open("/", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err == nil {
+		unix.Dup3(dir, s.fuseFd, unix.O_CLOEXEC)
+		unix.Close(dir)
+	}
 	s.goServe(s.fuse)
 	<-s.served
 	if p.conn >= 0 {

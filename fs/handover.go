@@ -109,6 +109,9 @@ func (s *Server) Handoff() (FUSEState, []*os.File, error) {
 	if s.fuseFd < 0 {
 		return FUSEState{}, nil, errors.New("fuse hand-over: the mount's FUSE descriptor is not known")
 	}
+	if s.pending != nil {
+		return FUSEState{}, nil, errors.New("fuse hand-over: this server does not serve the connection yet")
+	}
 	ho, err := s.detach()
 	if err != nil {
 		return FUSEState{}, nil, fmt.Errorf("fuse hand-over: %w", err)

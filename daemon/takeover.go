@@ -367,8 +367,7 @@ func (d *daemon) handOver(sc successor) bool {
 			// Told, so that the successor lets go of what it adopted
 			// instead of serving.
 			err = fmt.Errorf("no verdict from the successor within shutdown.handover_timeout (%s)", timeout)
-			c.SetDeadline(time.Time{})
-			c.SendVerdict(handover.Verdict{Error: "the running daemon serves on: " + err.Error()})
+			c.SendVerdictNow(handover.Verdict{Error: "the running daemon serves on: " + err.Error()})
 		}
 	} else if errors.Is(err, os.ErrDeadlineExceeded) {
 		err = fmt.Errorf("the successor did not read the state within shutdown.handover_timeout (%s)", timeout)

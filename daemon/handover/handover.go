@@ -293,6 +293,33 @@ func (c *Conn) SendState(s State, files []*os.File) error {
 	return c.send(message{State: &s}, files)
 }
 
+// SendVerdictNow writes a verdict only as far as the socket takes it
+// at once (the other side, not reading, may have left it full), for a
+// side that answers and closes without waiting.
+func (c *Conn) SendVerdictNow(v Verdict) error {
+	body, err := json.Marshal(message{Verdict: &v})
+	if err != nil {
+		return err
+	}
+	var h [headerLen]byte
+	binary.LittleEndian.PutUint32(h[:4], uint32(len(body)))
+	raw, err := c.c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := raw.Control(func(fd uintptr) {
+		for _, p := range [][]byte{h[:], body} {
+			if serr = unix.Sendmsg(int(fd), p, nil, nil, unix.MSG_DONTWAIT); serr != nil {
+				return
+			}
+		}
+	}); err != nil {
+		return err
+	}
+	return serr
+}
+
 // RefusedError is the other side's refusal.
 type RefusedError struct{ Why string }
 

@@ -173,7 +173,7 @@ func (d *daemon) takeOver(c *handover.Conn, source, mnt, absMnt string) (err err
 		}
 		if live {
 			d.abandon()
-			return fmt.Errorf("hand-over: the running daemon kept the mount: %w", err)
+			return fmt.Errorf("hand-over: no answer from the running daemon (%w), which still runs: it keeps the mount", err)
 		}
 		// It read our verdict and died before answering, or died
 		// before reading it: either way it serves no more.

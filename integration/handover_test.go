@@ -210,6 +210,91 @@ func TestHandoverPastASilentConnection(t *testing.T) {
 	}
 }
 
+// relay stands between m's daemon and a successor it starts: it takes
+// the hand-over socket's path (the daemon's listener answers on under
+// another name), passes the hellos and the state on, and returns the
+// successor's verdict unanswered. restore gives the path back.
+type relay struct {
+	succ, pred *handover.Conn
+	out        *syncBuffer
+	exited     chan error
+	restore    func()
+}
+
+// hello, when not nil, changes the daemon's hello on its way.
+func startRelay(t *testing.T, m *mount, src string, hello func(*handover.Hello)) (*relay, handover.Verdict) {
+	t.Helper()
+	path := handover.Path(ipc.DefaultSocket(m.mnt))
+	daemonPath := path + ".daemon"
+	if err := os.Rename(path, daemonPath); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := handover.Listen(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &relay{out: &syncBuffer{}, exited: make(chan error, 1)}
+	r.restore = func() {
+		ln.Close()
+		if err := os.Rename(daemonPath, path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	accepted := make(chan *handover.Conn, 1)
+	go func() {
+		c, err := handover.Accept(ln)
+		if err == nil {
+			accepted <- c
+		}
+	}()
+	cmd := exec.Command(bins.gdsfs, "mount", "--set", "log.format=console", "--set", "ipc.socket="+m.sock, src, m.mnt)
+	cmd.Stdout, cmd.Stderr = r.out, r.out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill() })
+	go func() { r.exited <- cmd.Wait() }()
+	select {
+	case r.succ = <-accepted:
+	case err := <-r.exited:
+		t.Fatalf("the successor exited before connecting: %v\n%s", err, r.out)
+	}
+	t.Cleanup(func() { r.succ.Close() })
+	if r.pred, err = handover.Dial(daemonPath); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.pred.Close() })
+	h, err := r.succ.ReadHello()
+	if err == nil {
+		err = r.pred.SendHello(h)
+	}
+	if err == nil {
+		h, err = r.pred.ReadHello()
+	}
+	if err == nil {
+		if hello != nil {
+			hello(&h)
+		}
+		err = r.succ.SendHello(h)
+	}
+	if err != nil {
+		t.Fatalf("relaying the hellos: %v", err)
+	}
+	st, files, err := r.pred.ReadState()
+	if err == nil {
+		err = r.succ.SendState(st, files)
+		handover.CloseFiles(files)
+	}
+	if err != nil {
+		t.Fatalf("relaying the state: %v", err)
+	}
+	v, err := r.succ.ReadVerdict()
+	if err != nil {
+		t.Fatalf("the successor's verdict: %v\n%s", err, r.out)
+	}
+	return r, v
+}
+
 // TestHandoverVerdictDeadline: a successor whose verdict does not reach
 // the running daemon within shutdown.handover_timeout (a relay on the
 // hand-over socket withholds it, as a successor stalled adopting over a
@@ -236,83 +321,25 @@ func TestHandoverVerdictDeadline(t *testing.T) {
 		t.Fatalf("first read through the mount: %v", err)
 	}
 
-	// The relay takes the socket's path; the daemon's listener answers
-	// on under another name.
-	path := handover.Path(ipc.DefaultSocket(m.mnt))
-	daemonPath := path + ".daemon"
-	if err := os.Rename(path, daemonPath); err != nil {
-		t.Fatal(err)
-	}
-	ln, err := handover.Listen(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	accepted := make(chan *handover.Conn, 1)
-	go func() {
-		c, err := handover.Accept(ln)
-		if err == nil {
-			accepted <- c
-		}
-	}()
-	out := &syncBuffer{}
-	cmd := exec.Command(bins.gdsfs, "mount", "--set", "log.format=console", "--set", "ipc.socket="+m.sock, src, m.mnt)
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	var succ *handover.Conn
-	select {
-	case succ = <-accepted:
-	case err := <-exited:
-		t.Fatalf("the successor exited before connecting: %v\n%s", err, out)
-	}
-	defer succ.Close()
-	pred, err := handover.Dial(daemonPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pred.Close()
-	h, err := succ.ReadHello()
-	if err == nil {
-		err = pred.SendHello(h)
-	}
-	if err == nil {
-		h, err = pred.ReadHello()
-	}
-	if err == nil {
-		err = succ.SendHello(h)
-	}
-	if err != nil {
-		t.Fatalf("relaying the hellos: %v", err)
-	}
-	st, files, err := pred.ReadState()
-	if err == nil {
-		err = succ.SendState(st, files)
-		handover.CloseFiles(files)
-	}
-	if err != nil {
-		t.Fatalf("relaying the state: %v", err)
-	}
-	if v, err := succ.ReadVerdict(); err != nil || !v.Taken {
-		t.Fatalf("the successor's verdict: %+v, %v\n%s", v, err, out)
+	r, sv := startRelay(t, m, src, nil)
+	if !sv.Taken {
+		t.Fatalf("the successor's verdict: %+v\n%s", sv, r.out)
 	}
 	// Withheld: the daemon's deadline passes. (A guard against a daemon
 	// that would wait for ever, as it once did.)
-	pred.SetDeadline(time.Now().Add(20 * time.Second))
-	v, err := pred.ReadVerdict()
+	r.pred.SetDeadline(time.Now().Add(20 * time.Second))
+	v, err := r.pred.ReadVerdict()
 	if err != nil || v.Taken || !strings.Contains(v.Error, "shutdown.handover_timeout (1s)") {
 		t.Fatalf("the daemon's answer to a withheld verdict: %+v, %v\n%s", v, err, m.log)
 	}
-	if err := succ.SendVerdict(v); err != nil {
+	if err := r.succ.SendVerdict(v); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-exited; err == nil || !strings.Contains(out.String(), "kept the mount: the running daemon serves on: no verdict from the successor within shutdown.handover_timeout") {
-		t.Fatalf("the successor told the daemon kept the mount exited with %v:\n%s", err, out)
+	if err := <-r.exited; err == nil || !strings.Contains(r.out.String(), "kept the mount: the running daemon serves on: no verdict from the successor within shutdown.handover_timeout") {
+		t.Fatalf("the successor told the daemon kept the mount exited with %v:\n%s", err, r.out)
 	}
-	if strings.Contains(out.String(), "took over") {
-		t.Errorf("the successor says it took over:\n%s", out)
+	if strings.Contains(r.out.String(), "took over") {
+		t.Errorf("the successor says it took over:\n%s", r.out)
 	}
 	if !m.log.waitFor("the successor did not take the mount; serving on") {
 		t.Fatalf("the daemon does not say it serves on:\n%s", m.log)
@@ -325,10 +352,7 @@ func TestHandoverVerdictDeadline(t *testing.T) {
 	if got := sha(t, m.path("b.bin")); got != sha(t, filepath.Join(src, "b.bin")) {
 		t.Fatal("b.bin read through the mount after the refused hand-over: wrong bytes")
 	}
-	ln.Close()
-	if err := os.Rename(daemonPath, path); err != nil {
-		t.Fatal(err)
-	}
+	r.restore()
 	next := startMountAt(t, src, m.mnt, "ipc.socket="+m.sock)
 	next.sock = m.sock
 	if err := <-m.exited; err != nil {
@@ -337,4 +361,41 @@ func TestHandoverVerdictDeadline(t *testing.T) {
 	if got := sha(t, next.path("b.bin")); got != sha(t, filepath.Join(src, "b.bin")) {
 		t.Fatal("b.bin read through the later successor: wrong bytes")
 	}
+}
+
+// TestHandoverTrustsNoReportedPid: a successor whose exchange breaks off
+// after its verdict serves only if the process at the other end of its
+// socket exited, never on the pid the running daemon's hello reported
+// (meaningless across pid namespaces; here the relay reports one that
+// has exited). It lets go and exits non-zero; the daemon serves on.
+func TestHandoverTrustsNoReportedPid(t *testing.T) {
+	src := t.TempDir()
+	randomFile(t, filepath.Join(src, "a.bin"), 1<<20, 1)
+	m := startMount(t, src, "shutdown.handover_timeout=1s")
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	r, sv := startRelay(t, m, src, func(h *handover.Hello) { h.Pid = gone.ProcessState.Pid() })
+	if !sv.Taken {
+		t.Fatalf("the successor's verdict: %+v\n%s", sv, r.out)
+	}
+	r.succ.Close() // the exchange breaks off
+	tookOver := make(chan bool, 1)
+	go func() { tookOver <- r.out.waitFor("took over") }()
+	select {
+	case err := <-r.exited:
+		if err == nil || !strings.Contains(r.out.String(), "which still runs: it keeps the mount") {
+			t.Fatalf("the successor exited with %v:\n%s", err, r.out)
+		}
+	case <-tookOver:
+		t.Fatalf("the successor serves the mount while the daemon runs:\n%s", r.out)
+	}
+	if !m.log.waitFor("the successor did not take the mount; serving on") {
+		t.Fatalf("the daemon does not say it serves on:\n%s", m.log)
+	}
+	if got := sha(t, m.path("a.bin")); got != sha(t, filepath.Join(src, "a.bin")) {
+		t.Fatal("a.bin read through the mount after the broken-off hand-over: wrong bytes")
+	}
+	r.restore()
 }

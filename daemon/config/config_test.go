@@ -127,6 +127,7 @@ func TestErrorsNameTheKey(t *testing.T) {
 		{"", []string{"novalue"}, "want key=value"},
 		{"", []string{"ipc.sharing=public"}, `ipc.sharing: "public"`},
 		{"", []string{"log.format=xml"}, `log.format: "xml"`},
+		{"", []string{"shutdown.handover_timeout=0s"}, "shutdown.handover_timeout: 0s is not positive"},
 		{"", []string{"ipc.max_connections=256", "ipc.max_connections_per_uid=1024"}, "ipc.max_connections_per_uid: 1024 is more than half of ipc.max_connections (256)"},
 		{"", []string{"staging.device=tpu"}, `staging.device: "tpu"`},
 		{"", []string{"staging.gpus=[]"}, "staging.gpus: empty"},

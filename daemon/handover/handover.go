@@ -45,7 +45,7 @@ type Hello struct {
 	Version    string `json:"version"` // gdsfs release, for the logs
 	Source     string `json:"source"`
 	Mountpoint string `json:"mountpoint"`
-	Pid        int    `json:"pid"`
+	Pid        int    `json:"pid"` // for the logs: it means nothing in another pid namespace (Conn.PeerAlive)
 }
 
 // Part is one component's state: its JSON and how many of the message's

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // A test binary started with peerChildEnv set listens on the path it
@@ -105,5 +107,27 @@ func TestOversizedMessageRefused(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("a header of %d bytes and %d descriptors: %v; want %q", tc.bytes, tc.files, err, tc.want)
 		}
+	}
+}
+
+// TestSendVerdictNowNeverWaits: with the socket full (the other side
+// reads nothing), the verdict is refused at once instead of waiting.
+func TestSendVerdictNowNeverWaits(t *testing.T) {
+	daemon, _ := pair(t)
+	raw, err := daemon.c.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var serr error
+	raw.Control(func(fd uintptr) {
+		for serr == nil {
+			serr = unix.Sendmsg(int(fd), make([]byte, 4096), nil, nil, unix.MSG_DONTWAIT)
+		}
+	})
+	if serr != unix.EAGAIN {
+		t.Fatalf("filling the socket: %v", serr)
+	}
+	if err := daemon.SendVerdictNow(Verdict{Error: "x"}); err != unix.EAGAIN {
+		t.Fatalf("a verdict on a full socket: %v, want EAGAIN", err)
 	}
 }

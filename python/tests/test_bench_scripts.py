@@ -3,7 +3,6 @@ scripts/autoload-gpu.py (gdsfs bench autoload) from case timings;
 scripts/step-verdict.py (each step of test-gpu.sh, the summary of
 bench-gpu.sh) from test and bench output."""
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -12,14 +11,11 @@ import textwrap
 import types
 import unittest
 
-from _support import REPO
+from _support import REPO, load_script
 
 
 def autoload_script():
-    spec = importlib.util.spec_from_file_location("autoload_gpu", os.path.join(REPO, "scripts", "autoload-gpu.py"))
-    m = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(m)
-    return m
+    return load_script("autoload-gpu.py")
 
 
 CALLS = {"safetensors.torch.load_file": 8, "safetensors.safe_open": 8, "torch.load": 1}
@@ -254,9 +250,7 @@ class StepVerdicts(unittest.TestCase):
 
 
 def readahead_run(cases, dry_run=False, cold_gbps=2.0, shards=4):
-    spec = importlib.util.spec_from_file_location("readahead_gpu", os.path.join(REPO, "scripts", "readahead-gpu.py"))
-    m = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(m)
+    m = load_script("readahead-gpu.py")
     a = types.SimpleNamespace(shards=shards, shard_mib=32, workers=4, device="auto", dry_run=dry_run, no_drop=dry_run,
                               io_threads=8)
     r = m.Run(a)
@@ -356,9 +350,7 @@ class WorkDirOfAnotherUser(unittest.TestCase):
         if os.geteuid() != 0:
             self.skipTest("SKIPPED: needs root (a directory of uid 65534)")
         for name in ("autoload-gpu.py", "frameworks-gpu.py", "readahead-gpu.py"):
-            spec = importlib.util.spec_from_file_location("s", os.path.join(REPO, "scripts", name))
-            m = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(m)
+            m = load_script(name)
             with tempfile.TemporaryDirectory() as d:
                 os.chmod(d, 0o755)
                 theirs, open_ = os.path.join(d, "theirs"), os.path.join(d, "open")

@@ -387,8 +387,13 @@ func TestScriptArgs(t *testing.T) {
 }
 
 // The embedded scripts are laid out as in the repository, so they find the
-// gdsfs package (and autoload's fixtures) from where they are.
+// gdsfs package (and autoload's fixtures) from where they are, and the
+// modules they import beside them.
 func TestWriteRepoScript(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Fatalf("python3 is needed to run the laid-out scripts: %v", err)
+	}
 	pkg := t.TempDir()
 	root := filepath.Join(t.TempDir(), "repo")
 	p, err := writeRepoScript(&pyEnv{Pkg: pkg}, root, benchScripts["readahead"])
@@ -401,8 +406,14 @@ func TestWriteRepoScript(t *testing.T) {
 	if dst, err := os.Readlink(filepath.Join(root, "python")); err != nil || dst != pkg {
 		t.Errorf("python link %q, %v; want %s", dst, err, pkg)
 	}
-	if _, err := writeRepoScript(&pyEnv{Pkg: pkg}, root, benchScripts["readahead"]); err != nil {
-		t.Errorf("second layout over the first: %v", err)
+	for _, name := range []string{"readahead", "autoload"} {
+		p, err := writeRepoScript(&pyEnv{Pkg: pkg}, root, benchScripts[name])
+		if err != nil {
+			t.Fatalf("%s laid out over another: %v", name, err)
+		}
+		if out, err := exec.Command(py, p, "--help").CombinedOutput(); err != nil {
+			t.Errorf("%s --help, laid out: %v\n%s", p, err, out)
+		}
 	}
 }
 

@@ -47,26 +47,12 @@ import subprocess
 import sys
 import time
 
-from workdir import own_work_dir
+from gpuscript import checksum, own_work_dir, start_mount, versions
 
 HERE = os.path.abspath(__file__)
 
 
 # ---- measuring, inside one fresh interpreter ---------------------------------
-
-def checksum(tensors):
-    import torch
-
-    h = hashlib.sha256()
-    for name in sorted(tensors):
-        t = tensors[name]
-        h.update(("%s %s %s %s\n" % (name, t.dtype, tuple(t.shape), tuple(t.stride()))).encode())
-        if t.numel():
-            u = t.detach().contiguous().reshape(-1).view(torch.uint8).to(torch.int64)
-            w = torch.arange(u.numel(), device=u.device, dtype=torch.int64) % 251 + 1
-            h.update(("%d %d\n" % (int(u.sum()), int((u * w).sum()))).encode())
-    return h.hexdigest()[:16]
-
 
 def measure(a):
     import torch
@@ -204,18 +190,10 @@ class Bench:
 
     def mount(self):
         self.log = open(os.path.join(self.work, "daemon.log"), "wb")
-        sets = ["--set", "ipc.socket=" + os.path.join(self.work, "lease.sock")]
-        for kv in self.a.sets:
-            sets += ["--set", kv]
-        self.proc = subprocess.Popen([self.a.bin, "mount"] + sets + [self.src, self.mnt], stdout=self.log,
-                                     stderr=subprocess.STDOUT)
-        for _ in range(600):
-            if os.path.exists(os.path.join(self.mnt, ".gdsfs", "version")):
-                return
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.1)
-        raise SystemExit("gdsfs mount did not come up; see %s/daemon.log" % self.work)
+        sets = ["ipc.socket=" + os.path.join(self.work, "lease.sock")] + self.a.sets
+        self.proc, up = start_mount(self.a.bin, sets, self.src, self.mnt, self.log)
+        if not up:
+            raise SystemExit("gdsfs mount did not come up; see %s/daemon.log" % self.work)
 
     def umount(self):
         self.proc.terminate()
@@ -543,14 +521,7 @@ def main():
     finally:
         b.umount()
     b.verdicts()
-    import torch
-
-    b.results["versions"] = {"torch": torch.__version__}
-    for mod in ("safetensors", "transformers"):
-        try:
-            b.results["versions"][mod] = __import__(mod).__version__
-        except Exception:
-            pass
+    b.results["versions"] = versions("safetensors", "transformers")
     print(json.dumps(b.results, indent=1))
     print()
     print(b.table())

@@ -1,6 +1,6 @@
 // Package scripts embeds the GPU measurement scripts that `gdsfs bench`
 // runs (autoload-gpu.py for `bench autoload`, readahead-gpu.py for
-// `bench readahead`) and workdir.py, which they import, so the binary
+// `bench readahead`) and gpuscript.py, which they import, so the binary
 // carries them. The .py files stay plain scripts beside this file: they can
 // be run on their own, and this package only reads them.
 package scripts
@@ -18,8 +18,8 @@ var Autoload []byte
 //go:embed readahead-gpu.py
 var Readahead []byte
 
-// WorkDir is workdir.py, the work directory check the scripts import from
-// beside them.
+// Shared is gpuscript.py, what the scripts share, imported from beside
+// them.
 //
-//go:embed workdir.py
-var WorkDir []byte
+//go:embed gpuscript.py
+var Shared []byte

@@ -53,27 +53,13 @@ import subprocess
 import sys
 import time
 
-from workdir import own_work_dir
+from gpuscript import checksum, own_work_dir, start_mount, versions
 
 HERE = os.path.abspath(__file__)
 SHARDS, SHARD_MIB = 64, 32
 
 
 # ---- inside one fresh interpreter ------------------------------------------
-
-def checksum(tensors):
-    import torch
-
-    h = hashlib.sha256()
-    for name in sorted(tensors):
-        t = tensors[name]
-        h.update(("%s %s %s %s\n" % (name, t.dtype, tuple(t.shape), tuple(t.stride()))).encode())
-        if t.numel():
-            u = t.detach().contiguous().reshape(-1).view(torch.uint8).to(torch.int64)
-            w = torch.arange(u.numel(), device=u.device, dtype=torch.int64) % 251 + 1
-            h.update(("%d %d\n" % (int(u.sum()), int((u * w).sum()))).encode())
-    return h.hexdigest()[:16]
-
 
 def _profile_moves(torch):
     """Time spent in Tensor.to/.cuda/.copy_ calls that move a CPU tensor to
@@ -270,18 +256,10 @@ class Bench:
 
     def mount(self):
         self.log = open(os.path.join(self.work, "daemon.log"), "wb")
-        sets = ["--set", "ipc.socket=" + os.path.join(self.work, "lease.sock")]
-        for kv in self.a.sets:
-            sets += ["--set", kv]
-        self.proc = subprocess.Popen([self.a.bin, "mount"] + sets + [self.src, self.mnt], stdout=self.log,
-                                     stderr=subprocess.STDOUT)
-        for _ in range(600):
-            if os.path.exists(os.path.join(self.mnt, ".gdsfs", "version")):
-                return
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.1)
-        raise SystemExit("gdsfs mount did not come up; see %s/daemon.log" % self.work)
+        sets = ["ipc.socket=" + os.path.join(self.work, "lease.sock")] + self.a.sets
+        self.proc, up = start_mount(self.a.bin, sets, self.src, self.mnt, self.log)
+        if not up:
+            raise SystemExit("gdsfs mount did not come up; see %s/daemon.log" % self.work)
 
     def umount(self):
         self.proc.terminate()
@@ -554,14 +532,7 @@ def main():
         b.umount()
     b.verdicts()
     b.overhead()
-    import torch
-
-    b.results["versions"] = {"torch": torch.__version__}
-    for mod in ("safetensors", "transformers", "numpy"):
-        try:
-            b.results["versions"][mod] = __import__(mod).__version__
-        except Exception:
-            pass
+    b.results["versions"] = versions("safetensors", "transformers", "numpy")
     print(json.dumps(b.results, indent=1))
     print()
     print(b.table())

@@ -44,7 +44,7 @@ import sys
 import threading
 import time
 
-from workdir import own_work_dir
+from gpuscript import own_work_dir, start_mount
 
 HERE = os.path.abspath(__file__)
 REPO_PYTHON = os.path.join(os.path.dirname(os.path.dirname(HERE)), "python")
@@ -146,20 +146,14 @@ class Mount:
     def __init__(self, a, sets):
         self.a, self.mnt = a, os.path.join(a.work, "mnt")
         os.makedirs(self.mnt, exist_ok=True)
-        args = [a.bin, "mount", "--set", "log.format=json", "--set", "ipc.socket=" + os.path.join(a.work, "lease.sock")]
+        keys = ["log.format=json", "ipc.socket=" + os.path.join(a.work, "lease.sock")]
         if a.device == "host":
-            args += ["--set", "staging.device=host"]
-        for s in a.sets + sets:  # the caller's keys, then this mode's (which win)
-            args += ["--set", s]
+            keys.append("staging.device=host")
+        keys += a.sets + sets  # the caller's keys, then this mode's (which win)
         self.log = open(os.path.join(a.work, "daemon.log"), "ab")
-        self.proc = subprocess.Popen(args + [os.path.join(a.work, "src"), self.mnt], stdout=self.log,
-                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        for _ in range(600):
-            if os.path.exists(os.path.join(self.mnt, ".gdsfs", "version")):
-                return
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.1)
+        self.proc, up = start_mount(a.bin, keys, os.path.join(a.work, "src"), self.mnt, self.log, stdin=subprocess.DEVNULL)
+        if up:
+            return
         self.stop()
         raise SystemExit("gdsfs mount %s did not come up; see %s/daemon.log" % (" ".join(sets), a.work))
 

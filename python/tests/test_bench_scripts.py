@@ -369,5 +369,45 @@ class WorkDirOfAnotherUser(unittest.TestCase):
                 self.assertEqual(os.stat(fresh).st_mode & 0o777, 0o700, name)
 
 
+
+class StartMount(unittest.TestCase):
+    """scripts/gpuscript.py start_mount, with a stand-in for the gdsfs
+    binary: the command it runs, and whether the mount serves."""
+
+    def fake(self, d, body):
+        p = os.path.join(d, "gdsfs")
+        with open(p, "w") as f:
+            f.write("#!/bin/sh\n" + body)
+        os.chmod(p, 0o755)
+        return p
+
+    def test_serves(self):
+        with tempfile.TemporaryDirectory() as d:
+            args, mnt = os.path.join(d, "args"), os.path.join(d, "mnt")
+            # The last argument is the mount point: .gdsfs/version there says it serves.
+            b = self.fake(d, 'printf "%%s\\n" "$@" > %s\nfor m; do :; done\nmkdir -p "$m/.gdsfs" && : > "$m/.gdsfs/version"\n'
+                             'exec sleep 60\n' % args)
+            with open(os.path.join(d, "log"), "wb") as log:
+                proc, up = load_script("gpuscript.py").start_mount(b, ["a=1", "b=2"], "/src", mnt, log)
+            try:
+                self.assertTrue(up)
+                self.assertIsNone(proc.poll(), "the daemon stand-in should be running")
+            finally:
+                proc.terminate()
+                proc.wait()
+            with open(args) as f:
+                self.assertEqual(f.read().split("\n")[:-1], ["mount", "--set", "a=1", "--set", "b=2", "/src", mnt])
+
+    def test_exits_first(self):
+        with tempfile.TemporaryDirectory() as d:
+            b = self.fake(d, "echo no mount here; exit 3\n")
+            with open(os.path.join(d, "log"), "wb") as log:
+                proc, up = load_script("gpuscript.py").start_mount(b, [], "/src", os.path.join(d, "mnt"), log)
+            self.assertFalse(up)
+            self.assertEqual(proc.returncode, 3)
+            with open(os.path.join(d, "log")) as f:
+                self.assertEqual(f.read(), "no mount here\n")
+
+
 if __name__ == "__main__":
     unittest.main()

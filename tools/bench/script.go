@@ -127,7 +127,7 @@ func scriptArgs(o ScriptOptions, py *pyEnv, host bool) []string {
 }
 
 // writeRepoScript lays the embedded script out as in the repository
-// (ROOT/scripts/FILE beside ROOT/python, with the workdir.py it imports),
+// (ROOT/scripts/FILE beside ROOT/python, with the gpuscript.py it imports),
 // since the scripts find the gdsfs package and the test fixtures from where
 // they are.
 func writeRepoScript(py *pyEnv, root string, bs benchScript) (string, error) {
@@ -141,7 +141,7 @@ func writeRepoScript(py *pyEnv, root string, bs benchScript) (string, error) {
 	if err := os.Symlink(py.Pkg, link); err != nil {
 		return "", err
 	}
-	if err := writeNew(filepath.Join(root, "scripts", "workdir.py"), scripts.WorkDir, 0o644); err != nil {
+	if err := writeNew(filepath.Join(root, "scripts", "gpuscript.py"), scripts.Shared, 0o644); err != nil {
 		return "", err
 	}
 	path := filepath.Join(root, "scripts", bs.file)

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -343,6 +345,31 @@ func TestAppendReport(t *testing.T) {
 	}
 	if len(lines) != 2 || json.Unmarshal([]byte(lines[1]), &rec) != nil || rec.Bench != "lease" || rec.Result["n"] != 1 {
 		t.Fatalf("report file:\n%s", b)
+	}
+}
+
+func TestPrintResult(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "r.jsonl")
+	res := map[string]int{"n": 7}
+	text := func(w io.Writer) { fmt.Fprintln(w, "n is 7") }
+	for _, tc := range []struct {
+		asJSON bool
+		want   string
+	}{{true, "{\"n\":7}\n"}, {false, "n is 7\n"}} {
+		var out bytes.Buffer
+		if err := printResult(&out, p, "stage", res, tc.asJSON, text); err != nil {
+			t.Fatal(err)
+		}
+		if out.String() != tc.want {
+			t.Errorf("JSON %v: printed %q, want %q", tc.asJSON, out.String(), tc.want)
+		}
+	}
+	b, _ := os.ReadFile(p)
+	if want := strings.Repeat("{\"bench\":\"stage\",\"result\":{\"n\":7}}\n", 2); string(b) != want {
+		t.Errorf("report file %q, want %q", b, want)
+	}
+	if err := printResult(io.Discard, filepath.Join(t.TempDir(), "none", "r.jsonl"), "stage", res, true, text); err == nil {
+		t.Error("a report file that cannot be made: no error")
 	}
 }
 

@@ -47,7 +47,7 @@ import subprocess
 import sys
 import time
 
-from gpuscript import checksum, own_work_dir, start_mount, versions
+from gpuscript import MountBench, checksum, own_work_dir, sh, versions
 
 HERE = os.path.abspath(__file__)
 
@@ -167,11 +167,7 @@ def check(a):
 
 # ---- the driver -------------------------------------------------------------
 
-def sh(cmd, **kw):
-    return subprocess.run(cmd, check=True, **kw)
-
-
-class Bench:
+class Bench(MountBench):
     def __init__(self, a):
         self.a = a
         self.work = a.work
@@ -187,17 +183,6 @@ class Bench:
         own_work_dir(self.work)
         for d in (self.work, self.src, self.mnt):
             os.makedirs(d, exist_ok=True)
-
-    def mount(self):
-        self.log = open(os.path.join(self.work, "daemon.log"), "wb")
-        sets = ["ipc.socket=" + os.path.join(self.work, "lease.sock")] + self.a.sets
-        self.proc, up = start_mount(self.a.bin, sets, self.src, self.mnt, self.log)
-        if not up:
-            raise SystemExit("gdsfs mount did not come up; see %s/daemon.log" % self.work)
-
-    def umount(self):
-        self.proc.terminate()
-        self.proc.wait(60)
 
     def make_files(self):
         import torch
@@ -242,12 +227,6 @@ class Bench:
         if os.path.isdir(path):
             return [os.path.join(rel, f) for f in sorted(os.listdir(path))]
         return [rel]
-
-    def warm_cache(self, path):
-        for rel in self.rels(path):
-            with open(os.path.join(self.src, rel), "rb") as f:
-                while f.read(64 << 20):
-                    pass
 
     def drop_cache(self):
         try:

@@ -53,7 +53,7 @@ import subprocess
 import sys
 import time
 
-from gpuscript import checksum, own_work_dir, start_mount, versions
+from gpuscript import MountBench, checksum, own_work_dir, sh, versions
 
 HERE = os.path.abspath(__file__)
 SHARDS, SHARD_MIB = 64, 32
@@ -241,11 +241,7 @@ def overhead(a):
 
 # ---- the driver ------------------------------------------------------------
 
-def sh(cmd, **kw):
-    return subprocess.run(cmd, check=True, **kw)
-
-
-class Bench:
+class Bench(MountBench):
     def __init__(self, a):
         self.a = a
         self.work = os.path.abspath(a.work)
@@ -253,17 +249,6 @@ class Bench:
         self.mnt = os.path.join(self.work, "mnt")
         self.results = {"cases": {}}
         self.t0 = time.time()
-
-    def mount(self):
-        self.log = open(os.path.join(self.work, "daemon.log"), "wb")
-        sets = ["ipc.socket=" + os.path.join(self.work, "lease.sock")] + self.a.sets
-        self.proc, up = start_mount(self.a.bin, sets, self.src, self.mnt, self.log)
-        if not up:
-            raise SystemExit("gdsfs mount did not come up; see %s/daemon.log" % self.work)
-
-    def umount(self):
-        self.proc.terminate()
-        self.proc.wait(60)
 
     def make_files(self):
         import numpy as np
@@ -316,12 +301,6 @@ class Bench:
     def rels(self, path):
         rel = os.path.relpath(path, self.src)
         return [os.path.join(rel, f) for f in sorted(os.listdir(path)) if not f.endswith(".json")]
-
-    def warm_cache(self, path):
-        for rel in self.rels(path):
-            with open(os.path.join(self.src, rel), "rb") as f:
-                while f.read(64 << 20):
-                    pass
 
     def drop_cache(self, path):
         """The page cache of the machine (as root), else of path's files

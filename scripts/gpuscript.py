@@ -1,6 +1,7 @@
 """What the GPU scripts beside this file share (autoload-gpu.py,
 frameworks-gpu.py, readahead-gpu.py): their work directory check, the
-daemon's start, the tensors' checksum and the versions they report. Python
+daemon's start and stop, the tensors' checksum and the versions they
+report. Python
 puts a script's own directory first on sys.path, so they import it by
 name; `gdsfs bench` writes it out beside the script it runs."""
 
@@ -52,6 +53,35 @@ def start_mount(bin, sets, src, mnt, log, **popen):
             break
         time.sleep(0.1)
     return proc, False
+
+
+def sh(cmd, **kw):
+    return subprocess.run(cmd, check=True, **kw)
+
+
+class MountBench:
+    """Mounting and reading for a bench whose mount serves self.src on
+    self.mnt, its daemon's output in self.work/daemon.log, its lease socket
+    self.work/lease.sock; self.a holds the script's --bin and --set, and
+    self.rels(path) names path's files relative to self.src."""
+
+    def mount(self):
+        self.log = open(os.path.join(self.work, "daemon.log"), "wb")
+        sets = ["ipc.socket=" + os.path.join(self.work, "lease.sock")] + self.a.sets
+        self.proc, up = start_mount(self.a.bin, sets, self.src, self.mnt, self.log)
+        if not up:
+            raise SystemExit("gdsfs mount did not come up; see %s/daemon.log" % self.work)
+
+    def umount(self):
+        self.proc.terminate()
+        self.proc.wait(60)
+
+    def warm_cache(self, path):
+        """Reads path's files in SOURCE: their pages in the page cache."""
+        for rel in self.rels(path):
+            with open(os.path.join(self.src, rel), "rb") as f:
+                while f.read(64 << 20):
+                    pass
 
 
 def checksum(tensors):

@@ -44,7 +44,6 @@ root, else posix_fadvise DONTNEED on each file).
 """
 
 import argparse
-import hashlib
 import json
 import os
 import re
@@ -53,7 +52,7 @@ import subprocess
 import sys
 import time
 
-from gpuscript import MountBench, checksum, own_work_dir, sh, versions
+from gpuscript import MountBench, checksum, logits_digest, own_work_dir, sh, versions
 
 HERE = os.path.abspath(__file__)
 SHARDS, SHARD_MIB = 64, 32
@@ -127,10 +126,7 @@ def measure(a):
         torch.cuda.synchronize()
         out["seconds"] = time.perf_counter() - t0
         out["checksum"] = checksum(model.state_dict())
-        ids = (torch.arange(64, device="cuda") * 7919 % model.config.vocab_size).reshape(1, -1)
-        with torch.no_grad():
-            logits = model(ids).logits.float()
-        out["logits"] = hashlib.sha256(logits.cpu().numpy().tobytes()).hexdigest()[:16]
+        out["logits"] = logits_digest(model)
     elif a.what == "vllm":
         files = sorted(os.path.join(a.path, f) for f in os.listdir(a.path) if f.endswith(".safetensors"))
         shapes = {}

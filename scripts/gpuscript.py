@@ -1,9 +1,9 @@
 """What the GPU scripts beside this file share (autoload-gpu.py,
 frameworks-gpu.py, readahead-gpu.py): their work directory check, the
-daemon's start and stop, the tensors' checksum and the versions they
-report. Python
-puts a script's own directory first on sys.path, so they import it by
-name; `gdsfs bench` writes it out beside the script it runs."""
+daemon's start and stop, the tensors' checksum, a model's logits digest
+and the versions they report. Python puts a script's own directory first
+on sys.path, so they import it by name; `gdsfs bench` writes it out beside
+the script it runs."""
 
 import hashlib
 import os
@@ -98,6 +98,17 @@ def checksum(tensors):
             w = torch.arange(u.numel(), device=u.device, dtype=torch.int64) % 251 + 1
             h.update(("%d %d\n" % (int(u.sum()), int((u * w).sum()))).encode())
     return h.hexdigest()[:16]
+
+
+def logits_digest(model):
+    """The first 16 hex digits of the SHA-256 of a causal LM's logits (as
+    float32) for one fixed input of 64 tokens, on the GPU."""
+    import torch
+
+    ids = (torch.arange(64, device="cuda") * 7919 % model.config.vocab_size).reshape(1, -1)
+    with torch.no_grad():
+        logits = model(ids).logits.float()
+    return hashlib.sha256(logits.cpu().numpy().tobytes()).hexdigest()[:16]
 
 
 def versions(*modules):

@@ -91,7 +91,7 @@ gpu-bundle:
 	$(GO) test -c -o .bin/gpustaging.test ./staging/gputest
 	CGO_ENABLED=0 $(GO) build -o .bin/leasecheck ./integration/leasecheck
 	$(GO) build -o .bin/loopback github.com/hanwen/go-fuse/v2/example/loopback
-	cp scripts/test-gpu.sh scripts/mount-gpu.sh scripts/torch-gpu.sh scripts/check-gpu.sh scripts/cufile-stats-gpu.sh scripts/lease-gpu.sh scripts/multigpu-gpu.sh scripts/autoload-gpu.py scripts/restart-gpu.py scripts/make-safetensors-fixtures.py scripts/step-verdict.py .bin/
+	cp scripts/test-gpu.sh scripts/mount-gpu.sh scripts/torch-gpu.sh scripts/check-gpu.sh scripts/cufile-stats-gpu.sh scripts/lease-gpu.sh scripts/multigpu-gpu.sh scripts/outdir.sh scripts/autoload-gpu.py scripts/gpuscript.py scripts/restart-gpu.py scripts/make-safetensors-fixtures.py scripts/step-verdict.py .bin/
 	-cp ../shared/device/cufile-compat.sh .bin/ 2>/dev/null
 
 # On the GPU machine: every GPU test, which fails (never skips) where no GPU

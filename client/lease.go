@@ -209,16 +209,12 @@ func openFresh(path string, loc location) (*Lease, error) {
 // Stat asks the daemon holding path for its state without staging it
 // (on a connection of its own, closed after).
 func Stat(path string) (proto.Response, error) {
-	t, err := find(path)
-	if err != nil {
-		return proto.Response{}, err
-	}
-	c, err := dial(t.socket, t.owner)
+	c, rel, err := DialMount(path)
 	if err != nil {
 		return proto.Response{}, err
 	}
 	defer c.Close()
-	return c.Stat(t.rel)
+	return c.Stat(rel)
 }
 
 // mapFiles maps a grant's descriptors and closes them.

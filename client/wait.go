@@ -55,27 +55,19 @@ func longer(err error, ms int64, deadline time.Time) bool {
 // Wait is Conn.Wait on a connection of its own to the daemon holding path
 // (closed after).
 func Wait(path string, until []string, timeout time.Duration) (proto.Response, error) {
-	t, err := find(path)
-	if err != nil {
-		return proto.Response{}, err
-	}
-	c, err := dial(t.socket, t.owner)
+	c, rel, err := DialMount(path)
 	if err != nil {
 		return proto.Response{}, err
 	}
 	defer c.Close()
-	return c.Wait(t.rel, until, timeout)
+	return c.Wait(rel, until, timeout)
 }
 
 // WaitStat is Conn.WaitStat on a connection of its own to the daemon
 // holding path (any path under its mount, e.g. a file or
 // MOUNT/.gdsfs/socket).
 func WaitStat(path, key string, value int64, timeout time.Duration) error {
-	t, err := find(path)
-	if err != nil {
-		return err
-	}
-	c, err := dial(t.socket, t.owner)
+	c, _, err := DialMount(path)
 	if err != nil {
 		return err
 	}

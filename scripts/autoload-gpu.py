@@ -42,55 +42,17 @@ import hashlib
 import json
 import os
 import re
-import stat
 import statistics
 import subprocess
 import sys
 import time
 
+from gpuscript import MountBench, checksum, logits_digest, own_work_dir, sh, versions
+
 HERE = os.path.abspath(__file__)
 
 
 # ---- measuring, inside one fresh interpreter ---------------------------------
-
-def checksum(tensors):
-    import torch
-
-    h = hashlib.sha256()
-    for name in sorted(tensors):
-        t = tensors[name]
-        h.update(("%s %s %s %s\n" % (name, t.dtype, tuple(t.shape), tuple(t.stride()))).encode())
-        if t.numel():
-            u = t.detach().contiguous().reshape(-1).view(torch.uint8).to(torch.int64)
-            w = torch.arange(u.numel(), device=u.device, dtype=torch.int64) % 251 + 1
-            h.update(("%d %d\n" % (int(u.sum()), int((u * w).sum()))).encode())
-    return h.hexdigest()[:16]
-
-
-def own_work_dir(path):
-    """Makes path (0700 where missing) and refuses it unless it and every
-    directory above it are owned by root or us and writable by no one else
-    (sticky ones above it excepted), with no other user's link on the way:
-    a work directory another user made could hold their links or modules."""
-    path = os.path.abspath(path)
-    os.makedirs(path, mode=0o700, exist_ok=True)
-    me = os.geteuid()
-    parts = path.strip("/").split("/")
-    for i in range(len(parts) + 1):
-        p = "/" + "/".join(parts[:i])
-        st = os.lstat(p)
-        if st.st_uid not in (0, me):
-            raise SystemExit("--work %s: %s is owned by uid %d (use a work directory of yours that no one else may write)" % (path, p, st.st_uid))
-        if stat.S_ISLNK(st.st_mode):
-            continue
-        last = i == len(parts)
-        if st.st_mode & 0o022 and (last or not st.st_mode & stat.S_ISVTX):
-            raise SystemExit("--work %s: %s is writable by group or other (mode %04o; use a work directory of yours that no one else may write)" % (path, p, stat.S_IMODE(st.st_mode)))
-    real = os.path.realpath(path)
-    if real != path:
-        own_work_dir(real)
-    return path
-
 
 def measure(a):
     import torch
@@ -121,10 +83,7 @@ def measure(a):
         torch.cuda.synchronize()
         out["seconds"] = time.perf_counter() - t0
         out["checksum"] = checksum(model.state_dict())
-        ids = (torch.arange(64, device="cuda") * 7919 % model.config.vocab_size).reshape(1, -1)
-        with torch.no_grad():
-            logits = model(ids).logits.float()
-        out["logits"] = hashlib.sha256(logits.cpu().numpy().tobytes()).hexdigest()[:16]
+        out["logits"] = logits_digest(model)
     a_mod = sys.modules.get("gdsfs.autoload")
     out["served"] = a_mod.served() if a_mod else {}
     out["fallbacks"] = a_mod.fallbacks() if a_mod else {}
@@ -205,11 +164,7 @@ def check(a):
 
 # ---- the driver -------------------------------------------------------------
 
-def sh(cmd, **kw):
-    return subprocess.run(cmd, check=True, **kw)
-
-
-class Bench:
+class Bench(MountBench):
     def __init__(self, a):
         self.a = a
         self.work = a.work
@@ -225,25 +180,6 @@ class Bench:
         own_work_dir(self.work)
         for d in (self.work, self.src, self.mnt):
             os.makedirs(d, exist_ok=True)
-
-    def mount(self):
-        self.log = open(os.path.join(self.work, "daemon.log"), "wb")
-        sets = ["--set", "ipc.socket=" + os.path.join(self.work, "lease.sock")]
-        for kv in self.a.sets:
-            sets += ["--set", kv]
-        self.proc = subprocess.Popen([self.a.bin, "mount"] + sets + [self.src, self.mnt], stdout=self.log,
-                                     stderr=subprocess.STDOUT)
-        for _ in range(600):
-            if os.path.exists(os.path.join(self.mnt, ".gdsfs", "version")):
-                return
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.1)
-        raise SystemExit("gdsfs mount did not come up; see %s/daemon.log" % self.work)
-
-    def umount(self):
-        self.proc.terminate()
-        self.proc.wait(60)
 
     def make_files(self):
         import torch
@@ -288,12 +224,6 @@ class Bench:
         if os.path.isdir(path):
             return [os.path.join(rel, f) for f in sorted(os.listdir(path))]
         return [rel]
-
-    def warm_cache(self, path):
-        for rel in self.rels(path):
-            with open(os.path.join(self.src, rel), "rb") as f:
-                while f.read(64 << 20):
-                    pass
 
     def drop_cache(self):
         try:
@@ -567,14 +497,7 @@ def main():
     finally:
         b.umount()
     b.verdicts()
-    import torch
-
-    b.results["versions"] = {"torch": torch.__version__}
-    for mod in ("safetensors", "transformers"):
-        try:
-            b.results["versions"][mod] = __import__(mod).__version__
-        except Exception:
-            pass
+    b.results["versions"] = versions("safetensors", "transformers")
     print(json.dumps(b.results, indent=1))
     print()
     print(b.table())

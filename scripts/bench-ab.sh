@@ -23,20 +23,7 @@ set -u
 a=$1 b=$2
 for x in "$a" "$b"; do [ -x "$x" ] || { echo "bench-ab: $x is not an executable"; exit 2; }; done
 here=$(cd "$(dirname "$0")" && pwd)
-# outdir NAME: $OUT, where it is a directory of the caller's that no one
-# else may write (else exit 1), or a fresh one from mktemp -d.
-outdir() {
-	if [ -z "${OUT:-}" ]; then
-		mktemp -d "${TMPDIR:-/tmp}/$1.XXXXXX" || exit 1
-		return
-	fi
-	mkdir -p "$OUT" || exit 1
-	if [ -L "$OUT" ] || [ ! -O "$OUT" ] || [ -n "$(find "$OUT" -maxdepth 0 -perm /022)" ]; then
-		echo "OUT=$OUT: not a directory of yours that only you may write (leave OUT unset for a fresh one)" >&2
-		exit 1
-	fi
-	echo "$OUT"
-}
+. "$here/outdir.sh"
 out=$(outdir gdsfs-ab-out) || exit 1
 echo "outputs in $out"
 work=${GDSFS_BENCH_DIR:-/var/tmp/gdsfs-bench}

@@ -1,7 +1,8 @@
 // Package scripts embeds the GPU measurement scripts that `gdsfs bench`
 // runs (autoload-gpu.py for `bench autoload`, readahead-gpu.py for
-// `bench readahead`), so the binary carries them. The .py files stay plain scripts beside this
-// file: they can be run on their own, and this package only reads them.
+// `bench readahead`) and gpuscript.py, which they import, so the binary
+// carries them. The .py files stay plain scripts beside this file: they can
+// be run on their own, and this package only reads them.
 package scripts
 
 import _ "embed"
@@ -16,3 +17,9 @@ var Autoload []byte
 //
 //go:embed readahead-gpu.py
 var Readahead []byte
+
+// Shared is gpuscript.py, what the scripts share, imported from beside
+// them.
+//
+//go:embed gpuscript.py
+var Shared []byte

@@ -44,60 +44,21 @@ root, else posix_fadvise DONTNEED on each file).
 """
 
 import argparse
-import hashlib
 import json
 import os
 import re
-import stat
 import statistics
 import subprocess
 import sys
 import time
+
+from gpuscript import MountBench, checksum, logits_digest, own_work_dir, sh, versions
 
 HERE = os.path.abspath(__file__)
 SHARDS, SHARD_MIB = 64, 32
 
 
 # ---- inside one fresh interpreter ------------------------------------------
-
-def checksum(tensors):
-    import torch
-
-    h = hashlib.sha256()
-    for name in sorted(tensors):
-        t = tensors[name]
-        h.update(("%s %s %s %s\n" % (name, t.dtype, tuple(t.shape), tuple(t.stride()))).encode())
-        if t.numel():
-            u = t.detach().contiguous().reshape(-1).view(torch.uint8).to(torch.int64)
-            w = torch.arange(u.numel(), device=u.device, dtype=torch.int64) % 251 + 1
-            h.update(("%d %d\n" % (int(u.sum()), int((u * w).sum()))).encode())
-    return h.hexdigest()[:16]
-
-
-def own_work_dir(path):
-    """Makes path (0700 where missing) and refuses it unless it and every
-    directory above it are owned by root or us and writable by no one else
-    (sticky ones above it excepted), with no other user's link on the way:
-    a work directory another user made could hold their links or modules."""
-    path = os.path.abspath(path)
-    os.makedirs(path, mode=0o700, exist_ok=True)
-    me = os.geteuid()
-    parts = path.strip("/").split("/")
-    for i in range(len(parts) + 1):
-        p = "/" + "/".join(parts[:i])
-        st = os.lstat(p)
-        if st.st_uid not in (0, me):
-            raise SystemExit("--work %s: %s is owned by uid %d (use a work directory of yours that no one else may write)" % (path, p, st.st_uid))
-        if stat.S_ISLNK(st.st_mode):
-            continue
-        last = i == len(parts)
-        if st.st_mode & 0o022 and (last or not st.st_mode & stat.S_ISVTX):
-            raise SystemExit("--work %s: %s is writable by group or other (mode %04o; use a work directory of yours that no one else may write)" % (path, p, stat.S_IMODE(st.st_mode)))
-    real = os.path.realpath(path)
-    if real != path:
-        own_work_dir(real)
-    return path
-
 
 def _profile_moves(torch):
     """Time spent in Tensor.to/.cuda/.copy_ calls that move a CPU tensor to
@@ -165,10 +126,7 @@ def measure(a):
         torch.cuda.synchronize()
         out["seconds"] = time.perf_counter() - t0
         out["checksum"] = checksum(model.state_dict())
-        ids = (torch.arange(64, device="cuda") * 7919 % model.config.vocab_size).reshape(1, -1)
-        with torch.no_grad():
-            logits = model(ids).logits.float()
-        out["logits"] = hashlib.sha256(logits.cpu().numpy().tobytes()).hexdigest()[:16]
+        out["logits"] = logits_digest(model)
     elif a.what == "vllm":
         files = sorted(os.path.join(a.path, f) for f in os.listdir(a.path) if f.endswith(".safetensors"))
         shapes = {}
@@ -279,11 +237,7 @@ def overhead(a):
 
 # ---- the driver ------------------------------------------------------------
 
-def sh(cmd, **kw):
-    return subprocess.run(cmd, check=True, **kw)
-
-
-class Bench:
+class Bench(MountBench):
     def __init__(self, a):
         self.a = a
         self.work = os.path.abspath(a.work)
@@ -291,25 +245,6 @@ class Bench:
         self.mnt = os.path.join(self.work, "mnt")
         self.results = {"cases": {}}
         self.t0 = time.time()
-
-    def mount(self):
-        self.log = open(os.path.join(self.work, "daemon.log"), "wb")
-        sets = ["--set", "ipc.socket=" + os.path.join(self.work, "lease.sock")]
-        for kv in self.a.sets:
-            sets += ["--set", kv]
-        self.proc = subprocess.Popen([self.a.bin, "mount"] + sets + [self.src, self.mnt], stdout=self.log,
-                                     stderr=subprocess.STDOUT)
-        for _ in range(600):
-            if os.path.exists(os.path.join(self.mnt, ".gdsfs", "version")):
-                return
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.1)
-        raise SystemExit("gdsfs mount did not come up; see %s/daemon.log" % self.work)
-
-    def umount(self):
-        self.proc.terminate()
-        self.proc.wait(60)
 
     def make_files(self):
         import numpy as np
@@ -362,12 +297,6 @@ class Bench:
     def rels(self, path):
         rel = os.path.relpath(path, self.src)
         return [os.path.join(rel, f) for f in sorted(os.listdir(path)) if not f.endswith(".json")]
-
-    def warm_cache(self, path):
-        for rel in self.rels(path):
-            with open(os.path.join(self.src, rel), "rb") as f:
-                while f.read(64 << 20):
-                    pass
 
     def drop_cache(self, path):
         """The page cache of the machine (as root), else of path's files
@@ -578,14 +507,7 @@ def main():
         b.umount()
     b.verdicts()
     b.overhead()
-    import torch
-
-    b.results["versions"] = {"torch": torch.__version__}
-    for mod in ("safetensors", "transformers", "numpy"):
-        try:
-            b.results["versions"][mod] = __import__(mod).__version__
-        except Exception:
-            pass
+    b.results["versions"] = versions("safetensors", "transformers", "numpy")
     print(json.dumps(b.results, indent=1))
     print()
     print(b.table())

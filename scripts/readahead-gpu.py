@@ -39,11 +39,12 @@ times are the host's, not a disk's).
 import argparse
 import json
 import os
-import stat
 import subprocess
 import sys
 import threading
 import time
+
+from gpuscript import own_work_dir, start_mount
 
 HERE = os.path.abspath(__file__)
 REPO_PYTHON = os.path.join(os.path.dirname(os.path.dirname(HERE)), "python")
@@ -58,31 +59,6 @@ def checksum(t):
     u = t.reshape(-1).to(torch.int64)
     w = torch.arange(u.numel(), device=u.device, dtype=torch.int64) % 251 + 1
     return int(u.sum()), int((u * w).sum())
-
-
-def own_work_dir(path):
-    """Makes path (0700 where missing) and refuses it unless it and every
-    directory above it are owned by root or us and writable by no one else
-    (sticky ones above it excepted), with no other user's link on the way:
-    a work directory another user made could hold their links or modules."""
-    path = os.path.abspath(path)
-    os.makedirs(path, mode=0o700, exist_ok=True)
-    me = os.geteuid()
-    parts = path.strip("/").split("/")
-    for i in range(len(parts) + 1):
-        p = "/" + "/".join(parts[:i])
-        st = os.lstat(p)
-        if st.st_uid not in (0, me):
-            raise SystemExit("--work %s: %s is owned by uid %d (use a work directory of yours that no one else may write)" % (path, p, st.st_uid))
-        if stat.S_ISLNK(st.st_mode):
-            continue
-        last = i == len(parts)
-        if st.st_mode & 0o022 and (last or not st.st_mode & stat.S_ISVTX):
-            raise SystemExit("--work %s: %s is writable by group or other (mode %04o; use a work directory of yours that no one else may write)" % (path, p, stat.S_IMODE(st.st_mode)))
-    real = os.path.realpath(path)
-    if real != path:
-        own_work_dir(real)
-    return path
 
 
 class Shards:  # a torch Dataset (duck-typed: torch is imported in the worker)
@@ -170,20 +146,14 @@ class Mount:
     def __init__(self, a, sets):
         self.a, self.mnt = a, os.path.join(a.work, "mnt")
         os.makedirs(self.mnt, exist_ok=True)
-        args = [a.bin, "mount", "--set", "log.format=json", "--set", "ipc.socket=" + os.path.join(a.work, "lease.sock")]
+        keys = ["log.format=json", "ipc.socket=" + os.path.join(a.work, "lease.sock")]
         if a.device == "host":
-            args += ["--set", "staging.device=host"]
-        for s in a.sets + sets:  # the caller's keys, then this mode's (which win)
-            args += ["--set", s]
+            keys.append("staging.device=host")
+        keys += a.sets + sets  # the caller's keys, then this mode's (which win)
         self.log = open(os.path.join(a.work, "daemon.log"), "ab")
-        self.proc = subprocess.Popen(args + [os.path.join(a.work, "src"), self.mnt], stdout=self.log,
-                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        for _ in range(600):
-            if os.path.exists(os.path.join(self.mnt, ".gdsfs", "version")):
-                return
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.1)
+        self.proc, up = start_mount(a.bin, keys, os.path.join(a.work, "src"), self.mnt, self.log, stdin=subprocess.DEVNULL)
+        if up:
+            return
         self.stop()
         raise SystemExit("gdsfs mount %s did not come up; see %s/daemon.log" % (" ".join(sets), a.work))
 

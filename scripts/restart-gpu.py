@@ -183,6 +183,24 @@ def ask(p, cmd):
     return json.loads(p.stdout.readline())
 
 
+def consumer(env, warm=None):
+    """Starts a consumer process and waits until it is ready; with warm, a
+    path, it leases that file first."""
+    p = subprocess.Popen([sys.executable, "-c", CONSUMER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         text=True, env=env)
+    assert json.loads(p.stdout.readline())["ready"]
+    if warm:
+        ask(p, {"op": "warm", "path": warm})
+    return p
+
+
+def quit_consumer(p, timeout=None):
+    """Tells a consumer process to quit and waits for it."""
+    p.stdin.write('{"op": "quit"}\n')
+    p.stdin.close()
+    p.wait(timeout=timeout)
+
+
 def mount_cmd(args, src, mnt):
     return [args.bin, "mount", "--set", "staging.device=" + args.device, "--set", "staging.capacity=%dB" % args.capacity,
             "--set", "log.format=console", "--set", "shutdown.grace=5s", src, mnt]
@@ -240,45 +258,26 @@ def main():
     try:
         wait_for(lambda: os.path.exists(os.path.join(mnt, ".gdsfs", "version")), "the first daemon's mount")
         # Stage every file: a lease in a short-lived process, bytes checked.
-        stager = subprocess.Popen([sys.executable, "-c", CONSUMER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                  text=True, env=env)
-        assert json.loads(stager.stdout.readline())["ready"]
+        stager = consumer(env)
         t1 = time.monotonic()
-        stager.stdin.write(json.dumps({"op": "lease", "paths": [os.path.join(mnt, n) for n in names]}) + "\n")
-        stager.stdin.flush()
-        staged = json.loads(stager.stdout.readline())
-        stager.stdin.write('{"op": "quit"}\n')
-        stager.stdin.close()
-        stager.wait()
+        staged = ask(stager, {"op": "lease", "paths": [os.path.join(mnt, n) for n in names]})
+        quit_consumer(stager)
         results["stage_s"] = time.monotonic() - t1
         check(all(r["sha256"] == sums[os.path.basename(r["path"])] for r in staged),
               "staged before the switch: SHA-256 of every lease equals its file's")
         # Baseline: the first lease of a resident file in a fresh process, before the switch.
-        base = subprocess.Popen([sys.executable, "-c", CONSUMER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                text=True, env=env)
-        assert json.loads(base.stdout.readline())["ready"]
-        ask(base, {"op": "warm", "path": os.path.join(mnt, "warm.bin")})
-        base.stdin.write(json.dumps({"op": "lease", "paths": [os.path.join(mnt, names[-1])]}) + "\n")
-        base.stdin.flush()
-        results["first_lease_before_switch_ms"] = json.loads(base.stdout.readline())[0]["ms"]
-        base.stdin.write('{"op": "quit"}\n')
-        base.stdin.close()
-        base.wait()
+        base = consumer(env, warm=os.path.join(mnt, "warm.bin"))
+        base_leases = ask(base, {"op": "lease", "paths": [os.path.join(mnt, names[-1])]})
+        results["first_lease_before_switch_ms"] = base_leases[0]["ms"]
+        quit_consumer(base)
         wait_for(lambda: stats(mnt).get("leases_active") == 0, "leases_active 0")
         before = stats(mnt)
         results["before"] = {k: before.get(k) for k in ("staged_files", "resident_bytes", "bytes_posix", "bytes_cufile",
                                                        "bytes_peer", "bytes_host")}
 
-        holder = subprocess.Popen([sys.executable, "-c", CONSUMER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                  text=True, env=env)
-        consumer = subprocess.Popen([sys.executable, "-c", CONSUMER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                    text=True, env=env)
-        assert json.loads(holder.stdout.readline())["ready"]
-        assert json.loads(consumer.stdout.readline())["ready"]
-        ask(consumer, {"op": "warm", "path": os.path.join(mnt, "warm.bin")})
-        holder.stdin.write(json.dumps({"op": "hold", "path": os.path.join(mnt, names[0])}) + "\n")
-        holder.stdin.flush()
-        held_before = json.loads(holder.stdout.readline())
+        holder = consumer(env)
+        leaser = consumer(env, warm=os.path.join(mnt, "warm.bin"))
+        held_before = ask(holder, {"op": "hold", "path": os.path.join(mnt, names[0])})
         stop = os.path.join(args.work, "reader.stop")
         rout = os.path.join(args.work, "reader.json")
         for p in (stop, rout):
@@ -304,21 +303,15 @@ def main():
         wait_for(adopted, "the successor's 'took over'")
         results["switch_to_took_over_s"] = time.monotonic() - t2
 
-        consumer.stdin.write(json.dumps({"op": "lease", "paths": [os.path.join(mnt, n) for n in names]}) + "\n")
-        consumer.stdin.flush()
-        after_leases = json.loads(consumer.stdout.readline())
-        holder.stdin.write('{"op": "held"}\n')
-        holder.stdin.flush()
-        held_after = json.loads(holder.stdout.readline())
+        after_leases = ask(leaser, {"op": "lease", "paths": [os.path.join(mnt, n) for n in names]})
+        held_after = ask(holder, {"op": "held"})
         open(stop, "w").close()
         reader.wait(timeout=60)
         with open(rout) as f:
             rd = json.load(f)
         results["reader"] = rd
-        for p in (consumer, holder):
-            p.stdin.write('{"op": "quit"}\n')
-            p.stdin.close()
-            p.wait(timeout=60)
+        for p in (leaser, holder):
+            quit_consumer(p, timeout=60)
 
         after = stats(mnt)
         results["after"] = {k: after.get(k) for k in results["before"]}

@@ -128,12 +128,19 @@ func exported(t *testing.T) (*Device, *Region, []byte, []*os.File) {
 	return d, r, data, files
 }
 
-func TestExportMapSameProcess(t *testing.T) {
-	d, r, data, files := exported(t)
+// chunksTotal is the number of bytes r's chunks hold, the size a mapping
+// of all of them has.
+func chunksTotal(r gpu.Region) int64 {
 	var total int64
 	for _, c := range r.Chunks() {
 		total += c
 	}
+	return total
+}
+
+func TestExportMapSameProcess(t *testing.T) {
+	d, r, data, files := exported(t)
+	total := chunksTotal(r)
 	m, err := chunkmap.CUDA(d.Name(), files, r.Chunks(), total, false)
 	if err != nil {
 		t.Fatalf("Map: %v", err)
@@ -186,10 +193,7 @@ func TestImportExportsAgain(t *testing.T) {
 			f.Close()
 		}
 	}()
-	var total int64
-	for _, c := range im.Chunks() {
-		total += c
-	}
+	total := chunksTotal(im)
 	m, err := chunkmap.CUDA(d.Name(), again, im.Chunks(), total, false)
 	if err != nil {
 		t.Fatalf("Map of the imported region's export: %v", err)

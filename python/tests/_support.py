@@ -6,6 +6,7 @@ daemon binary is $GDSFS_BIN, else built once per run with
 """
 
 import atexit
+import importlib.util
 import json
 import os
 import select
@@ -52,6 +53,19 @@ def loud(msg):
     sys.stderr.write("\n*** %s\n" % msg)
     sys.stderr.flush()
     return msg
+
+
+def load_script(name):
+    """Imports scripts/NAME (autoload-gpu.py, ...) as a module. scripts/ goes
+    on sys.path, as it is first there when the script runs: the scripts
+    import the modules beside them."""
+    scripts = os.path.join(REPO, "scripts")
+    if scripts not in sys.path:
+        sys.path.append(scripts)
+    spec = importlib.util.spec_from_file_location(name[:-len(".py")].replace("-", "_"), os.path.join(scripts, name))
+    m = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(m)
+    return m
 
 
 def gdsfs_bin():

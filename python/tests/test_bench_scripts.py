@@ -3,7 +3,6 @@ scripts/autoload-gpu.py (gdsfs bench autoload) from case timings;
 scripts/step-verdict.py (each step of test-gpu.sh, the summary of
 bench-gpu.sh) from test and bench output."""
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -12,14 +11,11 @@ import textwrap
 import types
 import unittest
 
-from _support import REPO
+from _support import REPO, load_script
 
 
 def autoload_script():
-    spec = importlib.util.spec_from_file_location("autoload_gpu", os.path.join(REPO, "scripts", "autoload-gpu.py"))
-    m = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(m)
-    return m
+    return load_script("autoload-gpu.py")
 
 
 CALLS = {"safetensors.torch.load_file": 8, "safetensors.safe_open": 8, "torch.load": 1}
@@ -254,9 +250,7 @@ class StepVerdicts(unittest.TestCase):
 
 
 def readahead_run(cases, dry_run=False, cold_gbps=2.0, shards=4):
-    spec = importlib.util.spec_from_file_location("readahead_gpu", os.path.join(REPO, "scripts", "readahead-gpu.py"))
-    m = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(m)
+    m = load_script("readahead-gpu.py")
     a = types.SimpleNamespace(shards=shards, shard_mib=32, workers=4, device="auto", dry_run=dry_run, no_drop=dry_run,
                               io_threads=8)
     r = m.Run(a)
@@ -356,9 +350,7 @@ class WorkDirOfAnotherUser(unittest.TestCase):
         if os.geteuid() != 0:
             self.skipTest("SKIPPED: needs root (a directory of uid 65534)")
         for name in ("autoload-gpu.py", "frameworks-gpu.py", "readahead-gpu.py"):
-            spec = importlib.util.spec_from_file_location("s", os.path.join(REPO, "scripts", name))
-            m = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(m)
+            m = load_script(name)
             with tempfile.TemporaryDirectory() as d:
                 os.chmod(d, 0o755)
                 theirs, open_ = os.path.join(d, "theirs"), os.path.join(d, "open")
@@ -375,6 +367,46 @@ class WorkDirOfAnotherUser(unittest.TestCase):
                 fresh = os.path.join(d, "a", "b")
                 self.assertEqual(m.own_work_dir(fresh), fresh)
                 self.assertEqual(os.stat(fresh).st_mode & 0o777, 0o700, name)
+
+
+
+class StartMount(unittest.TestCase):
+    """scripts/gpuscript.py start_mount, with a stand-in for the gdsfs
+    binary: the command it runs, and whether the mount serves."""
+
+    def fake(self, d, body):
+        p = os.path.join(d, "gdsfs")
+        with open(p, "w") as f:
+            f.write("#!/bin/sh\n" + body)
+        os.chmod(p, 0o755)
+        return p
+
+    def test_serves(self):
+        with tempfile.TemporaryDirectory() as d:
+            args, mnt = os.path.join(d, "args"), os.path.join(d, "mnt")
+            # The last argument is the mount point: .gdsfs/version there says it serves.
+            b = self.fake(d, 'printf "%%s\\n" "$@" > %s\nfor m; do :; done\nmkdir -p "$m/.gdsfs" && : > "$m/.gdsfs/version"\n'
+                             'exec sleep 60\n' % args)
+            with open(os.path.join(d, "log"), "wb") as log:
+                proc, up = load_script("gpuscript.py").start_mount(b, ["a=1", "b=2"], "/src", mnt, log)
+            try:
+                self.assertTrue(up)
+                self.assertIsNone(proc.poll(), "the daemon stand-in should be running")
+            finally:
+                proc.terminate()
+                proc.wait()
+            with open(args) as f:
+                self.assertEqual(f.read().split("\n")[:-1], ["mount", "--set", "a=1", "--set", "b=2", "/src", mnt])
+
+    def test_exits_first(self):
+        with tempfile.TemporaryDirectory() as d:
+            b = self.fake(d, "echo no mount here; exit 3\n")
+            with open(os.path.join(d, "log"), "wb") as log:
+                proc, up = load_script("gpuscript.py").start_mount(b, [], "/src", os.path.join(d, "mnt"), log)
+            self.assertFalse(up)
+            self.assertEqual(proc.returncode, 3)
+            with open(os.path.join(d, "log")) as f:
+                self.assertEqual(f.read(), "no mount here\n")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,6 @@
 """The verdicts of scripts/frameworks-gpu.py from made-up case results (no
 GPU, no mount), and its overhead mode on this machine."""
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -9,17 +8,14 @@ import sys
 import types
 import unittest
 
-from _support import REPO
+from _support import REPO, load_script
 import _autoload_support as S
 
 SCRIPT = os.path.join(REPO, "scripts", "frameworks-gpu.py")
 
 
 def script():
-    spec = importlib.util.spec_from_file_location("frameworks_gpu", SCRIPT)
-    m = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(m)
-    return m
+    return load_script("frameworks-gpu.py")
 
 
 def case(seconds, checksum="c", served=None, **kw):

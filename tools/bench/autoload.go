@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	_ "embed"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -108,15 +107,8 @@ func AutoloadOverhead(ctx context.Context, o AutoloadOverheadOptions) error {
 		return err
 	}
 	res.Checks = overheadChecks(res)
-	if err := appendReport(o.Report, "autoload-overhead", res); err != nil {
+	if err := printResult(os.Stdout, o.Report, "autoload-overhead", res, o.JSON, func(w io.Writer) { writeOverheadText(w, res) }); err != nil {
 		return err
-	}
-	if o.JSON {
-		if err := json.NewEncoder(os.Stdout).Encode(res); err != nil {
-			return err
-		}
-	} else {
-		writeOverheadText(os.Stdout, res)
 	}
 	return verdict(res.Checks)
 }

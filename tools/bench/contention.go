@@ -131,15 +131,8 @@ func Contention(ctx context.Context, o ContentionOptions) error {
 		return err
 	}
 	res.Checks = contentionChecks(res)
-	if err := appendReport(o.Report, "contention", res); err != nil {
+	if err := printResult(os.Stdout, o.Report, "contention", res, o.JSON, func(w io.Writer) { writeContentionText(w, res) }); err != nil {
 		return err
-	}
-	if o.JSON {
-		if err := json.NewEncoder(os.Stdout).Encode(res); err != nil {
-			return err
-		}
-	} else {
-		writeContentionText(os.Stdout, res)
 	}
 	return verdict(res.Checks)
 }

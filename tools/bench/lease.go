@@ -117,15 +117,8 @@ func Lease(ctx context.Context, o LeaseOptions) error {
 		return err
 	}
 	lb.res.Checks = leaseChecks(*lb.res)
-	if err := appendReport(o.Report, "lease", lb.res); err != nil {
+	if err := printResult(os.Stdout, o.Report, "lease", lb.res, o.JSON, func(w io.Writer) { writeLeaseText(w, lb.res) }); err != nil {
 		return err
-	}
-	if o.JSON {
-		if err := json.NewEncoder(os.Stdout).Encode(lb.res); err != nil {
-			return err
-		}
-	} else {
-		writeLeaseText(os.Stdout, lb.res)
 	}
 	return verdict(lb.res.Checks)
 }

@@ -146,15 +146,8 @@ func Loader(ctx context.Context, o LoaderOptions) error {
 	}
 	ph.done()
 	res.Checks = loaderChecks(res)
-	if err := appendReport(o.Report, "loader", res); err != nil {
+	if err := printResult(os.Stdout, o.Report, "loader", res, o.JSON, func(w io.Writer) { writeLoaderText(w, res) }); err != nil {
 		return err
-	}
-	if o.JSON {
-		if err := json.NewEncoder(os.Stdout).Encode(res); err != nil {
-			return err
-		}
-	} else {
-		writeLoaderText(os.Stdout, res)
 	}
 	return verdict(res.Checks)
 }

@@ -169,6 +169,19 @@ func appendReport(path, name string, v any) error {
 	return joinClose(err, f)
 }
 
+// printResult records res in the report file (appendReport, as bench name)
+// and writes it to w: as JSON with asJSON, else through text.
+func printResult(w io.Writer, report, name string, res any, asJSON bool, text func(io.Writer)) error {
+	if err := appendReport(report, name, res); err != nil {
+		return err
+	}
+	if asJSON {
+		return json.NewEncoder(w).Encode(res)
+	}
+	text(w)
+	return nil
+}
+
 func joinClose(err error, c io.Closer) error {
 	if cerr := c.Close(); err == nil {
 		err = cerr

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -346,6 +348,31 @@ func TestAppendReport(t *testing.T) {
 	}
 }
 
+func TestPrintResult(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "r.jsonl")
+	res := map[string]int{"n": 7}
+	text := func(w io.Writer) { fmt.Fprintln(w, "n is 7") }
+	for _, tc := range []struct {
+		asJSON bool
+		want   string
+	}{{true, "{\"n\":7}\n"}, {false, "n is 7\n"}} {
+		var out bytes.Buffer
+		if err := printResult(&out, p, "stage", res, tc.asJSON, text); err != nil {
+			t.Fatal(err)
+		}
+		if out.String() != tc.want {
+			t.Errorf("JSON %v: printed %q, want %q", tc.asJSON, out.String(), tc.want)
+		}
+	}
+	b, _ := os.ReadFile(p)
+	if want := strings.Repeat("{\"bench\":\"stage\",\"result\":{\"n\":7}}\n", 2); string(b) != want {
+		t.Errorf("report file %q, want %q", b, want)
+	}
+	if err := printResult(io.Discard, filepath.Join(t.TempDir(), "none", "r.jsonl"), "stage", res, true, text); err == nil {
+		t.Error("a report file that cannot be made: no error")
+	}
+}
+
 func TestIOSettingsNamesTheWorkers(t *testing.T) {
 	cfg, err := config.Load("", []string{"io.num_threads=7"})
 	if err != nil {
@@ -387,8 +414,13 @@ func TestScriptArgs(t *testing.T) {
 }
 
 // The embedded scripts are laid out as in the repository, so they find the
-// gdsfs package (and autoload's fixtures) from where they are.
+// gdsfs package (and autoload's fixtures) from where they are, and the
+// modules they import beside them.
 func TestWriteRepoScript(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Fatalf("python3 is needed to run the laid-out scripts: %v", err)
+	}
 	pkg := t.TempDir()
 	root := filepath.Join(t.TempDir(), "repo")
 	p, err := writeRepoScript(&pyEnv{Pkg: pkg}, root, benchScripts["readahead"])
@@ -401,8 +433,14 @@ func TestWriteRepoScript(t *testing.T) {
 	if dst, err := os.Readlink(filepath.Join(root, "python")); err != nil || dst != pkg {
 		t.Errorf("python link %q, %v; want %s", dst, err, pkg)
 	}
-	if _, err := writeRepoScript(&pyEnv{Pkg: pkg}, root, benchScripts["readahead"]); err != nil {
-		t.Errorf("second layout over the first: %v", err)
+	for _, name := range []string{"readahead", "autoload"} {
+		p, err := writeRepoScript(&pyEnv{Pkg: pkg}, root, benchScripts[name])
+		if err != nil {
+			t.Fatalf("%s laid out over another: %v", name, err)
+		}
+		if out, err := exec.Command(py, p, "--help").CombinedOutput(); err != nil {
+			t.Errorf("%s --help, laid out: %v\n%s", p, err, out)
+		}
 	}
 }
 

@@ -127,8 +127,9 @@ func scriptArgs(o ScriptOptions, py *pyEnv, host bool) []string {
 }
 
 // writeRepoScript lays the embedded script out as in the repository
-// (ROOT/scripts/FILE beside ROOT/python), since the scripts find the gdsfs
-// package and the test fixtures from where they are.
+// (ROOT/scripts/FILE beside ROOT/python, with the gpuscript.py it imports),
+// since the scripts find the gdsfs package and the test fixtures from where
+// they are.
 func writeRepoScript(py *pyEnv, root string, bs benchScript) (string, error) {
 	if err := os.MkdirAll(filepath.Join(root, "scripts"), 0o700); err != nil {
 		return "", err
@@ -138,6 +139,9 @@ func writeRepoScript(py *pyEnv, root string, bs benchScript) (string, error) {
 		return "", err
 	}
 	if err := os.Symlink(py.Pkg, link); err != nil {
+		return "", err
+	}
+	if err := writeNew(filepath.Join(root, "scripts", "gpuscript.py"), scripts.Shared, 0o644); err != nil {
 		return "", err
 	}
 	path := filepath.Join(root, "scripts", bs.file)

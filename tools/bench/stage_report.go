@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -215,15 +214,8 @@ func (b *stageBench) result() stageResult {
 
 func (b *stageBench) print() error {
 	res := b.result()
-	if err := appendReport(b.o.Report, "stage", res); err != nil {
+	if err := printResult(os.Stdout, b.o.Report, "stage", res, b.o.JSON, func(w io.Writer) { writeStageText(w, res) }); err != nil {
 		return err
-	}
-	if b.o.JSON {
-		if err := json.NewEncoder(os.Stdout).Encode(res); err != nil {
-			return err
-		}
-	} else {
-		writeStageText(os.Stdout, res)
 	}
 	return verdict(res.Checks)
 }

@@ -297,20 +297,21 @@ _QUERY = struct.Struct("=QQQQQQQQQIIIIQQ")
 _PROCMAP_QUERY = (3 << 30) | (_QUERY.size << 16) | (ord("f") << 8) | 17
 _Q_SHARED, _Q_WRITABLE = 0x08, 0x02
 query_ok = True  # False once the kernel refused the ioctl: /proc/self/maps is read instead
-_mapsfd = None  # descriptor of /proc/self/maps, kept open for the ioctl
+_self_fds = {}  # name under /proc/self -> its descriptor, kept open (maps for the ioctl, pagemap)
 
 
-def _maps_fd():
-    global _mapsfd
-    fd = _mapsfd
+def _self_fd(name):
+    """This process's /proc/self/NAME, opened once (again after a fork:
+    the parent's descriptor reads the parent)."""
+    fd = _self_fds.get(name)
     if fd is None:
-        fd = os.open("/proc/self/maps", os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open("/proc/self/" + name, os.O_RDONLY | os.O_CLOEXEC)
         with _lock:
-            if _mapsfd is not None:
+            if name in _self_fds:
                 os.close(fd)
-                fd = _mapsfd
+                fd = _self_fds[name]
             else:
-                _mapsfd = fd
+                _self_fds[name] = fd
     return fd
 
 
@@ -326,7 +327,7 @@ def vma_at(addr, dev):
     if query_ok:
         buf = bytearray(_QUERY.pack(_QUERY.size, 0, addr, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0))
         try:
-            fcntl.ioctl(_maps_fd(), _PROCMAP_QUERY, buf, True)
+            fcntl.ioctl(_self_fd("maps"), _PROCMAP_QUERY, buf, True)
         except OSError as err:
             if err.errno == errno.ENOENT:
                 return None  # no VMA holds addr
@@ -356,39 +357,19 @@ def still_mapped(e):
         return False
 
 
-_pagemap = None  # descriptor of /proc/self/pagemap, kept open
-
-
-def _pagemap_fd():
-    """This process's /proc/self/pagemap, opened once (again after a fork:
-    the parent's descriptor reads the parent's page tables)."""
-    global _pagemap
-    fd = _pagemap
-    if fd is None:
-        fd = os.open("/proc/self/pagemap", os.O_RDONLY | os.O_CLOEXEC)
-        with _lock:
-            if _pagemap is not None:
-                os.close(fd)
-                fd = _pagemap
-            else:
-                _pagemap = fd
-    return fd
-
-
-def _forget_pagemap():
+def _forget_self_fds():
     """After a fork: the parent's /proc/self descriptors read the parent."""
-    global _pagemap, _mapsfd, _lock
+    global _self_fds, _lock
     _lock = threading.Lock()  # another thread of the parent may have held it
-    fds, _pagemap, _mapsfd = (_pagemap, _mapsfd), None, None
+    fds, _self_fds = list(_self_fds.values()), {}
     for fd in fds:
-        if fd is not None:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        try:
+            os.close(fd)
+        except OSError:
+            pass
 
 
-os.register_at_fork(after_in_child=_forget_pagemap)
+os.register_at_fork(after_in_child=_forget_self_fds)
 
 
 def written_pages(lo, hi):
@@ -398,7 +379,7 @@ def written_pages(lo, hi):
     first, last = lo // PAGE, (hi - 1) // PAGE
     n = last - first + 1
     try:
-        fd = _pagemap_fd()
+        fd = _self_fd("pagemap")
         buf = bytearray(n * 8)
         mv, got = memoryview(buf), 0
         while got < len(buf):

@@ -73,7 +73,10 @@ type daemon struct {
 	// handedOver: a successor took the mount; stop leaves everything it
 	// serves alone.
 	handedOver bool
-	store      *fdStore // nil unless the service manager keeps descriptors
+	// keptForRestart: the descriptor store holds the mount for the
+	// unit's restart (keepForRestart); this daemon exits.
+	keptForRestart bool
+	store          *fdStore // nil unless the service manager keeps descriptors
 	// adopted is what the cache took over from a predecessor.
 	adopted staging.AdoptReport
 	// successorLn is the hand-over socket's listener (nil: none); letGo
@@ -94,11 +97,12 @@ func runMount(cfg *config.Config, source, mnt string) error {
 	d := &daemon{cfg: cfg, log: log}
 	// Signals that arrive while starting are handled once mounted.
 	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, restartSignal)
 	stopHangups := d.handleHangups(logFile)
 	defer stopHangups()
 	var pred *handover.Conn
-	recovered := d.recoverFromStore(listenFiles(), source, mnt)
+	passed, passErr := listenFiles()
+	recovered := d.recoverFromStore(passed, passErr, source, mnt)
 	var src, absMnt string
 	if !recovered {
 		pred, src, absMnt, err = predecessor(source, mnt)
@@ -156,7 +160,7 @@ func runMount(cfg *config.Config, source, mnt string) error {
 	d.serveUntilStopped(sigs, unmounted, successors)
 	stopSuccessors()
 	d.stop()
-	if d.handedOver && d.cfg.Shutdown.AfterHandover == "wait" {
+	if d.handedOver && !d.keptForRestart && d.cfg.Shutdown.AfterHandover == "wait" {
 		log.Info("handed the mount over: waiting for SIGTERM or SIGINT (shutdown.after_handover: wait)")
 		sig := <-sigs
 		log.Info("exiting: the successor serves the mount", zap.String("signal", sig.String()))

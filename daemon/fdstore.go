@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -40,6 +41,7 @@ const (
 	storeStateA = "gdsfs-state-a"
 	storeStateB = "gdsfs-state-b"
 	storeRegion = "gdsfs-r" // + N.chunk
+	storeCache  = "gdsfs-cache"
 	storeMagic  = "GDSFSST1"
 	storeHeader = 8 + 8 + 8 + sha256.Size
 )
@@ -68,6 +70,7 @@ type fdStore struct {
 	next    int
 	kick    chan struct{}
 	done    chan struct{}
+	halted  sync.Once
 	stopped sync.WaitGroup
 	source  string
 	mnt     string
@@ -261,14 +264,16 @@ func (s *fdStore) write(st storedState) error {
 	return nil
 }
 
-// stop ends the updates; clear also empties the store (a clean stop: the
-// next start mounts afresh).
-func (s *fdStore) stop(clear bool) {
-	close(s.done)
-	s.stopped.Wait()
-	if !clear {
-		return
-	}
+// halt ends the updates (once).
+func (s *fdStore) halt() {
+	s.halted.Do(func() {
+		close(s.done)
+		s.stopped.Wait()
+	})
+}
+
+// names are the names this daemon stored.
+func (s *fdStore) names() []string {
 	names := []string{storeStateA, storeStateB}
 	for _, ns := range s.fixedN {
 		names = append(names, ns...)
@@ -276,7 +281,20 @@ func (s *fdStore) stop(clear bool) {
 	for _, ns := range s.regions {
 		names = append(names, ns...)
 	}
-	for _, n := range names {
+	return names
+}
+
+// stop ends the updates; clear also empties the store (a clean stop: the
+// next start mounts afresh). Nil: no store, nothing to do.
+func (s *fdStore) stop(clear bool) {
+	if s == nil {
+		return
+	}
+	s.halt()
+	if !clear {
+		return
+	}
+	for _, n := range s.names() {
 		if err := storeRemove(n); err != nil {
 			s.log.Warn("descriptor store not cleared", zap.String("name", n), zap.Error(err))
 		}
@@ -284,6 +302,45 @@ func (s *fdStore) stop(clear bool) {
 	for _, f := range s.states {
 		f.Close()
 	}
+}
+
+// keep replaces what the store holds with a hand-over's state and
+// descriptors (handoff's, taken with FUSE and the lease server paused),
+// for the unit's restart to adopt as a successor adopts a hand-over. The
+// updates end first. On error the store is left partly written: the
+// caller stops as on a plain stop, which empties it.
+func (s *fdStore) keep(st handover.State, files []*os.File) error {
+	s.halt()
+	for _, n := range s.names()[2:] { // the state memfds stay: write replaces their content
+		if err := storeRemove(n); err != nil {
+			return err
+		}
+	}
+	s.fixedN, s.regions = nil, map[string][]string{}
+	prefix := map[string]string{partFS: storeFUSE, partIPC: storeIPC, partCache: storeCache}
+	names := make([][]string, len(st.Parts))
+	next := 0
+	for i, p := range st.Parts {
+		if prefix[p.Name] == "" || next+p.Files > len(files) {
+			return fmt.Errorf("descriptor store: cannot keep hand-over part %q with %d descriptors", p.Name, p.Files)
+		}
+		for j := range p.Files {
+			name := fmt.Sprintf("%s.%d", prefix[p.Name], j)
+			if err := storePut(name, files[next+j]); err != nil {
+				return fmt.Errorf("descriptor store: %w", err)
+			}
+			names[i] = append(names[i], name)
+		}
+		s.fixedN = append(s.fixedN, names[i]) // stop(true) removes them
+		next += p.Files
+	}
+	if err := s.write(storedState{Protocol: handover.Protocol, Source: s.source, Mountpoint: s.mnt,
+		Parts: st.Parts, Names: names}); err != nil {
+		return fmt.Errorf("descriptor store: %w", err)
+	}
+	// Every descriptor is in the manager's hands before this daemon
+	// lets go of its own.
+	return sdBarrier()
 }
 
 // readState reads the newer whole state of the two memfds.
@@ -323,33 +380,53 @@ func readState(files []*os.File) (storedState, error) {
 }
 
 // listenFiles are the descriptors the service manager passed
-// ($LISTEN_PID, $LISTEN_FDS, $LISTEN_FDNAMES: sd_listen_fds(3)), by name.
-// It unsets the variables so no child inherits them.
-func listenFiles() map[string]*os.File {
+// ($LISTEN_PID, $LISTEN_FDS, $LISTEN_FDNAMES: sd_listen_fds(3)), by
+// name. It unsets the variables so no child inherits them.
+func listenFiles() (map[string]*os.File, error) {
 	defer func() {
 		os.Unsetenv("LISTEN_PID")
 		os.Unsetenv("LISTEN_FDS")
 		os.Unsetenv("LISTEN_FDNAMES")
 	}()
 	if pid, err := strconv.Atoi(os.Getenv("LISTEN_PID")); err != nil || pid != os.Getpid() {
-		return nil
+		return nil, nil
 	}
 	n, err := strconv.Atoi(os.Getenv("LISTEN_FDS"))
 	if err != nil || n <= 0 {
-		return nil
+		return nil, nil
 	}
-	names := strings.Split(os.Getenv("LISTEN_FDNAMES"), ":")
+	fds := make([]int, n)
+	for i := range fds {
+		fds[i] = 3 + i
+		unix.CloseOnExec(fds[i])
+	}
+	return namedFiles(fds, strings.Split(os.Getenv("LISTEN_FDNAMES"), ":"))
+}
+
+// namedFiles names each of fds by names, in order ("unknown" past the
+// end). A name given twice is an error naming it; the map then holds its
+// first descriptor and the later ones are closed.
+func namedFiles(fds []int, names []string) (map[string]*os.File, error) {
 	out := map[string]*os.File{}
-	for i := range n {
-		fd := 3 + i
-		unix.CloseOnExec(fd)
+	var twice []string
+	for i, fd := range fds {
 		name := "unknown"
 		if i < len(names) {
 			name = names[i]
 		}
+		if _, ok := out[name]; ok {
+			unix.Close(fd)
+			if !slices.Contains(twice, name) {
+				twice = append(twice, name)
+			}
+			continue
+		}
 		out[name] = os.NewFile(uintptr(fd), name)
 	}
-	return out
+	if len(twice) > 0 {
+		return out, fmt.Errorf("descriptor store: %s passed more than once", strings.Join(twice, ", "))
+	}
+	return out, nil
 }
 
 // fromStore builds a hand-over's state and files from what the store
@@ -362,6 +439,9 @@ func fromStore(passed map[string]*os.File) (storedState, handover.State, map[str
 		}
 	}
 	st, err := readState(stateFiles)
+	if err == nil && st.Protocol != handover.Protocol {
+		err = fmt.Errorf("descriptor store: its state is of hand-over protocol %d, this daemon speaks %d", st.Protocol, handover.Protocol)
+	}
 	if err != nil {
 		return st, handover.State{}, nil, err
 	}

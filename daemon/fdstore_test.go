@@ -1,7 +1,9 @@
 package daemon
 
 import (
+	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -55,7 +57,7 @@ func TestStoredStateSurvivesATornWrite(t *testing.T) {
 // what no state names is closed.
 func TestFromStoreNamesEveryDescriptor(t *testing.T) {
 	s := &fdStore{states: [2]*os.File{stateFile(t), stateFile(t)}}
-	st := storedState{Source: "/s", Parts: []handover.Part{{Name: partCache, State: []byte(`{}`), Files: 2}},
+	st := storedState{Protocol: handover.Protocol, Source: "/s", Parts: []handover.Part{{Name: partCache, State: []byte(`{}`), Files: 2}},
 		Names: [][]string{{"gdsfs-r0.0", "gdsfs-r0.1"}}}
 	if err := s.write(st); err != nil {
 		t.Fatal(err)
@@ -85,5 +87,56 @@ func TestFromStoreNamesEveryDescriptor(t *testing.T) {
 	passed["gdsfs-r0.1"], passed["gdsfs-r9.0"] = stateFile(t), stateFile(t)
 	if _, _, _, err := fromStore(passed); err == nil || !strings.Contains(err.Error(), "part cache stored twice") {
 		t.Fatalf("a state naming a part twice: %v", err)
+	}
+}
+
+// TestFromStoreRefusesAnotherProtocol: a state written by a daemon of
+// another hand-over protocol (an upgrade by a unit's restart) is refused
+// with both numbers, never decoded.
+func TestFromStoreRefusesAnotherProtocol(t *testing.T) {
+	s := &fdStore{states: [2]*os.File{stateFile(t), stateFile(t)}}
+	if err := s.write(storedState{Protocol: handover.Protocol + 1, Source: "/s"}); err != nil {
+		t.Fatal(err)
+	}
+	passed := map[string]*os.File{storeStateA: s.states[0], storeStateB: s.states[1]}
+	_, _, _, err := fromStore(passed)
+	want := fmt.Sprintf("hand-over protocol %d, this daemon speaks %d", handover.Protocol+1, handover.Protocol)
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("a state of another protocol: %v; want an error saying %q", err, want)
+	}
+}
+
+// TestNamedFilesRefusesANameTwice: $LISTEN_FDNAMES naming two
+// descriptors alike is an error naming it; the first is kept, the later
+// one closed (not leaked), and a descriptor past the names is "unknown".
+func TestNamedFilesRefusesANameTwice(t *testing.T) {
+	var fds []int
+	for range 3 {
+		fd, err := unix.MemfdCreate("passed", unix.MFD_CLOEXEC)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fds = append(fds, fd)
+	}
+	// The second gdsfs-fuse.0 is a pipe's only write end: once it is
+	// closed, the read end reads end-of-file.
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(p[0])
+	fds = slices.Insert(fds, 2, p[1])
+	got, err := namedFiles(fds, []string{"gdsfs-fuse.0", "gdsfs-r0.0", "gdsfs-fuse.0"})
+	for _, f := range got {
+		defer f.Close()
+	}
+	if err == nil || !strings.Contains(err.Error(), "gdsfs-fuse.0 passed more than once") {
+		t.Fatalf("a name passed twice: %v", err)
+	}
+	if got["gdsfs-fuse.0"] == nil || int(got["gdsfs-fuse.0"].Fd()) != fds[0] || got["unknown"] == nil || len(got) != 3 {
+		t.Fatalf("named %v; want the first gdsfs-fuse.0, gdsfs-r0.0 and unknown", got)
+	}
+	if n, err := unix.Read(p[0], make([]byte, 1)); n != 0 || err != nil {
+		t.Fatalf("the second gdsfs-fuse.0 is still open (read %d, %v): leaked", n, err)
 	}
 }

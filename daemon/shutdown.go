@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"github.com/gdsfs/gdsfs/daemon/handover"
 	"github.com/gdsfs/gdsfs/internal/mountinfo"
 )
 
@@ -22,6 +23,9 @@ func (d *daemon) serveUntilStopped(sigs <-chan os.Signal, unmounted <-chan struc
 			d.log.Info("unmounted", zap.String("mountpoint", d.fs.Mountpoint()))
 			return
 		case sig := <-sigs:
+			if sig == restartSignal && d.keepForRestart() {
+				return
+			}
 			d.shutdown(sig, sigs, unmounted)
 			return
 		case c := <-successors:
@@ -30,6 +34,47 @@ func (d *daemon) serveUntilStopped(sigs <-chan os.Signal, unmounted <-chan struc
 			}
 		}
 	}
+}
+
+// restartSignal is the one a service manager sends to stop the daemon
+// for a restart (systemd's RestartKillSignal=): the mount and the cache
+// are kept in its descriptor store for the next daemon.
+const restartSignal = syscall.SIGUSR2
+
+// keepForRestart puts everything a hand-over would send into the
+// service manager's descriptor store, stops serving without unmounting
+// and lets go: the unit's restart adopts it all as a successor adopts a
+// hand-over (the open files, the consumers' connections and their
+// leases included). False, with a log line, when there is no store or
+// it cannot be written: the daemon then stops as on SIGTERM.
+func (d *daemon) keepForRestart() bool {
+	if d.store == nil {
+		d.log.Warn("stopping for a restart without a descriptor store ($FDSTORE, FileDescriptorStoreMax=): the mount ends and the cache is dropped",
+			zap.String("signal", restartSignal.String()))
+		return false
+	}
+	st, files, resume, err := d.handoff()
+	if err == nil {
+		err = d.store.keep(st, files)
+		handover.CloseFiles(files)
+		if err != nil {
+			resume()
+		}
+	}
+	if err != nil {
+		d.log.Error("cannot keep the mount for the restart: stopping", zap.Error(err))
+		return false
+	}
+	if err := sdNotify("STOPPING=1\nSTATUS=kept " + d.absMnt + " in the descriptor store for the restart"); err != nil {
+		d.log.Warn("cannot tell systemd the daemon is stopping", zap.Error(err))
+	}
+	d.store.stop(false)
+	d.store = nil
+	d.letGo()
+	d.keptForRestart = true
+	d.log.Info("kept the mount, the leases and the cache in the descriptor store for the restart",
+		zap.String("mountpoint", d.absMnt), zap.String("signal", restartSignal.String()))
+	return true
 }
 
 // shutdown stops the mount taking new opens, waits up to shutdown.grace

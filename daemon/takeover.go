@@ -381,6 +381,8 @@ func (d *daemon) handOver(sc successor) bool {
 		log.Warn("the successor did not take the mount; serving on", zap.Error(err))
 		return false
 	}
+	d.store.stop(true) // the successor keeps its own
+	d.store = nil
 	d.letGo()
 	if err := c.SendVerdict(handover.Verdict{Taken: true}); err != nil {
 		log.Warn("could not tell the successor this daemon let go", zap.Error(err))
@@ -436,8 +438,10 @@ func (d *daemon) handoff() (handover.State, []*os.File, func(), error) {
 	return st, files, resume, nil
 }
 
-// letGo ends this daemon's hold after the successor took over: nothing
-// it hands back unmounts, unlinks or frees what the successor serves.
+// letGo ends this daemon's hold after the successor took over (or the
+// descriptor store holds all for the unit's restart): nothing it hands
+// back unmounts, unlinks or frees what the successor serves. The store
+// is the caller's to stop.
 func (d *daemon) letGo() {
 	d.handedOver = true
 	if d.successorLn != nil {
@@ -446,10 +450,6 @@ func (d *daemon) letGo() {
 		// left for it (the listener unlinks only on its first close).
 		d.successorLn.SetUnlinkOnClose(false)
 		d.successorLn.Close()
-	}
-	if d.store != nil {
-		d.store.stop(true) // the successor keeps its own
-		d.store = nil
 	}
 	if d.metrics != nil {
 		d.metrics.Close() // the successor binds metrics.listen next

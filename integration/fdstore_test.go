@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -212,6 +213,127 @@ func (m *manager) start(t *testing.T, args ...string) (*exec.Cmd, *syncBuffer, c
 	return cmd, log, exited
 }
 
+// managed is a daemon under the test's service manager with files
+// resident, a consumer holding a lease on the first, and a reader with
+// the second open through the mount, half read.
+type managed struct {
+	t          *testing.T
+	src, mnt   string
+	args       []string
+	names      []string
+	mgr        *manager
+	m          *mount
+	before     map[string]any // stats once all was staged
+	h          *holder
+	want       []byte // the second file's bytes
+	readerIn   io.Writer
+	readerOut  *bufio.Reader
+	files, len int
+}
+
+func newManaged(t *testing.T, sets ...string) *managed {
+	needMount(t)
+	x := &managed{t: t, src: t.TempDir(), mnt: t.TempDir(), files: 4, len: 32 << 20}
+	for i := range x.files {
+		name := fmt.Sprintf("w%d.bin", i)
+		randomFile(t, filepath.Join(x.src, name), x.len, i+1)
+		x.names = append(x.names, name)
+	}
+	randomFile(t, filepath.Join(x.src, "changed.bin"), 1<<20, 99)
+	sock := filepath.Join(t.TempDir(), "lease.sock")
+	// staging.racy_window=0: these files were all written just now (see
+	// TestHandoverKeepsMountLeasesAndCache).
+	x.args = []string{"mount", "--set", "log.format=console", "--set", "ipc.socket=" + sock,
+		"--set", "staging.racy_window=0s"}
+	for _, s := range sets {
+		x.args = append(x.args, "--set", s)
+	}
+	x.args = append(x.args, x.src, x.mnt)
+	x.mgr = newManager(t)
+	cmd, log, exited := x.mgr.start(t, x.args...)
+	x.m = &mount{t: t, src: x.src, mnt: x.mnt, sock: sock, cmd: cmd, log: log, exited: exited}
+	for _, n := range append(x.names, "changed.bin") {
+		leaseSum(t, x.m.path(n))
+	}
+	x.mgr.waitStatus(t, fmt.Sprintf("%d files", x.files+1))
+	x.before = statsOf(t, x.m)
+
+	x.h = hold(t, x.m.path(x.names[0]))
+	// The reader is a process of its own: a process that closes a file of
+	// the mount while no daemon serves it waits for one (FLUSH), and the
+	// test's own forks close their copies of its descriptors when they
+	// exec: the restarted daemon's start would wait on itself.
+	x.want, _ = os.ReadFile(filepath.Join(x.src, x.names[1]))
+	reader := exec.Command("sh", "-c", `exec 3<"$1"; dd bs=1M count=16 iflag=fullblock status=none <&3 | sha256sum; read go; dd bs=1M count=16 iflag=fullblock status=none <&3 | sha256sum`, "sh", x.m.path(x.names[1]))
+	x.readerIn, _ = reader.StdinPipe()
+	readerOut, _ := reader.StdoutPipe()
+	if err := reader.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { reader.Process.Kill(); reader.Wait() })
+	x.readerOut = bufio.NewReader(readerOut)
+	if got, err := x.readerOut.ReadString('\n'); err != nil || got != halfSum(x.want[:x.len/2]) {
+		t.Fatalf("read before the restart: %q %v", got, err)
+	}
+	return x
+}
+
+// exit waits for the daemon to exit after a signal: its exit error, or
+// an error saying it did not exit (a guard, not a timing assumption).
+func (m *mount) exit() error {
+	select {
+	case err := <-m.exited:
+		if err != nil {
+			return fmt.Errorf("exited with %w", err)
+		}
+		return nil
+	case <-time.After(60 * time.Second):
+		return errors.New("still running 60s after the signal")
+	}
+}
+
+func halfSum(b []byte) string { s := sha256.Sum256(b); return hex.EncodeToString(s[:]) + "  -\n" }
+
+// restart changes changed.bin while no daemon runs, starts the next
+// daemon from the store and checks what every restart with the store
+// keeps: the reader reads on, the consumer's mapping keeps its bytes,
+// every resident file is served without reading SOURCE again and the
+// changed one is not served stale.
+func (x *managed) restart() *mount {
+	t := x.t
+	randomFile(t, filepath.Join(x.src, "changed.bin"), 1<<20, 100)
+	cmd, log, exited := x.mgr.start(t, x.args...)
+	next := &mount{t: t, src: x.src, mnt: x.mnt, sock: x.m.sock, cmd: cmd, log: log, exited: exited}
+	t.Cleanup(next.stop)
+	if !log.waitFor("recovered the mount") {
+		t.Fatalf("the restarted daemon did not recover from the store:\n%s", log)
+	}
+	io.WriteString(x.readerIn, "go\n")
+	if got, err := x.readerOut.ReadString('\n'); err != nil || got != halfSum(x.want[x.len/2:]) {
+		t.Fatalf("reading on after the restart through the file opened before it: %q %v", got, err)
+	}
+	if got := x.h.sum(t); got[0]["sha256"] != x.h.first[0]["sha256"] {
+		t.Fatalf("the consumer's mapping reads %v after the restart, %v before", got[0]["sha256"], x.h.first[0]["sha256"])
+	}
+	after := statsOf(t, next)
+	if got := after["staged_files"].(float64); got != float64(x.files) {
+		t.Errorf("staged_files %v after the restart, want %d (changed.bin dropped)\n%s", got, x.files, log)
+	}
+	for _, n := range x.names {
+		if res := leaseSum(t, next.path(n)); res["sha256"] != sha(t, filepath.Join(x.src, n)) {
+			t.Errorf("%s leased after the restart: wrong bytes", n)
+		}
+	}
+	if got := sha(t, next.path("changed.bin")); got != sha(t, filepath.Join(x.src, "changed.bin")) {
+		t.Errorf("changed.bin read after the restart: stale bytes")
+	}
+	final := statsOf(t, next)
+	if d := final["bytes_posix"].(float64) - x.before["bytes_posix"].(float64); d > 1<<20 {
+		t.Errorf("the restarted daemon read %v bytes from SOURCE; only changed.bin (1 MiB) was to be read", d)
+	}
+	return next
+}
+
 // TestCrashKeepsMountAndCache: under a service manager with a
 // descriptor store, a daemon killed with SIGKILL loses neither the mount
 // nor the staged files: the restarted daemon gets the FUSE connection,
@@ -220,84 +342,55 @@ func (m *manager) start(t *testing.T, args ...string) (*exec.Cmd, *syncBuffer, c
 // daemon ran. A file open through the mount reads on; a consumer's
 // mapping keeps its bytes.
 func TestCrashKeepsMountAndCache(t *testing.T) {
-	needMount(t)
-	src, mnt := t.TempDir(), t.TempDir()
-	const files, size = 4, 32 << 20
-	var names []string
-	for i := range files {
-		name := fmt.Sprintf("w%d.bin", i)
-		randomFile(t, filepath.Join(src, name), size, i+1)
-		names = append(names, name)
-	}
-	randomFile(t, filepath.Join(src, "changed.bin"), 1<<20, 99)
-	sock := filepath.Join(t.TempDir(), "lease.sock")
-	// staging.racy_window=0: these files were all written just now (see
-	// TestHandoverKeepsMountLeasesAndCache).
-	args := []string{"mount", "--set", "log.format=console", "--set", "ipc.socket=" + sock,
-		"--set", "staging.racy_window=0s", src, mnt}
-	mgr := newManager(t)
-	first, firstLog, firstExit := mgr.start(t, args...)
-	m := &mount{t: t, src: src, mnt: mnt, sock: sock, cmd: first, log: firstLog, exited: firstExit}
-	for _, n := range append(names, "changed.bin") {
-		leaseSum(t, m.path(n))
-	}
-	mgr.waitStatus(t, fmt.Sprintf("%d files", files+1))
-	before := statsOf(t, m)
+	x := newManaged(t)
+	x.m.cmd.Process.Signal(syscall.SIGKILL)
+	<-x.m.exited
+	x.restart()
+	x.h.cmd.Process.Kill() // its connection ended with the first daemon
+	x.h.cmd.Wait()
+}
 
-	h := hold(t, m.path(names[0]))
-	// The reader is a process of its own: a process that closes a file of
-	// the mount while no daemon serves it waits for one (FLUSH), and the
-	// test's own forks close their copies of its descriptors when they
-	// exec: the restarted daemon's start would wait on itself.
-	want, _ := os.ReadFile(filepath.Join(src, names[1]))
-	reader := exec.Command("sh", "-c", `exec 3<"$1"; dd bs=1M count=16 iflag=fullblock status=none <&3 | sha256sum; read go; dd bs=1M count=16 iflag=fullblock status=none <&3 | sha256sum`, "sh", m.path(names[1]))
-	readerIn, _ := reader.StdinPipe()
-	readerOut, _ := reader.StdoutPipe()
-	if err := reader.Start(); err != nil {
-		t.Fatal(err)
+// TestRestartSignalKeepsMountLeasesAndCache: the signal a unit's restart
+// sends (RestartKillSignal=SIGUSR2) makes the daemon keep everything a
+// hand-over sends in the descriptor store and exit 0 without unmounting;
+// the restarted daemon carries on from it as from a crash, and the
+// consumer's connection and lease too: still counted, released through
+// the new daemon. The reader's file is served by the daemon (no
+// passthrough): its handle too is kept.
+func TestRestartSignalKeepsMountLeasesAndCache(t *testing.T) {
+	x := newManaged(t, "fuse.passthrough=off")
+	x.m.cmd.Process.Signal(syscall.SIGUSR2)
+	if err := x.m.exit(); err != nil {
+		t.Fatalf("the daemon stopped for a restart: %v\n%s", err, x.m.log)
 	}
-	t.Cleanup(func() { reader.Process.Kill(); reader.Wait() })
-	readerLines := bufio.NewReader(readerOut)
-	halfSum := func(b []byte) string { s := sha256.Sum256(b); return hex.EncodeToString(s[:]) + "  -\n" }
-	if got, err := readerLines.ReadString('\n'); err != nil || got != halfSum(want[:size/2]) {
-		t.Fatalf("read before the crash: %q %v", got, err)
+	if !strings.Contains(x.m.log.String(), "kept the mount, the leases and the cache in the descriptor store") {
+		t.Fatalf("the daemon's log does not say it kept the mount for the restart:\n%s", x.m.log)
 	}
+	next := x.restart()
+	if got := statsOf(t, next)["leases_active"].(float64); got != 1 {
+		t.Errorf("leases_active %v after the restart, want the held lease's 1", got)
+	}
+	if err := x.h.release(); err != nil {
+		t.Fatalf("the holder's release through the restarted daemon: %v", err)
+	}
+	waitStat(t, next, "leases_active", 0)
+}
 
-	first.Process.Signal(syscall.SIGKILL)
-	<-firstExit
-	randomFile(t, filepath.Join(src, "changed.bin"), 1<<20, 100)
-
-	second, secondLog, secondExit := mgr.start(t, args...)
-	next := &mount{t: t, src: src, mnt: mnt, sock: sock, cmd: second, log: secondLog, exited: secondExit}
-	t.Cleanup(next.stop)
-	if !secondLog.waitFor("recovered the mount") {
-		t.Fatalf("the restarted daemon did not recover from the store:\n%s", secondLog)
+// TestRestartSignalWithoutStoreStops: without a descriptor store the
+// restart signal is a plain stop, which says so: the mount ends.
+func TestRestartSignalWithoutStoreStops(t *testing.T) {
+	src := t.TempDir()
+	randomFile(t, filepath.Join(src, "a.bin"), 1<<20, 1)
+	m := startMount(t, src)
+	m.cmd.Process.Signal(syscall.SIGUSR2)
+	if err := m.exit(); err != nil {
+		t.Fatalf("the daemon stopped for a restart without a store: %v\n%s", err, m.log)
 	}
-	io.WriteString(readerIn, "go\n")
-	if got, err := readerLines.ReadString('\n'); err != nil || got != halfSum(want[size/2:]) {
-		t.Fatalf("reading on after the crash through the file opened before it: %q %v", got, err)
-	}
-	if got := h.sum(t); got[0]["sha256"] != h.first[0]["sha256"] {
-		t.Fatalf("the consumer's mapping reads %v after the crash, %v before", got[0]["sha256"], h.first[0]["sha256"])
-	}
-	after := statsOf(t, next)
-	if got := after["staged_files"].(float64); got != files {
-		t.Errorf("staged_files %v after the crash, want %d (changed.bin dropped)\n%s", got, files, secondLog)
-	}
-	for _, n := range names {
-		if res := leaseSum(t, next.path(n)); res["sha256"] != sha(t, filepath.Join(src, n)) {
-			t.Errorf("%s leased after the crash: wrong bytes", n)
+	for _, want := range []string{"without a descriptor store", "unmounted cleanly"} {
+		if !strings.Contains(m.log.String(), want) {
+			t.Errorf("the daemon's log does not say %q:\n%s", want, m.log)
 		}
 	}
-	if got := sha(t, next.path("changed.bin")); got != sha(t, filepath.Join(src, "changed.bin")) {
-		t.Errorf("changed.bin read after the crash: stale bytes")
-	}
-	final := statsOf(t, next)
-	if d := final["bytes_posix"].(float64) - before["bytes_posix"].(float64); d > 1<<20 {
-		t.Errorf("the restarted daemon read %v bytes from SOURCE; only changed.bin (1 MiB) was to be read", d)
-	}
-	h.cmd.Process.Kill() // its connection ended with the first daemon
-	h.cmd.Wait()
 }
 
 // TestCrashTwiceRecoversTheLatest: a daemon restarted after a crash
@@ -381,5 +474,42 @@ func TestCrashStoreRefusedKeepsNoRegion(t *testing.T) {
 	}
 	if got := sha(t, m.path("a.bin")); got != sha(t, filepath.Join(src, "a.bin")) {
 		t.Fatal("a.bin after the fresh mount: wrong bytes")
+	}
+}
+
+// TestCrashStoreRefusedLeavesOtherMountsAlone: a store the restart
+// cannot use ends the FUSE connection it holds by closing it, not by
+// aborting whatever is mounted where its state says: a mount made there
+// since (the dead one detached) serves on.
+func TestCrashStoreRefusedLeavesOtherMountsAlone(t *testing.T) {
+	needMount(t)
+	src, mnt := t.TempDir(), t.TempDir()
+	randomFile(t, filepath.Join(src, "a.bin"), 4<<20, 1)
+	sock := filepath.Join(t.TempDir(), "lease.sock")
+	args := []string{"mount", "--set", "log.format=console", "--set", "ipc.socket=" + sock}
+	mgr := newManager(t)
+	cmd, log, exited := mgr.start(t, append(args, src, mnt)...)
+	first := &mount{t: t, src: src, mnt: mnt, sock: sock, cmd: cmd, log: log, exited: exited}
+	leaseSum(t, first.path("a.bin"))
+	mgr.waitStatus(t, "1 files")
+	first.cmd.Process.Signal(syscall.SIGKILL)
+	<-first.exited
+	if err := unix.Unmount(mnt, unix.MNT_DETACH); err != nil {
+		t.Fatal(err)
+	}
+	other := startMountAt(t, src, mnt)
+	want := sha(t, filepath.Join(src, "a.bin"))
+	if got := sha(t, other.path("a.bin")); got != want {
+		t.Fatal("a.bin through the mount made after the crash: wrong bytes")
+	}
+	// Restarted on another mount point: the store is refused.
+	elsewhere := t.TempDir()
+	cmd, log, exited = mgr.start(t, append(args, src, elsewhere)...)
+	t.Cleanup((&mount{t: t, src: src, mnt: elsewhere, sock: sock, cmd: cmd, log: log, exited: exited}).stop)
+	if !log.waitFor("descriptor store not used") {
+		t.Fatalf("the restart on another mount point used the store:\n%s", log)
+	}
+	if got := sha(t, other.path("a.bin")); got != want {
+		t.Fatal("a.bin through the other mount after the store was refused: wrong bytes")
 	}
 }

@@ -59,7 +59,7 @@ func TestBenchGPUKvikbenchOfAnotherUser(t *testing.T) {
 		"set -e",
 		"mount -t tmpfs tmpfs /tmp && mount -t tmpfs tmpfs /var/tmp",
 		"mkdir -p /tmp/repo/scripts /tmp/repo/.bin /tmp/fake /tmp/kv",
-		"cp ../scripts/bench-gpu.sh ../scripts/step-verdict.py /tmp/repo/scripts/",
+		"cp ../scripts/bench-gpu.sh ../scripts/outdir.sh ../scripts/step-verdict.py /tmp/repo/scripts/",
 		`printf '#!/bin/sh\necho "$*" >> /tmp/gdsfs-args\n' > /tmp/repo/.bin/gdsfs`,
 		`printf '#!/bin/sh\necho "GPU 0: stand-in"\n' > /tmp/fake/nvidia-smi`,
 		`printf 'echo no CUDA 13.0 here; exit 1\n' > /tmp/kv/build.sh`,

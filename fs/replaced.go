@@ -21,7 +21,7 @@ import (
 
 // replacing runs change (an unlink or a rename over name in directory
 // dirfd of n) and, when name is a regular file the kernel knows as a node,
-// lets that node keep its file if change succeeds.
+// lets that node keep its file from before change runs.
 func (n *node) replacing(dirfd int, name string, change func() error) error {
 	var ch *node
 	if in := n.GetChild(name); in != nil && isRegular(in.StableAttr().Mode) {
@@ -41,11 +41,9 @@ func (n *node) replacing(dirfd int, name string, change func() error) error {
 		n.srv.fds.unkeep()
 		return change()
 	}
-	if err := change(); err != nil {
-		f.Close()
-		n.srv.fds.unkeep()
-		return err
-	}
+	// Kept before the change: an open of the node that finds its name
+	// changed while change runs (or returns) finds its file kept. If change
+	// fails, the node keeps its own file until forgotten: harmless.
 	ch.mu.Lock()
 	old := ch.kept
 	ch.kept = f
@@ -54,7 +52,7 @@ func (n *node) replacing(dirfd int, name string, change func() error) error {
 		old.Close()
 		n.srv.fds.unkeep()
 	}
-	return nil
+	return change()
 }
 
 // reopenKept opens the node's kept file anew with flags, as the calling

@@ -124,6 +124,49 @@ func TestOpenDuringRename(t *testing.T) {
 	}
 }
 
+// TestOpenWhileRenaming: an open of the file renamed over that arrives
+// while the rename handler runs, after the rename in SOURCE and before the
+// handler returns, opens the old file: the node keeps it before SOURCE
+// changes. The test makes that moment by opening from inside the change.
+func TestOpenWhileRenaming(t *testing.T) {
+	srv, src, mnt := mountWith(t, PassthroughOff)
+	os.WriteFile(filepath.Join(src, "target"), []byte("old"), 0o644)
+	os.WriteFile(filepath.Join(src, "tmp"), []byte("new"), 0o644)
+	if _, err := os.Stat(filepath.Join(mnt, "target")); err != nil { // the kernel looks it up
+		t.Fatal(err)
+	}
+	dir, err := unix.Open(src, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(dir)
+	ctx := fuse.NewContext(context.Background(), &fuse.Caller{Pid: uint32(os.Getpid())})
+	root := srv.tree
+	old := root.GetChild("target").Operations().(*node)
+	var got string
+	err = root.replacing(dir, "target", func() error {
+		if err := unix.Renameat(dir, "tmp", dir, "target"); err != nil {
+			return err
+		}
+		h, _, errno := old.Open(ctx, uint32(os.O_RDONLY))
+		if errno != 0 {
+			got = "open: " + errno.Error()
+			return nil
+		}
+		defer h.(*file).Release(ctx)
+		b := make([]byte, 8)
+		k, err := unix.Pread(h.(*file).fd(), b, 0)
+		got = fmt.Sprint(string(b[:k]), err)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != "old<nil>" {
+		t.Fatalf("an open during the rename read %q, want the old file", got)
+	}
+}
+
 // TestOpensAgainstRenamingWriter: readers open a name through the mount a
 // fixed number of times while a writer renames new files over it through
 // the mount; no open fails (on SOURCE's filesystem none does). The race is

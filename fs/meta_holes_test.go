@@ -204,3 +204,35 @@ func TestFilesystemUnmountedInSourceSeen(t *testing.T) {
 		t.Errorf("a/d/under, no longer hidden: %v", err)
 	}
 }
+
+// TestSelinuxLabelAbsentIsNotSupported: security.selinux that SOURCE's
+// file does not have answers EOPNOTSUPP (`ls -l`, which asks for it of
+// every file, then stops asking for the rest of the mount), on the first
+// request and once known absent, with and without change detection; a
+// label SOURCE's file has is answered, and set later it is seen.
+func TestSelinuxLabelAbsentIsNotSupported(t *testing.T) {
+	for _, w := range []string{watch.Auto, watch.Timestamps} {
+		t.Run("watch="+w, func(t *testing.T) {
+			src, mnt, _, settle := mountWatched(t, w)
+			os.WriteFile(filepath.Join(src, "f"), []byte("x"), 0o644)
+			buf := make([]byte, 64)
+			for i := range 2 {
+				if _, err := unix.Lgetxattr(filepath.Join(mnt, "f"), "security.selinux", buf); err != unix.EOPNOTSUPP {
+					t.Fatalf("security.selinux of an unlabelled file, request %d: %v, want EOPNOTSUPP", i+1, err)
+				}
+			}
+			if _, err := unix.Lgetxattr(filepath.Join(mnt, "f"), "security.gdsfstest", buf); err != unix.ENODATA {
+				t.Fatalf("another security.* name the file lacks: %v, want ENODATA", err)
+			}
+			const label = "system_u:object_r:gdsfs_test_t:s0"
+			if err := unix.Lsetxattr(filepath.Join(src, "f"), "security.selinux", []byte(label), 0); err != nil {
+				t.Skipf("SKIPPED the labelled half: %s takes no security.selinux: %v", src, err)
+			}
+			settle()
+			n, err := unix.Lgetxattr(filepath.Join(mnt, "f"), "security.selinux", buf)
+			if err != nil || string(buf[:n]) != label {
+				t.Errorf("security.selinux set in SOURCE: %q %v through the mount, want %q", buf[:max(n, 0)], err, label)
+			}
+		})
+	}
+}

@@ -78,23 +78,44 @@ func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 		return n.securityXattr(ctx, attr, get, &size)
 	}
 	errno := n.srv.as(ctx, get)
+	if errno == syscall.ENODATA {
+		errno = absentXattr(attr)
+	}
 	return uint32(max(size, 0)), errno
 }
 
+// absentXattr is the error for attr where the file does not have it:
+// ENODATA, but EOPNOTSUPP for security.selinux (securityXattr says why).
+func absentXattr(attr string) syscall.Errno {
+	if attr == selinuxXattr {
+		return syscall.EOPNOTSUPP
+	}
+	return syscall.ENODATA
+}
+
 // securityXattr answers a security.* name that the node's file is known
-// not to have without asking SOURCE (`ls -l` asks for security.selinux of
-// every file). Reading a security.* name needs no right on the file, only
-// on the path to it, which the kernel walked as the caller. What is known
-// is forgotten when SOURCE reports a change to the file's attributes.
+// not to have without asking SOURCE. Reading a security.* name needs no
+// right on the file, only on the path to it, which the kernel walked as
+// the caller. What is known is forgotten when SOURCE reports a change to
+// the file's attributes.
+//
+// security.selinux that the file does not have answers EOPNOTSUPP, not
+// ENODATA: `ls -l` asks for it of every file, and stops asking for the
+// rest of a device that does not support it. Only a kernel without
+// SELinux active sends the name here (where SELinux is active, it
+// answers security.selinux itself), so no label is hidden from it; a
+// file SOURCE labels still answers its label.
 func (n *node) securityXattr(ctx context.Context, attr string, get func() error, size *int) (uint32, syscall.Errno) {
+	absentErr := absentXattr(attr)
 	n.mu.Lock()
 	absent, gen := n.noXattr[attr], n.xattrGen
 	n.mu.Unlock()
 	if absent {
-		return 0, syscall.ENODATA
+		return 0, absentErr
 	}
 	errno := n.srv.as(ctx, get)
 	if errno == syscall.ENODATA {
+		errno = absentErr
 		n.mu.Lock()
 		if n.xattrGen == gen {
 			if n.noXattr == nil {
@@ -116,8 +137,9 @@ func (n *node) forgetXattrs() {
 }
 
 const (
-	aclAccess  = "system.posix_acl_access"
-	aclDefault = "system.posix_acl_default"
+	selinuxXattr = "security.selinux"
+	aclAccess    = "system.posix_acl_access"
+	aclDefault   = "system.posix_acl_default"
 )
 
 // gdsfsAttr is the value of user.gdsfs.NAME ("" when there is none).

@@ -207,7 +207,8 @@ func (m *manager) start(t *testing.T, args ...string) (*exec.Cmd, *syncBuffer, c
 	case err := <-exited:
 		t.Fatalf("gdsfs exited before mounting: %v\n%s", err, log)
 	case <-time.After(30 * time.Second):
-		cmd.Process.Kill()
+		cmd.Process.Signal(syscall.SIGQUIT) // the Go runtime writes every goroutine's stack to the log
+		<-exited
 		t.Fatalf("no READY=1 within 30s\n%s", log)
 	}
 	return cmd, log, exited

@@ -349,7 +349,14 @@ func readState(files []*os.File) (storedState, error) {
 	var bestSeq uint64
 	var errs []error
 	for _, f := range files {
-		b, err := io.ReadAll(io.NewSectionReader(f, 0, 1<<31))
+		var b []byte
+		fi, err := f.Stat()
+		if err == nil && fi.Size() > storeHeader+handover.MaxMessage {
+			err = fmt.Errorf("a state of %d bytes, more than the %d a hand-over takes", fi.Size(), storeHeader+handover.MaxMessage)
+		}
+		if err == nil {
+			b, err = io.ReadAll(io.NewSectionReader(f, 0, storeHeader+handover.MaxMessage))
+		}
 		if err == nil && (len(b) < storeHeader || string(b[:8]) != storeMagic) {
 			err = errors.New("no state header")
 		}

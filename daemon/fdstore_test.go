@@ -140,3 +140,17 @@ func TestNamedFilesRefusesANameTwice(t *testing.T) {
 		t.Fatalf("the second gdsfs-fuse.0 is still open (read %d, %v): leaked", n, err)
 	}
 }
+
+// TestStoredStateBounded: a state memfd larger than a hand-over message
+// may be is refused from its size, never read.
+func TestStoredStateBounded(t *testing.T) {
+	f := stateFile(t)
+	if err := f.Truncate(storeHeader + handover.MaxMessage + 1); err != nil {
+		t.Fatal(err)
+	}
+	_, err := readState([]*os.File{f})
+	want := fmt.Sprintf("a state of %d bytes, more than the %d", storeHeader+handover.MaxMessage+1, storeHeader+handover.MaxMessage)
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("an oversized state: %v; want an error saying %q", err, want)
+	}
+}

@@ -44,15 +44,21 @@ func (n *node) replacing(dirfd int, name string, change func() error) error {
 	// Kept before the change: an open of the node that finds its name
 	// changed while change runs (or returns) finds its file kept. If change
 	// fails, the node keeps its own file until forgotten: harmless.
-	ch.mu.Lock()
-	old := ch.kept
-	ch.kept = f
-	ch.mu.Unlock()
+	ch.keep(f)
+	return change()
+}
+
+// keep makes f the node's kept file (nil: none) and lets the one it kept
+// before go.
+func (n *node) keep(f *os.File) {
+	n.mu.Lock()
+	old := n.kept
+	n.kept = f
+	n.mu.Unlock()
 	if old != nil {
 		old.Close()
 		n.srv.fds.unkeep()
 	}
-	return change()
 }
 
 // reopenKept opens the node's kept file anew with flags, as the calling
@@ -92,12 +98,5 @@ var _ = (gofs.NodeOnForgetter)((*node)(nil))
 // OnForget lets the kept file go: the kernel will not name the node again.
 func (n *node) OnForget() {
 	n.srv.meta.forget(&n.Inode)
-	n.mu.Lock()
-	f := n.kept
-	n.kept = nil
-	n.mu.Unlock()
-	if f != nil {
-		f.Close()
-		n.srv.fds.unkeep()
-	}
+	n.keep(nil)
 }

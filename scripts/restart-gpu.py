@@ -1,18 +1,26 @@
 #!/usr/bin/env python3
 """A restart that keeps the GPU cache, on a GPU machine: files resident on
 the GPU (default 8 x 2.5 GiB), a consumer holding a lease, a reader working
-through the mount; a second `gdsfs mount` of the same SOURCE on the same
-mount point takes over. Prints one line per check (PASS, FAIL, or MISS for
-a time target) and a JSON summary; exits 1 when a check fails (wrong bytes,
-bytes staged again, the hand-over refused, a read through the mount
-failing), 0 otherwise (a MISS is a figure, not a failure).
+through the mount; then the daemon is restarted one of three ways
+(--via): handover (default), a second `gdsfs mount` of the same SOURCE on
+the same mount point takes over; restart, the daemon runs under a stand-in
+for systemd's notify socket and file descriptor store (this script), is
+stopped with SIGUSR2 (what `systemctl restart` sends with the shipped
+unit's RestartKillSignal=) and started again with what the store holds;
+crash, the same with SIGKILL. Prints one line per check (PASS, FAIL, or
+MISS for a time target) and a JSON summary; exits 1 when a check fails
+(wrong bytes, bytes staged again, the restart refused, a read through the
+mount failing), 0 otherwise (a MISS is a figure, not a failure).
 
-    python3 scripts/restart-gpu.py --bin .bin/gdsfs [--work /var/tmp/gdsfs-restart] [--files 8] [--size 2.5GiB]
+    python3 scripts/restart-gpu.py --bin .bin/gdsfs [--via handover|restart|crash] [--work /var/tmp/gdsfs-restart] [--files 8] [--size 2.5GiB]
 
 Checks:
-- the first daemon exits 0 and says it handed the mount over;
+- the first daemon exits 0 and says it handed the mount over (handover)
+  or kept it in the store (restart); the second says it took over or
+  recovered the mount from the store;
 - the successor holds every file resident and read 0 bytes from SOURCE;
-- the lease held across the switch reads the same SHA-256 after it;
+- the lease held across the switch reads the same SHA-256 after it, and
+  is still counted (handover, restart; a crash ends it);
 - the first lease of each file after the switch, in a process that leased
   a small file before it (its CUDA context and first import predate the
   switch): SHA-256 of its bytes equals the file's; time <= 5 ms (MISS
@@ -28,14 +36,20 @@ Needs root, /dev/fuse, a GPU, torch and the gdsfs Python client
 """
 
 import argparse
+import array
 import concurrent.futures
+import ctypes
 import hashlib
 import json
 import os
+import platform
 import re
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -201,6 +215,93 @@ def quit_consumer(p, timeout=None):
     p.wait(timeout=timeout)
 
 
+class Manager:
+    """Plays systemd's part for one service: reads the daemon's
+    notifications on a notify socket, keeps the descriptors it stores
+    (FDSTORE=1, FDNAME=) as systemd does (every descriptor under a name,
+    newest first, one that is the same open file as a kept one dropped),
+    drops those it removes (FDSTOREREMOVE=1), answers BARRIER=1, and passes
+    what it keeps to the next daemon ($LISTEN_FDS, $LISTEN_FDNAMES)."""
+
+    def __init__(self):
+        self.dir = tempfile.mkdtemp(prefix="gdsfs-manager-")
+        self.path = os.path.join(self.dir, "notify")
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(self.path)
+        self.store = []  # (name, fd), newest first
+        self.lock = threading.Lock()
+        self.ready = []
+        self.cond = threading.Condition(self.lock)
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _same(self, a, b):
+        nr = {"x86_64": 312, "aarch64": 272}.get(platform.machine())
+        if nr is not None:
+            libc = ctypes.CDLL(None, use_errno=True)
+            pid = os.getpid()
+            return libc.syscall(nr, pid, pid, 0, a, b) == 0  # kcmp(KCMP_FILE)
+        sa, sb = os.fstat(a), os.fstat(b)
+        return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+
+    def _read(self):
+        while True:
+            try:
+                msg, anc, _, _ = self.sock.recvmsg(65536, socket.CMSG_SPACE(253 * 4))
+            except OSError:
+                return
+            fds = array.array("i")
+            for level, kind, data in anc:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                    fds.frombytes(data[:len(data) - len(data) % fds.itemsize])
+            fields = dict(l.split("=", 1) for l in msg.decode().splitlines() if "=" in l)
+            with self.cond:
+                if fields.get("FDSTORE") == "1" and len(fds) == 1:
+                    if any(self._same(fd, fds[0]) for _, fd in self.store):
+                        os.close(fds[0])
+                    else:
+                        self.store.insert(0, (fields.get("FDNAME", "stored"), fds[0]))
+                    continue
+                if fields.get("FDSTOREREMOVE") == "1":
+                    for name, fd in [e for e in self.store if e[0] == fields.get("FDNAME")]:
+                        os.close(fd)
+                    self.store = [e for e in self.store if e[0] != fields.get("FDNAME")]
+                for fd in fds:
+                    os.close(fd)  # BARRIER=1's descriptor
+                if "READY" in fields:
+                    self.ready.append(int(fields.get("MAINPID", "0")))
+                    self.cond.notify_all()
+
+    def wait_ready(self, pid, secs=120):
+        with self.cond:
+            if not self.cond.wait_for(lambda: pid in self.ready, timeout=secs):
+                raise SystemExit("no READY=1 from pid %d within %d s" % (pid, secs))
+
+    def start(self, cmd, log):
+        """Starts cmd as the service's main process with what the store holds."""
+        with self.lock:
+            names = [n for n, _ in self.store]
+            fds = [os.dup(fd) for _, fd in self.store]
+        env = dict(os.environ, NOTIFY_SOCKET=self.path, FDSTORE="65536")
+        pre = ""
+        if fds:
+            # The descriptors as 3, 4, ... in the daemon, in order: moved
+            # out of the way first (bash: dash takes no descriptor past 9).
+            env.update(LISTEN_FDS=str(len(fds)), LISTEN_FDNAMES=":".join(names))
+            high = max(fds) + len(fds) + 10
+            pre = "exec " + " ".join("%d<&%d" % (high + i, fd) for i, fd in enumerate(fds)) + "; "
+            pre += "exec " + " ".join("%d<&%d %d<&-" % (3 + i, high + i, high + i) for i in range(len(fds))) + "; "
+            pre += "LISTEN_PID=$$; export LISTEN_PID; "
+        p = subprocess.Popen(["bash", "-c", pre + 'exec "$@"', "bash"] + cmd, env=env, pass_fds=fds,
+                             stdout=log, stderr=subprocess.STDOUT)
+        for fd in fds:
+            os.close(fd)
+        return p
+
+    def names(self):
+        with self.lock:
+            return [n for n, _ in self.store]
+
+
 def mount_cmd(args, src, mnt):
     return [args.bin, "mount", "--set", "staging.device=" + args.device, "--set", "staging.capacity=%dB" % args.capacity,
             "--set", "log.format=console", "--set", "shutdown.grace=5s", src, mnt]
@@ -227,6 +328,8 @@ def main():
     ap.add_argument("--files", type=int, default=8)
     ap.add_argument("--size", default="2.5GiB")
     ap.add_argument("--device", default="cuda", help="staging.device (host: a dry run on a machine with no GPU)")
+    ap.add_argument("--via", default="handover", choices=("handover", "restart", "crash"),
+                    help="how the daemon is restarted (see above)")
     args = ap.parse_args()
     size = parse_size(args.size)
     args.capacity = size * args.files + (4 << 30)
@@ -245,7 +348,12 @@ def main():
     print("sources: %d x %d bytes ready in %.1f s" % (len(names), size, time.monotonic() - t0), flush=True)
     env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "python"), PYTHONUNBUFFERED="1")
     logs = [open(os.path.join(args.work, "daemon-%d.log" % i), "w+") for i in (1, 2)]
-    first = subprocess.Popen(mount_cmd(args, src, mnt), stdout=logs[0], stderr=subprocess.STDOUT)
+    mgr = Manager() if args.via != "handover" else None
+    if mgr:
+        first = mgr.start(mount_cmd(args, src, mnt), logs[0])
+        mgr.wait_ready(first.pid)
+    else:
+        first = subprocess.Popen(mount_cmd(args, src, mnt), stdout=logs[0], stderr=subprocess.STDOUT)
     second = None
     results, fails = {}, []
 
@@ -288,20 +396,36 @@ def main():
         wait_for(lambda: stats(mnt).get("leases_active") == 1, "the held lease")
         time.sleep(0.5)
 
+        if mgr:
+            # The store holds everything once the state names the regions.
+            wait_for(lambda: any(n.startswith("gdsfs-r") for n in mgr.names()), "the regions in the store")
         t2 = time.monotonic()
-        second = subprocess.Popen(mount_cmd(args, src, mnt), stdout=logs[1], stderr=subprocess.STDOUT)
-        rc = first.wait(timeout=120)
+        if args.via == "handover":
+            second = subprocess.Popen(mount_cmd(args, src, mnt), stdout=logs[1], stderr=subprocess.STDOUT)
+            rc = first.wait(timeout=120)
+            said, took = "handed the mount over", "took over"
+        else:
+            first.send_signal(signal.SIGUSR2 if args.via == "restart" else signal.SIGKILL)
+            rc = first.wait(timeout=120)
+            results["stop_s"] = time.monotonic() - t2
+            second = mgr.start(mount_cmd(args, src, mnt), logs[1])
+            said = "kept the mount, the leases and the cache in the descriptor store" if args.via == "restart" else None
+            took = "recovered the mount"
         results["switch_s"] = time.monotonic() - t2
         logs[0].seek(0)
         log1 = logs[0].read()
-        check(rc == 0 and "handed the mount over" in log1,
-              "the first daemon handed the mount over and exited 0 (rc %s)" % rc)
+        if said:
+            check(rc == 0 and said in log1, "the first daemon exited 0 saying it %s (rc %s)" % (said, rc))
 
         def adopted():
             logs[1].seek(0)
-            return "took over" in logs[1].read()
-        wait_for(adopted, "the successor's 'took over'")
+            return took in logs[1].read()
+        wait_for(adopted, "the second daemon's '%s'" % took)
         results["switch_to_took_over_s"] = time.monotonic() - t2
+        if mgr:
+            mgr.wait_ready(second.pid)
+            results["switch_to_ready_s"] = time.monotonic() - t2
+        counted = stats(mnt).get("leases_active")  # the held lease alone
 
         after_leases = ask(leaser, {"op": "lease", "paths": [os.path.join(mnt, n) for n in names]})
         held_after = ask(holder, {"op": "held"})
@@ -318,6 +442,8 @@ def main():
         results["first_lease_after_switch_ms"] = {os.path.basename(r["path"]): round(r["ms"], 3) for r in after_leases}
         check(held_after["sha256"] == held_before["sha256"] == sums[names[0]],
               "the lease held across the switch reads its file's SHA-256 after it")
+        if args.via != "crash":
+            check(counted == 1, "the lease held across the switch is still counted (leases_active %s)" % counted)
         check(all(r["sha256"] == sums[os.path.basename(r["path"])] for r in after_leases),
               "first lease of each file after the switch: SHA-256 equals its file's")
         check(after.get("staged_files") == len(names) + 1,
@@ -349,9 +475,9 @@ def main():
             print("--- daemon %d log, last lines:\n%s" % (i + 1, "\n".join(tail)), flush=True)
     print(json.dumps(results, indent=1))
     if fails:
-        print("RESTART FAILED: " + "; ".join(fails))
+        print("RESTART FAILED (via %s): " % args.via + "; ".join(fails))
         sys.exit(1)
-    print("RESTART PASSED")
+    print("RESTART PASSED (via %s)" % args.via)
 
 
 if __name__ == "__main__":

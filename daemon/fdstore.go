@@ -79,8 +79,17 @@ type fdStore struct {
 // fdStoreEnabled says whether the service manager keeps descriptors for
 // this daemon.
 func fdStoreEnabled() bool {
+	return os.Getenv("NOTIFY_SOCKET") != "" && fdStoreMax() > 0
+}
+
+// fdStoreMax is how many descriptors the store takes ($FDSTORE, as
+// FileDescriptorStoreMax=; the manager closes those past it); 0: none.
+func fdStoreMax() int {
 	n, err := strconv.Atoi(os.Getenv("FDSTORE"))
-	return os.Getenv("NOTIFY_SOCKET") != "" && err == nil && n > 0
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
 }
 
 func entryKey(e staging.EntryState) string {
@@ -306,11 +315,23 @@ func (s *fdStore) stop(clear bool) {
 
 // keep replaces what the store holds with a hand-over's state and
 // descriptors (handoff's, taken with FUSE and the lease server paused),
-// for the unit's restart to adopt as a successor adopts a hand-over. The
-// updates end first. On error the store is left partly written: the
-// caller stops as on a plain stop, which empties it.
+// for the unit's restart to adopt as a successor adopts a hand-over.
+// More descriptors than the store takes are refused before anything
+// changes. Otherwise the updates end, and no state in the store is whole
+// until the last write: a keep cut short (a crash, a descriptor the
+// manager refused) leaves none for the next start to adopt with what it
+// half replaced. On error the caller empties the store (stop(true)
+// removes every name keep stored).
 func (s *fdStore) keep(st handover.State, files []*os.File) error {
+	if most := fdStoreMax(); len(s.states)+len(files) > most {
+		return fmt.Errorf("descriptor store: the restart needs %d descriptors, the store takes %d ($FDSTORE, FileDescriptorStoreMax=)", len(s.states)+len(files), most)
+	}
 	s.halt()
+	for _, f := range s.states {
+		if err := f.Truncate(0); err != nil {
+			return fmt.Errorf("descriptor store: %w", err)
+		}
+	}
 	for _, n := range s.names()[2:] { // the state memfds stay: write replaces their content
 		if err := storeRemove(n); err != nil {
 			return err
@@ -324,14 +345,17 @@ func (s *fdStore) keep(st handover.State, files []*os.File) error {
 		if prefix[p.Name] == "" || next+p.Files > len(files) {
 			return fmt.Errorf("descriptor store: cannot keep hand-over part %q with %d descriptors", p.Name, p.Files)
 		}
+		s.fixedN = append(s.fixedN, nil)
 		for j := range p.Files {
 			name := fmt.Sprintf("%s.%d", prefix[p.Name], j)
+			// Named before it is sent: stop(true) removes it however
+			// far the keep got.
+			s.fixedN[i] = append(s.fixedN[i], name)
 			if err := storePut(name, files[next+j]); err != nil {
 				return fmt.Errorf("descriptor store: %w", err)
 			}
 			names[i] = append(names[i], name)
 		}
-		s.fixedN = append(s.fixedN, names[i]) // stop(true) removes them
 		next += p.Files
 	}
 	if err := s.write(storedState{Protocol: handover.Protocol, Source: s.source, Mountpoint: s.mnt,

@@ -68,6 +68,7 @@ type fdStore struct {
 	// regions names each stored entry's chunks, by entry key.
 	regions map[string][]string
 	next    int
+	left    int // resident entries the store has no room for, at the last update
 	kick    chan struct{}
 	done    chan struct{}
 	halted  sync.Once
@@ -196,11 +197,27 @@ func (s *fdStore) update() error {
 	defer handover.CloseFiles(files)
 	keep := map[string]bool{}
 	var names []string
-	for i, e := range cs.Entries {
+	// The manager closes a descriptor stored past $FDSTORE: an entry
+	// whose chunks do not fit beside what the store holds is left out
+	// of it (a crash then drops it), not named by a state that a
+	// restart would refuse whole.
+	held := len(s.states)
+	for _, ns := range s.fixedN {
+		held += len(ns)
+	}
+	for _, ns := range s.regions {
+		held += len(ns)
+	}
+	entries := cs.Entries[:0:0]
+	var left int
+	for _, e := range cs.Entries {
 		k := entryKey(e)
-		keep[k] = true
 		got, ok := s.regions[k]
 		if !ok {
+			if held+len(e.Files) > fdStoreMax() {
+				left++
+				continue
+			}
 			for j, fi := range e.Files {
 				name := fmt.Sprintf("%s%d.%d", storeRegion, s.next, j)
 				if err := storePut(name, files[fi]); err != nil {
@@ -208,16 +225,27 @@ func (s *fdStore) update() error {
 				}
 				got = append(got, name)
 			}
+			held += len(got)
 			s.next++
 			s.regions[k] = got
 		}
+		keep[k] = true
 		// The state names the chunks by their place among the cache
 		// part's names, as a hand-over names them among its files.
-		cs.Entries[i].Files = make([]int, len(got))
+		e.Files = make([]int, len(got))
 		for j := range got {
-			cs.Entries[i].Files[j] = len(names) + j
+			e.Files[j] = len(names) + j
 		}
 		names = append(names, got...)
+		entries = append(entries, e)
+	}
+	cs.Entries = entries
+	if left != s.left {
+		if left > 0 {
+			s.log.Warn("descriptor store full ($FDSTORE, FileDescriptorStoreMax=): resident files left out of it are dropped by a crash",
+				zap.Int("left_out", left), zap.Int("store_max", fdStoreMax()))
+		}
+		s.left = left
 	}
 	p, err := encodePart(partCache, cs, make([]*os.File, len(names)))
 	if err != nil {

@@ -258,6 +258,7 @@ type managed struct {
 	before     map[string]any // stats once all was staged
 	h          *holder
 	want       []byte // the second file's bytes
+	reader     *exec.Cmd
 	readerIn   io.Writer
 	readerOut  *bufio.Reader
 	files, len int
@@ -297,6 +298,7 @@ func newManaged(t *testing.T, sets ...string) *managed {
 	// exec: the restarted daemon's start would wait on itself.
 	x.want, _ = os.ReadFile(filepath.Join(x.src, x.names[1]))
 	reader := exec.Command("sh", "-c", `exec 3<"$1"; dd bs=1M count=16 iflag=fullblock status=none <&3 | sha256sum; read go; dd bs=1M count=16 iflag=fullblock status=none <&3 | sha256sum`, "sh", x.m.path(x.names[1]))
+	x.reader = reader
 	x.readerIn, _ = reader.StdinPipe()
 	readerOut, _ := reader.StdoutPipe()
 	if err := reader.Start(); err != nil {
@@ -703,6 +705,7 @@ func TestRestartSignalUnconfirmedKeepsTheStoreCurrent(t *testing.T) {
 		stopBlocker()
 		io.WriteString(x.readerIn, "go\n")
 		x.readerOut.ReadString('\n')
+		x.reader.Wait() // its file closed: the mount is not busy
 	}()
 	if !log.waitFor("recovered the mount") {
 		t.Fatalf("the daemon after the crash did not recover from the store:\n%s", log)

@@ -68,6 +68,7 @@ type fdStore struct {
 	// regions names each stored entry's chunks, by entry key.
 	regions map[string][]string
 	next    int
+	left    int // resident entries the store has no room for, at the last update
 	kick    chan struct{}
 	done    chan struct{}
 	halted  sync.Once
@@ -79,8 +80,17 @@ type fdStore struct {
 // fdStoreEnabled says whether the service manager keeps descriptors for
 // this daemon.
 func fdStoreEnabled() bool {
+	return os.Getenv("NOTIFY_SOCKET") != "" && fdStoreMax() > 0
+}
+
+// fdStoreMax is how many descriptors the store takes ($FDSTORE, as
+// FileDescriptorStoreMax=; the manager closes those past it); 0: none.
+func fdStoreMax() int {
 	n, err := strconv.Atoi(os.Getenv("FDSTORE"))
-	return os.Getenv("NOTIFY_SOCKET") != "" && err == nil && n > 0
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
 }
 
 func entryKey(e staging.EntryState) string {
@@ -187,11 +197,27 @@ func (s *fdStore) update() error {
 	defer handover.CloseFiles(files)
 	keep := map[string]bool{}
 	var names []string
-	for i, e := range cs.Entries {
+	// The manager closes a descriptor stored past $FDSTORE: an entry
+	// whose chunks do not fit beside what the store holds is left out
+	// of it (a crash then drops it), not named by a state that a
+	// restart would refuse whole.
+	held := len(s.states)
+	for _, ns := range s.fixedN {
+		held += len(ns)
+	}
+	for _, ns := range s.regions {
+		held += len(ns)
+	}
+	entries := cs.Entries[:0:0]
+	var left int
+	for _, e := range cs.Entries {
 		k := entryKey(e)
-		keep[k] = true
 		got, ok := s.regions[k]
 		if !ok {
+			if held+len(e.Files) > fdStoreMax() {
+				left++
+				continue
+			}
 			for j, fi := range e.Files {
 				name := fmt.Sprintf("%s%d.%d", storeRegion, s.next, j)
 				if err := storePut(name, files[fi]); err != nil {
@@ -199,16 +225,27 @@ func (s *fdStore) update() error {
 				}
 				got = append(got, name)
 			}
+			held += len(got)
 			s.next++
 			s.regions[k] = got
 		}
+		keep[k] = true
 		// The state names the chunks by their place among the cache
 		// part's names, as a hand-over names them among its files.
-		cs.Entries[i].Files = make([]int, len(got))
+		e.Files = make([]int, len(got))
 		for j := range got {
-			cs.Entries[i].Files[j] = len(names) + j
+			e.Files[j] = len(names) + j
 		}
 		names = append(names, got...)
+		entries = append(entries, e)
+	}
+	cs.Entries = entries
+	if left != s.left {
+		if left > 0 {
+			s.log.Warn("descriptor store full ($FDSTORE, FileDescriptorStoreMax=): resident files left out of it are dropped by a crash",
+				zap.Int("left_out", left), zap.Int("store_max", fdStoreMax()))
+		}
+		s.left = left
 	}
 	p, err := encodePart(partCache, cs, make([]*os.File, len(names)))
 	if err != nil {
@@ -306,11 +343,23 @@ func (s *fdStore) stop(clear bool) {
 
 // keep replaces what the store holds with a hand-over's state and
 // descriptors (handoff's, taken with FUSE and the lease server paused),
-// for the unit's restart to adopt as a successor adopts a hand-over. The
-// updates end first. On error the store is left partly written: the
-// caller stops as on a plain stop, which empties it.
+// for the unit's restart to adopt as a successor adopts a hand-over.
+// More descriptors than the store takes are refused before anything
+// changes. Otherwise the updates end, and no state in the store is whole
+// until the last write: a keep cut short (a crash, a descriptor the
+// manager refused) leaves none for the next start to adopt with what it
+// half replaced. On error the caller empties the store (stop(true)
+// removes every name keep stored).
 func (s *fdStore) keep(st handover.State, files []*os.File) error {
+	if most := fdStoreMax(); len(s.states)+len(files) > most {
+		return fmt.Errorf("descriptor store: the restart needs %d descriptors, the store takes %d ($FDSTORE, FileDescriptorStoreMax=)", len(s.states)+len(files), most)
+	}
 	s.halt()
+	for _, f := range s.states {
+		if err := f.Truncate(0); err != nil {
+			return fmt.Errorf("descriptor store: %w", err)
+		}
+	}
 	for _, n := range s.names()[2:] { // the state memfds stay: write replaces their content
 		if err := storeRemove(n); err != nil {
 			return err
@@ -324,14 +373,17 @@ func (s *fdStore) keep(st handover.State, files []*os.File) error {
 		if prefix[p.Name] == "" || next+p.Files > len(files) {
 			return fmt.Errorf("descriptor store: cannot keep hand-over part %q with %d descriptors", p.Name, p.Files)
 		}
+		s.fixedN = append(s.fixedN, nil)
 		for j := range p.Files {
 			name := fmt.Sprintf("%s.%d", prefix[p.Name], j)
+			// Named before it is sent: stop(true) removes it however
+			// far the keep got.
+			s.fixedN[i] = append(s.fixedN[i], name)
 			if err := storePut(name, files[next+j]); err != nil {
 				return fmt.Errorf("descriptor store: %w", err)
 			}
 			names[i] = append(names[i], name)
 		}
-		s.fixedN = append(s.fixedN, names[i]) // stop(true) removes them
 		next += p.Files
 	}
 	if err := s.write(storedState{Protocol: handover.Protocol, Source: s.source, Mountpoint: s.mnt,

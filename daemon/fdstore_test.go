@@ -2,11 +2,14 @@ package daemon
 
 import (
 	"fmt"
+	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
 	"github.com/gdsfs/gdsfs/daemon/handover"
@@ -152,5 +155,80 @@ func TestStoredStateBounded(t *testing.T) {
 	want := fmt.Sprintf("a state of %d bytes, more than the %d", storeHeader+handover.MaxMessage+1, storeHeader+handover.MaxMessage)
 	if err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("an oversized state: %v; want an error saying %q", err, want)
+	}
+}
+
+// TestKeepCutShortLeavesNoStateAndNamesAll: a keep that fails half-way
+// (here on a descriptor it cannot send) leaves no whole state, so the
+// next start adopts neither the earlier state, whose names the keep
+// began to replace, nor part of the new one; and stop(true) removes
+// every name the keep stored, those of the part it failed in included.
+func TestKeepCutShortLeavesNoStateAndNamesAll(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "notify")
+	l, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	t.Setenv("NOTIFY_SOCKET", path)
+	t.Setenv("FDSTORE", "100")
+	stored := map[string]bool{}
+	read := make(chan struct{})
+	go func() {
+		defer close(read)
+		buf, oob := make([]byte, 4096), make([]byte, unix.CmsgSpace(4*16))
+		for {
+			n, oobn, _, _, err := l.ReadMsgUnix(buf, oob)
+			if err != nil {
+				return
+			}
+			if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
+				for _, m := range msgs {
+					fds, _ := unix.ParseUnixRights(&m)
+					for _, fd := range fds {
+						unix.Close(fd)
+					}
+				}
+			}
+			fields := map[string]string{}
+			for _, line := range strings.Split(string(buf[:n]), "\n") {
+				k, v, _ := strings.Cut(line, "=")
+				fields[k] = v
+			}
+			switch {
+			case fields["FDSTORE"] == "1":
+				stored[fields["FDNAME"]] = true
+			case fields["FDSTOREREMOVE"] == "1":
+				delete(stored, fields["FDNAME"])
+			case fields["END"] == "1":
+				return
+			}
+		}
+	}()
+	s := &fdStore{log: zap.NewNop(), states: [2]*os.File{stateFile(t), stateFile(t)}, done: make(chan struct{}),
+		fixedN: [][]string{{storeFUSE + ".0"}, {storeIPC + ".0"}}, regions: map[string][]string{"a": {storeRegion + "0.0"}}}
+	crash := storedState{Protocol: handover.Protocol, Source: "/s", Mountpoint: "/m",
+		Parts: []handover.Part{{Name: partFS, State: []byte(`{}`), Files: 1}, {Name: partIPC, State: []byte(`{}`), Files: 1},
+			{Name: partCache, State: []byte(`{}`), Files: 1}},
+		Names: [][]string{{storeFUSE + ".0"}, {storeIPC + ".0"}, {storeRegion + "0.0"}}}
+	if err := s.write(crash); err != nil {
+		t.Fatal(err)
+	}
+	sent, unsendable := stateFile(t), stateFile(t)
+	unsendable.Close()
+	hs := handover.State{Parts: []handover.Part{{Name: partFS, State: []byte(`{}`), Files: 2}}}
+	if err := s.keep(hs, []*os.File{sent, unsendable}); err == nil {
+		t.Fatal("a keep with a closed descriptor succeeded")
+	}
+	if st, err := readState(s.states[:]); err == nil {
+		t.Errorf("a keep cut short left a whole state naming %q", st.Names)
+	}
+	s.stop(true)
+	if err := sdNotify("END=1"); err != nil {
+		t.Fatal(err)
+	}
+	<-read
+	if len(stored) > 0 {
+		t.Errorf("left in the store after stop(true): %v", stored)
 	}
 }

@@ -58,7 +58,15 @@ func (d *daemon) keepForRestart() bool {
 		err = d.store.keep(st, files)
 		handover.CloseFiles(files)
 		if err != nil {
+			// What the keep stored is of the paused daemon: the store
+			// goes back to what any running daemon keeps there, so that
+			// a crash while it stops recovers what it serves then.
+			d.store.stop(true)
+			d.store = nil
 			resume()
+			if serr := d.startFDStore(); serr != nil {
+				d.log.Warn("descriptor store not kept: a crash loses the mount and the cache", zap.Error(serr))
+			}
 		}
 	}
 	if err != nil {

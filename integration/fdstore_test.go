@@ -3,6 +3,7 @@ package integration
 import (
 	"bufio"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -20,6 +21,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gdsfs/gdsfs/internal/mountinfo"
 )
 
 // manager plays systemd's part for one service: it reads the daemon's
@@ -36,6 +39,14 @@ type manager struct {
 	// status gets every STATUS= line; ready every MAINPID of READY=1.
 	status chan string
 	ready  chan int
+	// max is FileDescriptorStoreMax= (passed as $FDSTORE): a descriptor
+	// stored past it is closed, as systemd does, and the daemon is not
+	// told. 0: 4096. Set with mu held, as holdBarrier.
+	max int
+	// holdBarrier: BARRIER=1 is not answered (its descriptor is kept
+	// open until the test ends), as by a manager that hangs.
+	holdBarrier bool
+	held        []int
 }
 
 // stored is one descriptor in the manager's store.
@@ -82,6 +93,9 @@ func newManager(t *testing.T) *manager {
 		for _, s := range m.store {
 			s.f.Close()
 		}
+		for _, fd := range m.held {
+			unix.Close(fd)
+		}
 		m.mu.Unlock()
 	})
 	go func() {
@@ -114,6 +128,10 @@ func (m *manager) handle(msg string, fds []int) {
 	defer m.mu.Unlock()
 	switch {
 	case fields["FDSTORE"] == "1" && len(fds) == 1:
+		if len(m.store) >= m.storeMax() {
+			unix.Close(fds[0])
+			return
+		}
 		for _, s := range m.store {
 			if sameFile(int(s.f.Fd()), fds[0]) {
 				unix.Close(fds[0])
@@ -131,6 +149,10 @@ func (m *manager) handle(msg string, fds []int) {
 			return false
 		})
 	}
+	if _, ok := fields["BARRIER"]; ok && m.holdBarrier {
+		m.held = append(m.held, fds...)
+		fds = nil
+	}
 	for _, fd := range fds {
 		unix.Close(fd) // BARRIER=1's descriptor, or one not kept
 	}
@@ -141,6 +163,14 @@ func (m *manager) handle(msg string, fds []int) {
 		pid, _ := strconv.Atoi(fields["MAINPID"])
 		m.ready <- pid
 	}
+}
+
+// storeMax is max or its default; m.mu is held.
+func (m *manager) storeMax() int {
+	if m.max > 0 {
+		return m.max
+	}
+	return 4096
 }
 
 // waitStatus waits for a STATUS= line containing want.
@@ -176,6 +206,7 @@ func (m *manager) start(t *testing.T, args ...string) (*exec.Cmd, *syncBuffer, c
 		names = append(names, s.name)
 		files = append(files, os.NewFile(uintptr(fd), s.name))
 	}
+	most := m.storeMax()
 	m.mu.Unlock()
 	closeFiles := func() {
 		for _, f := range files {
@@ -188,7 +219,7 @@ func (m *manager) start(t *testing.T, args ...string) (*exec.Cmd, *syncBuffer, c
 	}
 	cmd := exec.Command("sh", "-c", env+`exec "$@"`, "sh")
 	cmd.Args = append(cmd.Args, append([]string{bins.gdsfs}, args...)...)
-	cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+m.path, "FDSTORE=4096")
+	cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+m.path, fmt.Sprintf("FDSTORE=%d", most))
 	cmd.ExtraFiles = files
 	log := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = log, log
@@ -227,6 +258,7 @@ type managed struct {
 	before     map[string]any // stats once all was staged
 	h          *holder
 	want       []byte // the second file's bytes
+	reader     *exec.Cmd
 	readerIn   io.Writer
 	readerOut  *bufio.Reader
 	files, len int
@@ -266,6 +298,7 @@ func newManaged(t *testing.T, sets ...string) *managed {
 	// exec: the restarted daemon's start would wait on itself.
 	x.want, _ = os.ReadFile(filepath.Join(x.src, x.names[1]))
 	reader := exec.Command("sh", "-c", `exec 3<"$1"; dd bs=1M count=16 iflag=fullblock status=none <&3 | sha256sum; read go; dd bs=1M count=16 iflag=fullblock status=none <&3 | sha256sum`, "sh", x.m.path(x.names[1]))
+	x.reader = reader
 	x.readerIn, _ = reader.StdinPipe()
 	readerOut, _ := reader.StdoutPipe()
 	if err := reader.Start(); err != nil {
@@ -512,5 +545,231 @@ func TestCrashStoreRefusedLeavesOtherMountsAlone(t *testing.T) {
 	}
 	if got := sha(t, other.path("a.bin")); got != want {
 		t.Fatal("a.bin through the other mount after the store was refused: wrong bytes")
+	}
+}
+
+// newestState is the JSON of the newest whole state the store holds
+// (the daemon's two state memfds: magic, sequence, length, SHA-256, the
+// JSON); "" when neither is whole.
+func (m *manager) newestState() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var best string
+	var bestSeq uint64
+	for _, s := range m.store {
+		if s.name != "gdsfs-state-a" && s.name != "gdsfs-state-b" {
+			continue
+		}
+		b, err := io.ReadAll(io.NewSectionReader(s.f, 0, 1<<30))
+		const header = 8 + 8 + 8 + sha256.Size
+		if err != nil || len(b) < header || string(b[:8]) != "GDSFSST1" {
+			continue
+		}
+		seq, n := binary.LittleEndian.Uint64(b[8:16]), binary.LittleEndian.Uint64(b[16:24])
+		body := b[header:]
+		if uint64(len(body)) != n || sha256.Sum256(body) != [sha256.Size]byte(b[24:header]) {
+			continue
+		}
+		if seq > bestSeq {
+			best, bestSeq = string(body), seq
+		}
+	}
+	return best
+}
+
+// waitState waits until the newest whole state in the store holds want:
+// a state is written before the STATUS= line that follows it.
+func (m *manager) waitState(t *testing.T, want string) {
+	t.Helper()
+	timeout := time.After(30 * time.Second)
+	for !strings.Contains(m.newestState(), want) {
+		select {
+		case <-m.status:
+		case <-timeout:
+			t.Fatalf("no state holding %q in the store within 30s; the newest: %.300s", want, m.newestState())
+		}
+	}
+}
+
+// TestRestartSignalBeyondStoreMaxStops: a restart that needs more
+// descriptors than the store takes ($FDSTORE) is not kept in part (the
+// manager would close the rest unseen, and the restarted daemon find a
+// store it cannot use and end the mount without a grace period): the
+// daemon says so and stops as on SIGTERM, and the next start mounts
+// afresh.
+func TestRestartSignalBeyondStoreMaxStops(t *testing.T) {
+	needMount(t)
+	src, mnt := t.TempDir(), t.TempDir()
+	randomFile(t, filepath.Join(src, "a.bin"), 1<<20, 1)
+	sock := filepath.Join(t.TempDir(), "lease.sock")
+	args := []string{"mount", "--set", "log.format=console", "--set", "ipc.socket=" + sock,
+		"--set", "staging.racy_window=0s", src, mnt}
+	t.Cleanup(func() { // a daemon that kept the mount in part left it
+		if _, ok := mountinfo.MountedAt(mnt); ok {
+			mountinfo.Unmount(mnt, true)
+		}
+	})
+	mgr := newManager(t)
+	mgr.mu.Lock()
+	mgr.max = 5 // the two state memfds, the connection, the lease socket, a.bin's region
+	mgr.mu.Unlock()
+	cmd, log, exited := mgr.start(t, args...)
+	m := &mount{t: t, src: src, mnt: mnt, sock: sock, cmd: cmd, log: log, exited: exited}
+	t.Cleanup(m.stop)
+	leaseSum(t, m.path("a.bin"))
+	mgr.waitStatus(t, "1 files")
+	if names := mgr.names(); len(names) != 5 {
+		t.Fatalf("the store holds %q with a.bin resident; this test counts on 5 descriptors", names)
+	}
+	h := hold(t, m.path("a.bin")) // its connection is one more for the restart to keep
+	m.cmd.Process.Signal(syscall.SIGUSR2)
+	if err := m.exit(); err != nil {
+		t.Fatalf("the daemon stopped for a restart: %v\n%s", err, log)
+	}
+	if strings.Contains(log.String(), "kept the mount") {
+		t.Fatalf("the daemon says it kept the mount in a store too small for it:\n%s", log)
+	}
+	for _, want := range []string{"the store takes 5", "unmounted cleanly"} {
+		if !strings.Contains(log.String(), want) {
+			t.Errorf("the daemon's log does not say %q:\n%s", want, log)
+		}
+	}
+	h.cmd.Process.Kill()
+	h.cmd.Wait()
+	cmd, log, exited = mgr.start(t, args...)
+	next := &mount{t: t, src: src, mnt: mnt, sock: sock, cmd: cmd, log: log, exited: exited}
+	t.Cleanup(next.stop)
+	if !log.waitFor("mounted") || strings.Contains(log.String(), "descriptor store") {
+		t.Fatalf("the start after the stop did not mount afresh from an empty store:\n%s", log)
+	}
+	if got := sha(t, next.path("a.bin")); got != sha(t, filepath.Join(src, "a.bin")) {
+		t.Fatal("a.bin after the fresh mount: wrong bytes")
+	}
+}
+
+// TestRestartSignalUnconfirmedKeepsTheStoreCurrent: a keep the manager
+// does not confirm (BARRIER=1 unanswered) leaves the daemon serving
+// while it stops as on SIGTERM; the store then holds what a running
+// daemon keeps there, not the keep's picture of the paused daemon (its
+// open handles and leases, gone stale as it serves on), so that a crash
+// during the grace period recovers as any crash does.
+func TestRestartSignalUnconfirmedKeepsTheStoreCurrent(t *testing.T) {
+	x := newManaged(t, "fuse.passthrough=off", "shutdown.grace=1h")
+	// A file open through the mount holds the stop in its grace period.
+	blocker := exec.Command("sh", "-c", `exec 3<"$1"; echo open; read x`, "sh", x.m.path(x.names[2]))
+	blockerIn, _ := blocker.StdinPipe()
+	blockerOut, _ := blocker.StdoutPipe()
+	if err := blocker.Start(); err != nil {
+		t.Fatal(err)
+	}
+	stopBlocker := func() { blockerIn.Close(); blocker.Process.Kill(); blocker.Wait() }
+	if line, err := bufio.NewReader(blockerOut).ReadString('\n'); err != nil || line != "open\n" {
+		stopBlocker()
+		t.Fatalf("opening %s through the mount: %q %v", x.names[2], line, err)
+	}
+	first, killed := x.m, false
+	t.Cleanup(func() {
+		if !killed { // failed before: a second signal ends its grace period
+			first.cmd.Process.Signal(syscall.SIGTERM)
+			first.exit()
+			stopBlocker()
+		}
+	})
+	x.mgr.mu.Lock()
+	x.mgr.holdBarrier = true
+	x.mgr.mu.Unlock()
+	x.m.cmd.Process.Signal(syscall.SIGUSR2)
+	if !x.m.log.waitFor("stopping: new opens are refused") {
+		stopBlocker()
+		t.Fatalf("the daemon did not stop after a keep the manager did not confirm:\n%s", x.m.log)
+	}
+	if !strings.Contains(x.m.log.String(), "cannot keep the mount for the restart") {
+		t.Errorf("the daemon's log does not say it could not keep the mount:\n%s", x.m.log)
+	}
+	// The keep names the cache's descriptors gdsfs-cache.N; a running
+	// daemon's store names each region's.
+	x.mgr.waitState(t, `"gdsfs-r`)
+	x.m.cmd.Process.Signal(syscall.SIGKILL)
+	<-x.m.exited
+	killed = true
+	x.mgr.mu.Lock()
+	x.mgr.holdBarrier = false
+	x.mgr.mu.Unlock()
+	cmd, log, exited := x.mgr.start(t, x.args...)
+	next := &mount{t: t, src: x.src, mnt: x.mnt, sock: x.m.sock, cmd: cmd, log: log, exited: exited}
+	t.Cleanup(next.stop)
+	// Before next.stop, the files open through the mount are closed:
+	// the blocker's, and the reader's, whose handle did not outlive the
+	// crash (it reads on, fails and exits).
+	defer func() {
+		stopBlocker()
+		io.WriteString(x.readerIn, "go\n")
+		x.readerOut.ReadString('\n')
+		x.reader.Wait() // its file closed: the mount is not busy
+	}()
+	if !log.waitFor("recovered the mount") {
+		t.Fatalf("the daemon after the crash did not recover from the store:\n%s", log)
+	}
+	after := statsOf(t, next)
+	if got := after["staged_files"].(float64); got != float64(x.files+1) {
+		t.Errorf("staged_files %v after the crash, want %d", got, x.files+1)
+	}
+	for _, key := range []string{"open_files", "leases_active"} {
+		if got := after[key].(float64); got != 0 {
+			t.Errorf("%s %v after the crash: a crash keeps neither handles nor leases", key, got)
+		}
+	}
+	if res := leaseSum(t, next.path(x.names[3])); res["sha256"] != sha(t, filepath.Join(x.src, x.names[3])) {
+		t.Errorf("%s leased after the crash: wrong bytes", x.names[3])
+	}
+	x.h.cmd.Process.Kill() // its connection ended with the first daemon
+	x.h.cmd.Wait()
+}
+
+// TestCrashStoreFullKeepsWhatFits: a resident file whose region does not
+// fit in the store beside what it holds ($FDSTORE; the manager would
+// close it unseen) is left out of the store, with a log line: a crash
+// drops that file alone, and the restart recovers the rest instead of
+// refusing a store that lacks a descriptor its state names.
+func TestCrashStoreFullKeepsWhatFits(t *testing.T) {
+	needMount(t)
+	src, mnt := t.TempDir(), t.TempDir()
+	randomFile(t, filepath.Join(src, "a.bin"), 1<<20, 1)
+	randomFile(t, filepath.Join(src, "b.bin"), 1<<20, 2)
+	sock := filepath.Join(t.TempDir(), "lease.sock")
+	args := []string{"mount", "--set", "log.format=console", "--set", "ipc.socket=" + sock,
+		"--set", "staging.racy_window=0s", src, mnt}
+	mgr := newManager(t)
+	mgr.mu.Lock()
+	mgr.max = 5 // the two state memfds, the connection, the lease socket, one region
+	mgr.mu.Unlock()
+	cmd, log, exited := mgr.start(t, args...)
+	m := &mount{t: t, src: src, mnt: mnt, sock: sock, cmd: cmd, log: log, exited: exited}
+	leaseSum(t, m.path("a.bin"))
+	mgr.waitStatus(t, "1 files")
+	leaseSum(t, m.path("b.bin"))
+	if !log.waitFor("descriptor store full") {
+		m.stop()
+		t.Fatalf("the daemon does not say b.bin's region has no room in the store:\n%s", log)
+	}
+	if got := statsOf(t, m)["staged_files"].(float64); got != 2 {
+		m.stop()
+		t.Fatalf("staged_files %v, want a.bin and b.bin", got)
+	}
+	m.cmd.Process.Signal(syscall.SIGKILL)
+	<-m.exited
+	cmd, log, exited = mgr.start(t, args...)
+	next := &mount{t: t, src: src, mnt: mnt, sock: sock, cmd: cmd, log: log, exited: exited}
+	t.Cleanup(next.stop)
+	if !log.waitFor("recovered the mount") {
+		t.Fatalf("the restart did not recover from the full store:\n%s", log)
+	}
+	if got := statsOf(t, next)["staged_files"].(float64); got != 1 {
+		t.Errorf("staged_files %v after the crash, want a.bin's 1\n%s", got, log)
+	}
+	for _, n := range []string{"a.bin", "b.bin"} {
+		if got := sha(t, next.path(n)); got != sha(t, filepath.Join(src, n)) {
+			t.Errorf("%s after the crash: wrong bytes", n)
+		}
 	}
 }

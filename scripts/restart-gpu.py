@@ -215,6 +215,22 @@ def quit_consumer(p, timeout=None):
     p.wait(timeout=timeout)
 
 
+PLACE = r'''
+import os, sys
+fds = [int(f) for f in sys.argv[1].split(",") if f]
+high = max(fds + [2]) + len(fds) + 1
+moved = [os.dup2(fd, high + i) for i, fd in enumerate(fds)]
+for fd in fds:
+    os.close(fd)
+for i, fd in enumerate(moved):
+    os.dup2(fd, 3 + i)
+    os.close(fd)
+if fds:
+    os.environ["LISTEN_PID"] = str(os.getpid())
+os.execv(sys.argv[2], sys.argv[2:])
+'''
+
+
 class Manager:
     """Plays systemd's part for one service: reads the daemon's
     notifications on a notify socket, keeps the descriptors it stores
@@ -271,10 +287,15 @@ class Manager:
                     self.ready.append(int(fields.get("MAINPID", "0")))
                     self.cond.notify_all()
 
-    def wait_ready(self, pid, secs=120):
+    def wait_ready(self, proc, secs=120):
+        end = time.monotonic() + secs
         with self.cond:
-            if not self.cond.wait_for(lambda: pid in self.ready, timeout=secs):
-                raise SystemExit("no READY=1 from pid %d within %d s" % (pid, secs))
+            while proc.pid not in self.ready:
+                if proc.poll() is not None:
+                    raise SystemExit("the daemon (pid %d) exited with %s before READY=1" % (proc.pid, proc.returncode))
+                if time.monotonic() > end:
+                    raise SystemExit("no READY=1 from pid %d within %d s" % (proc.pid, secs))
+                self.cond.wait(timeout=0.2)
 
     def start(self, cmd, log):
         """Starts cmd as the service's main process with what the store holds."""
@@ -282,16 +303,11 @@ class Manager:
             names = [n for n, _ in self.store]
             fds = [os.dup(fd) for _, fd in self.store]
         env = dict(os.environ, NOTIFY_SOCKET=self.path, FDSTORE="65536")
-        pre = ""
         if fds:
-            # The descriptors as 3, 4, ... in the daemon, in order: moved
-            # out of the way first (bash: dash takes no descriptor past 9).
             env.update(LISTEN_FDS=str(len(fds)), LISTEN_FDNAMES=":".join(names))
-            high = max(fds) + len(fds) + 10
-            pre = "exec " + " ".join("%d<&%d" % (high + i, fd) for i, fd in enumerate(fds)) + "; "
-            pre += "exec " + " ".join("%d<&%d %d<&-" % (3 + i, high + i, high + i) for i in range(len(fds))) + "; "
-            pre += "LISTEN_PID=$$; export LISTEN_PID; "
-        p = subprocess.Popen(["bash", "-c", pre + 'exec "$@"', "bash"] + cmd, env=env, pass_fds=fds,
+        # The wrapper puts the descriptors at 3, 4, ... in order, says it is
+        # LISTEN_PID and becomes the daemon (exec keeps the pid).
+        p = subprocess.Popen([sys.executable, "-c", PLACE, ",".join(map(str, fds))] + cmd, env=env, pass_fds=fds,
                              stdout=log, stderr=subprocess.STDOUT)
         for fd in fds:
             os.close(fd)
@@ -351,7 +367,7 @@ def main():
     mgr = Manager() if args.via != "handover" else None
     if mgr:
         first = mgr.start(mount_cmd(args, src, mnt), logs[0])
-        mgr.wait_ready(first.pid)
+        mgr.wait_ready(first)
     else:
         first = subprocess.Popen(mount_cmd(args, src, mnt), stdout=logs[0], stderr=subprocess.STDOUT)
     second = None
@@ -423,7 +439,7 @@ def main():
         wait_for(adopted, "the second daemon's '%s'" % took)
         results["switch_to_took_over_s"] = time.monotonic() - t2
         if mgr:
-            mgr.wait_ready(second.pid)
+            mgr.wait_ready(second)
             results["switch_to_ready_s"] = time.monotonic() - t2
         counted = stats(mnt).get("leases_active")  # the held lease alone
 

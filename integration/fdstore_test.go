@@ -189,6 +189,13 @@ func (m *manager) waitStatus(t *testing.T, want string) {
 	}
 }
 
+// mount is start for a mount of src on mnt with lease socket sock.
+func (m *manager) mount(t *testing.T, src, mnt, sock string, args ...string) *mount {
+	t.Helper()
+	cmd, log, exited := m.start(t, args...)
+	return &mount{t: t, src: src, mnt: mnt, sock: sock, cmd: cmd, log: log, exited: exited}
+}
+
 // start runs `gdsfs mount` as the service's main process, passing what
 // the store holds as systemd would.
 func (m *manager) start(t *testing.T, args ...string) (*exec.Cmd, *syncBuffer, chan error) {
@@ -283,8 +290,7 @@ func newManaged(t *testing.T, sets ...string) *managed {
 	}
 	x.args = append(x.args, x.src, x.mnt)
 	x.mgr = newManager(t)
-	cmd, log, exited := x.mgr.start(t, x.args...)
-	x.m = &mount{t: t, src: x.src, mnt: x.mnt, sock: sock, cmd: cmd, log: log, exited: exited}
+	x.m = x.mgr.mount(t, x.src, x.mnt, sock, x.args...)
 	for _, n := range append(x.names, "changed.bin") {
 		leaseSum(t, x.m.path(n))
 	}
@@ -336,11 +342,10 @@ func halfSum(b []byte) string { s := sha256.Sum256(b); return hex.EncodeToString
 func (x *managed) restart() *mount {
 	t := x.t
 	randomFile(t, filepath.Join(x.src, "changed.bin"), 1<<20, 100)
-	cmd, log, exited := x.mgr.start(t, x.args...)
-	next := &mount{t: t, src: x.src, mnt: x.mnt, sock: x.m.sock, cmd: cmd, log: log, exited: exited}
+	next := x.mgr.mount(t, x.src, x.mnt, x.m.sock, x.args...)
 	t.Cleanup(next.stop)
-	if !log.waitFor("recovered the mount") {
-		t.Fatalf("the restarted daemon did not recover from the store:\n%s", log)
+	if !next.log.waitFor("recovered the mount") {
+		t.Fatalf("the restarted daemon did not recover from the store:\n%s", next.log)
 	}
 	io.WriteString(x.readerIn, "go\n")
 	if got, err := x.readerOut.ReadString('\n'); err != nil || got != halfSum(x.want[x.len/2:]) {
@@ -351,7 +356,7 @@ func (x *managed) restart() *mount {
 	}
 	after := statsOf(t, next)
 	if got := after["staged_files"].(float64); got != float64(x.files) {
-		t.Errorf("staged_files %v after the restart, want %d (changed.bin dropped)\n%s", got, x.files, log)
+		t.Errorf("staged_files %v after the restart, want %d (changed.bin dropped)\n%s", got, x.files, next.log)
 	}
 	for _, n := range x.names {
 		if res := leaseSum(t, next.path(n)); res["sha256"] != sha(t, filepath.Join(x.src, n)) {
@@ -440,18 +445,16 @@ func TestCrashTwiceRecoversTheLatest(t *testing.T) {
 	args := []string{"mount", "--set", "log.format=console", "--set", "ipc.socket=" + sock,
 		"--set", "staging.racy_window=0s", src, mnt}
 	mgr := newManager(t)
-	cmd, log, exited := mgr.start(t, args...)
-	m := &mount{t: t, src: src, mnt: mnt, sock: sock, cmd: cmd, log: log, exited: exited}
+	m := mgr.mount(t, src, mnt, sock, args...)
 	t.Cleanup(func() { m.stop() }) // the daemon serving last
 	leaseSum(t, m.path("a.bin"))
 	mgr.waitStatus(t, "1 files")
 	for i := 2; i <= 3; i++ {
 		m.cmd.Process.Signal(syscall.SIGKILL)
 		<-m.exited
-		cmd, log, exited := mgr.start(t, args...)
-		m = &mount{t: t, src: src, mnt: mnt, sock: sock, cmd: cmd, log: log, exited: exited}
-		if !log.waitFor("recovered the mount") {
-			t.Fatalf("daemon %d did not recover from the store:\n%s", i, log)
+		m = mgr.mount(t, src, mnt, sock, args...)
+		if !m.log.waitFor("recovered the mount") {
+			t.Fatalf("daemon %d did not recover from the store:\n%s", i, m.log)
 		}
 		if i == 2 {
 			leaseSum(t, m.path("b.bin"))
@@ -484,24 +487,22 @@ func TestCrashStoreRefusedKeepsNoRegion(t *testing.T) {
 	args := []string{"mount", "--set", "log.format=console", "--set", "ipc.socket=" + sock,
 		"--set", "staging.racy_window=0s"}
 	mgr := newManager(t)
-	cmd, log, exited := mgr.start(t, append(args, src, mnt)...)
-	m := &mount{t: t, src: src, mnt: mnt, sock: sock, cmd: cmd, log: log, exited: exited}
+	m := mgr.mount(t, src, mnt, sock, append(args, src, mnt)...)
 	t.Cleanup(func() { m.stop() }) // the daemon serving last
 	leaseSum(t, m.path("a.bin"))
 	mgr.waitStatus(t, "1 files")
 	m.cmd.Process.Signal(syscall.SIGKILL)
 	<-m.exited
-	cmd, log, exited = mgr.start(t, append(args, "--set", "fuse.max_read=256KiB", src, mnt)...)
-	m = &mount{t: t, src: src, mnt: mnt, sock: sock, cmd: cmd, log: log, exited: exited}
-	if !log.waitFor("descriptor store not used") {
-		t.Fatalf("the restart with another fuse.max_read used the store:\n%s", log)
+	m = mgr.mount(t, src, mnt, sock, append(args, "--set", "fuse.max_read=256KiB", src, mnt)...)
+	if !m.log.waitFor("descriptor store not used") {
+		t.Fatalf("the restart with another fuse.max_read used the store:\n%s", m.log)
 	}
-	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", cmd.Process.Pid))
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", m.cmd.Process.Pid))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, fd := range fds {
-		link, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", cmd.Process.Pid, fd.Name()))
+		link, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", m.cmd.Process.Pid, fd.Name()))
 		if strings.HasPrefix(link, "/memfd:gdsfs-") && !strings.HasPrefix(link, "/memfd:gdsfs-state") {
 			t.Errorf("descriptor %s of the restarted daemon is a region it did not take over: %s", fd.Name(), link)
 		}
@@ -522,8 +523,7 @@ func TestCrashStoreRefusedLeavesOtherMountsAlone(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "lease.sock")
 	args := []string{"mount", "--set", "log.format=console", "--set", "ipc.socket=" + sock}
 	mgr := newManager(t)
-	cmd, log, exited := mgr.start(t, append(args, src, mnt)...)
-	first := &mount{t: t, src: src, mnt: mnt, sock: sock, cmd: cmd, log: log, exited: exited}
+	first := mgr.mount(t, src, mnt, sock, append(args, src, mnt)...)
 	leaseSum(t, first.path("a.bin"))
 	mgr.waitStatus(t, "1 files")
 	first.cmd.Process.Signal(syscall.SIGKILL)
@@ -538,10 +538,10 @@ func TestCrashStoreRefusedLeavesOtherMountsAlone(t *testing.T) {
 	}
 	// Restarted on another mount point: the store is refused.
 	elsewhere := t.TempDir()
-	cmd, log, exited = mgr.start(t, append(args, src, elsewhere)...)
-	t.Cleanup((&mount{t: t, src: src, mnt: elsewhere, sock: sock, cmd: cmd, log: log, exited: exited}).stop)
-	if !log.waitFor("descriptor store not used") {
-		t.Fatalf("the restart on another mount point used the store:\n%s", log)
+	moved := mgr.mount(t, src, elsewhere, sock, append(args, src, elsewhere)...)
+	t.Cleanup(moved.stop)
+	if !moved.log.waitFor("descriptor store not used") {
+		t.Fatalf("the restart on another mount point used the store:\n%s", moved.log)
 	}
 	if got := sha(t, other.path("a.bin")); got != want {
 		t.Fatal("a.bin through the other mount after the store was refused: wrong bytes")
@@ -613,8 +613,7 @@ func TestRestartSignalBeyondStoreMaxStops(t *testing.T) {
 	mgr.mu.Lock()
 	mgr.max = 5 // the two state memfds, the connection, the lease socket, a.bin's region
 	mgr.mu.Unlock()
-	cmd, log, exited := mgr.start(t, args...)
-	m := &mount{t: t, src: src, mnt: mnt, sock: sock, cmd: cmd, log: log, exited: exited}
+	m := mgr.mount(t, src, mnt, sock, args...)
 	t.Cleanup(m.stop)
 	leaseSum(t, m.path("a.bin"))
 	mgr.waitStatus(t, "1 files")
@@ -624,23 +623,22 @@ func TestRestartSignalBeyondStoreMaxStops(t *testing.T) {
 	h := hold(t, m.path("a.bin")) // its connection is one more for the restart to keep
 	m.cmd.Process.Signal(syscall.SIGUSR2)
 	if err := m.exit(); err != nil {
-		t.Fatalf("the daemon stopped for a restart: %v\n%s", err, log)
+		t.Fatalf("the daemon stopped for a restart: %v\n%s", err, m.log)
 	}
-	if strings.Contains(log.String(), "kept the mount") {
-		t.Fatalf("the daemon says it kept the mount in a store too small for it:\n%s", log)
+	if strings.Contains(m.log.String(), "kept the mount") {
+		t.Fatalf("the daemon says it kept the mount in a store too small for it:\n%s", m.log)
 	}
 	for _, want := range []string{"the store takes 5", "unmounted cleanly"} {
-		if !strings.Contains(log.String(), want) {
-			t.Errorf("the daemon's log does not say %q:\n%s", want, log)
+		if !strings.Contains(m.log.String(), want) {
+			t.Errorf("the daemon's log does not say %q:\n%s", want, m.log)
 		}
 	}
 	h.cmd.Process.Kill()
 	h.cmd.Wait()
-	cmd, log, exited = mgr.start(t, args...)
-	next := &mount{t: t, src: src, mnt: mnt, sock: sock, cmd: cmd, log: log, exited: exited}
+	next := mgr.mount(t, src, mnt, sock, args...)
 	t.Cleanup(next.stop)
-	if !log.waitFor("mounted") || strings.Contains(log.String(), "descriptor store") {
-		t.Fatalf("the start after the stop did not mount afresh from an empty store:\n%s", log)
+	if !next.log.waitFor("mounted") || strings.Contains(next.log.String(), "descriptor store") {
+		t.Fatalf("the start after the stop did not mount afresh from an empty store:\n%s", next.log)
 	}
 	if got := sha(t, next.path("a.bin")); got != sha(t, filepath.Join(src, "a.bin")) {
 		t.Fatal("a.bin after the fresh mount: wrong bytes")
@@ -695,8 +693,7 @@ func TestRestartSignalUnconfirmedKeepsTheStoreCurrent(t *testing.T) {
 	x.mgr.mu.Lock()
 	x.mgr.holdBarrier = false
 	x.mgr.mu.Unlock()
-	cmd, log, exited := x.mgr.start(t, x.args...)
-	next := &mount{t: t, src: x.src, mnt: x.mnt, sock: x.m.sock, cmd: cmd, log: log, exited: exited}
+	next := x.mgr.mount(t, x.src, x.mnt, x.m.sock, x.args...)
 	t.Cleanup(next.stop)
 	// Before next.stop, the files open through the mount are closed:
 	// the blocker's, and the reader's, whose handle did not outlive the
@@ -707,8 +704,8 @@ func TestRestartSignalUnconfirmedKeepsTheStoreCurrent(t *testing.T) {
 		x.readerOut.ReadString('\n')
 		x.reader.Wait() // its file closed: the mount is not busy
 	}()
-	if !log.waitFor("recovered the mount") {
-		t.Fatalf("the daemon after the crash did not recover from the store:\n%s", log)
+	if !next.log.waitFor("recovered the mount") {
+		t.Fatalf("the daemon after the crash did not recover from the store:\n%s", next.log)
 	}
 	after := statsOf(t, next)
 	if got := after["staged_files"].(float64); got != float64(x.files+1) {
@@ -743,14 +740,13 @@ func TestCrashStoreFullKeepsWhatFits(t *testing.T) {
 	mgr.mu.Lock()
 	mgr.max = 5 // the two state memfds, the connection, the lease socket, one region
 	mgr.mu.Unlock()
-	cmd, log, exited := mgr.start(t, args...)
-	m := &mount{t: t, src: src, mnt: mnt, sock: sock, cmd: cmd, log: log, exited: exited}
+	m := mgr.mount(t, src, mnt, sock, args...)
 	leaseSum(t, m.path("a.bin"))
 	mgr.waitStatus(t, "1 files")
 	leaseSum(t, m.path("b.bin"))
-	if !log.waitFor("descriptor store full") {
+	if !m.log.waitFor("descriptor store full") {
 		m.stop()
-		t.Fatalf("the daemon does not say b.bin's region has no room in the store:\n%s", log)
+		t.Fatalf("the daemon does not say b.bin's region has no room in the store:\n%s", m.log)
 	}
 	if got := statsOf(t, m)["staged_files"].(float64); got != 2 {
 		m.stop()
@@ -758,14 +754,13 @@ func TestCrashStoreFullKeepsWhatFits(t *testing.T) {
 	}
 	m.cmd.Process.Signal(syscall.SIGKILL)
 	<-m.exited
-	cmd, log, exited = mgr.start(t, args...)
-	next := &mount{t: t, src: src, mnt: mnt, sock: sock, cmd: cmd, log: log, exited: exited}
+	next := mgr.mount(t, src, mnt, sock, args...)
 	t.Cleanup(next.stop)
-	if !log.waitFor("recovered the mount") {
-		t.Fatalf("the restart did not recover from the full store:\n%s", log)
+	if !next.log.waitFor("recovered the mount") {
+		t.Fatalf("the restart did not recover from the full store:\n%s", next.log)
 	}
 	if got := statsOf(t, next)["staged_files"].(float64); got != 1 {
-		t.Errorf("staged_files %v after the crash, want a.bin's 1\n%s", got, log)
+		t.Errorf("staged_files %v after the crash, want a.bin's 1\n%s", got, next.log)
 	}
 	for _, n := range []string{"a.bin", "b.bin"} {
 		if got := sha(t, next.path(n)); got != sha(t, filepath.Join(src, n)) {

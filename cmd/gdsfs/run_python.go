@@ -248,24 +248,42 @@ func embeddedPython(warn io.Writer, files fs.FS, version string) (string, error)
 	return "", fmt.Errorf("unpack the Python package: %w", errors.Join(append(errs, err)...))
 }
 
+// trustedLink refuses root where it is a symbolic link another user made:
+// made by someone else in a shared directory, it could send the files
+// anywhere the caller may write. A root that does not exist passes.
+func trustedLink(root string) error {
+	link, err := os.Lstat(root)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if link.Mode()&fs.ModeSymlink != 0 {
+		if sys, ok := link.Sys().(*syscall.Stat_t); !ok || !trusted(sys.Uid) {
+			return fmt.Errorf("%s: a symbolic link another user made", root)
+		}
+	}
+	return nil
+}
+
 // privateDir makes root (0700) unless it exists, and checks that it is
 // the caller's alone: owned by the caller, no access for group or
 // others, every directory above it trusted (trustedAncestors). It
 // returns root's real path.
 func privateDir(root string) (string, error) {
+	// A link is judged before anything follows it (with
+	// fs.protected_symlinks, following another user's link in a sticky
+	// directory fails, and the error would not say why), and again once
+	// the directory exists.
+	if err := trustedLink(root); err != nil {
+		return "", err
+	}
 	if err := os.MkdirAll(root, 0o700); err != nil {
 		return "", err
 	}
-	link, err := os.Lstat(root)
-	if err != nil {
+	if err := trustedLink(root); err != nil {
 		return "", err
-	}
-	if link.Mode()&fs.ModeSymlink != 0 {
-		// Made by someone else in a shared directory, it could send the
-		// files anywhere the caller may write.
-		if sys, ok := link.Sys().(*syscall.Stat_t); !ok || !trusted(sys.Uid) {
-			return "", fmt.Errorf("%s: a symbolic link another user made", root)
-		}
 	}
 	real, err := filepath.EvalSymlinks(root)
 	if err != nil {

@@ -57,8 +57,7 @@ func Adopt(cfg Config, st FUSEState, files []*os.File) (*Server, error) {
 	var srcSt unix.Stat_t
 	s.root.At(func(dirfd int) error { return unix.Fstat(dirfd, &srcSt) })
 	if srcSt.Dev != st.SourceDev || srcSt.Ino != st.SourceIno {
-		s.meta.close()
-		s.root.Close()
+		s.letSourceGo()
 		return nil, fmt.Errorf("SOURCE %s: not the directory the predecessor serves (%s)", cfg.Source, st.Source)
 	}
 	s.ids.restore(st.Foreign, st.ForeignNext)
@@ -68,8 +67,7 @@ func Adopt(cfg Config, st FUSEState, files []*os.File) (*Server, error) {
 		s.ids.restore(nil, uint64(time.Now().UnixNano()))
 	}
 	if err := s.adoptConnection(st, files); err != nil {
-		s.meta.close()
-		s.root.Close()
+		s.letSourceGo()
 		return nil, fmt.Errorf("fuse hand-over: %w", err)
 	}
 	return s, nil

@@ -149,14 +149,12 @@ func Mount(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	if err := s.serve(mnt); err != nil {
-		s.meta.close()
-		s.root.Close()
+		s.letSourceGo()
 		return nil, fmt.Errorf("mount %s: %w", mnt, err)
 	}
 	if err := s.settlePassthrough(); err != nil {
 		s.fuse.Unmount()
-		s.meta.close()
-		s.root.Close()
+		s.letSourceGo()
 		return nil, err
 	}
 	s.raiseReadAhead()
@@ -417,6 +415,12 @@ func (s *Server) goServe(srv *fuse.Server) {
 // Wait blocks until the file system is unmounted, then lets SOURCE go.
 func (s *Server) Wait() {
 	<-s.served
+	s.letSourceGo()
+}
+
+// letSourceGo ends the change watching of SOURCE's entries and closes
+// SOURCE's root (once, whoever calls it first).
+func (s *Server) letSourceGo() {
 	s.meta.close()
 	s.closeRoot.Do(func() { s.root.Close() })
 }

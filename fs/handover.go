@@ -207,8 +207,7 @@ func (s *Server) Abandon() {
 	if ho == nil && s.pending != nil {
 		s.releaseUnserved()
 		s.hoMu.Unlock()
-		s.meta.close()
-		s.closeRoot.Do(func() { s.root.Close() })
+		s.letSourceGo()
 		return
 	}
 	s.hoMu.Unlock()
@@ -232,8 +231,7 @@ func (s *Server) Abandon() {
 	<-s.served
 	unix.Close(ho.conn)
 	s.releaseHandles()
-	s.meta.close()
-	s.closeRoot.Do(func() { s.root.Close() })
+	s.letSourceGo()
 }
 
 // releaseHandles closes this server's descriptors of the open handles,

@@ -297,19 +297,17 @@ func (c *Conn) SendState(s State, files []*os.File) error {
 // at once (the other side, not reading, may have left it full), for a
 // side that answers and closes without waiting.
 func (c *Conn) SendVerdictNow(v Verdict) error {
-	body, err := json.Marshal(message{Verdict: &v})
+	h, body, err := frame(message{Verdict: &v}, 0)
 	if err != nil {
 		return err
 	}
-	var h [headerLen]byte
-	binary.LittleEndian.PutUint32(h[:4], uint32(len(body)))
 	raw, err := c.c.SyscallConn()
 	if err != nil {
 		return err
 	}
 	var serr error
 	if err := raw.Control(func(fd uintptr) {
-		for _, p := range [][]byte{h[:], body} {
+		for _, p := range [][]byte{h, body} {
 			if serr = unix.Sendmsg(int(fd), p, nil, nil, unix.MSG_DONTWAIT); serr != nil {
 				return
 			}
@@ -384,19 +382,28 @@ type header struct{ Bytes, Files uint32 }
 
 const headerLen = 8
 
-func (c *Conn) send(m message, files []*os.File) error {
+// frame is m's header and JSON, for a message with files descriptors.
+func frame(m message, files int) ([]byte, []byte, error) {
 	body, err := json.Marshal(m)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(body) > MaxMessage || files > MaxFiles {
+		return nil, nil, fmt.Errorf("hand-over: a message of %d bytes and %d descriptors is beyond what a successor reads (%d bytes, %d descriptors)",
+			len(body), files, MaxMessage, MaxFiles)
+	}
+	h := make([]byte, headerLen)
+	binary.LittleEndian.PutUint32(h[:4], uint32(len(body)))
+	binary.LittleEndian.PutUint32(h[4:], uint32(files))
+	return h, body, nil
+}
+
+func (c *Conn) send(m message, files []*os.File) error {
+	h, body, err := frame(m, len(files))
 	if err != nil {
 		return err
 	}
-	if len(body) > MaxMessage || len(files) > MaxFiles {
-		return fmt.Errorf("hand-over: a message of %d bytes and %d descriptors is beyond what a successor reads (%d bytes, %d descriptors)",
-			len(body), len(files), MaxMessage, MaxFiles)
-	}
-	var h [headerLen]byte
-	binary.LittleEndian.PutUint32(h[:4], uint32(len(body)))
-	binary.LittleEndian.PutUint32(h[4:], uint32(len(files)))
-	if _, err := c.c.Write(h[:]); err != nil {
+	if _, err := c.c.Write(h); err != nil {
 		return err
 	}
 	for len(body) > 0 {

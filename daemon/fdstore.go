@@ -201,13 +201,7 @@ func (s *fdStore) update() error {
 	// whose chunks do not fit beside what the store holds is left out
 	// of it (a crash then drops it), not named by a state that a
 	// restart would refuse whole.
-	held := len(s.states)
-	for _, ns := range s.fixedN {
-		held += len(ns)
-	}
-	for _, ns := range s.regions {
-		held += len(ns)
-	}
+	held := len(s.names())
 	entries := cs.Entries[:0:0]
 	var left int
 	for _, e := range cs.Entries {
@@ -365,9 +359,9 @@ func (s *fdStore) keep(st handover.State, files []*os.File) error {
 			return err
 		}
 	}
+	// fixedN names each part's descriptors, as the state does.
 	s.fixedN, s.regions = nil, map[string][]string{}
 	prefix := map[string]string{partFS: storeFUSE, partIPC: storeIPC, partCache: storeCache}
-	names := make([][]string, len(st.Parts))
 	next := 0
 	for i, p := range st.Parts {
 		if prefix[p.Name] == "" || next+p.Files > len(files) {
@@ -382,12 +376,11 @@ func (s *fdStore) keep(st handover.State, files []*os.File) error {
 			if err := storePut(name, files[next+j]); err != nil {
 				return fmt.Errorf("descriptor store: %w", err)
 			}
-			names[i] = append(names[i], name)
 		}
 		next += p.Files
 	}
 	if err := s.write(storedState{Protocol: handover.Protocol, Source: s.source, Mountpoint: s.mnt,
-		Parts: st.Parts, Names: names}); err != nil {
+		Parts: st.Parts, Names: s.fixedN}); err != nil {
 		return fmt.Errorf("descriptor store: %w", err)
 	}
 	// Every descriptor is in the manager's hands before this daemon

@@ -237,7 +237,7 @@ func (d *daemon) ipcConfig(source, absMnt string) ipc.Config {
 
 func (d *daemon) fsConfig(source, mnt string) fs.Config {
 	return fs.Config{Source: source, Mountpoint: mnt, Options: d.cfg.FUSE, Stager: d.cache, Watch: d.cache.Watcher(),
-		Controls: d.controls, Log: d.log}
+		Controls: d.controls, Journal: fdStoreEnabled(), Log: d.log}
 }
 
 // stop releases what start made, in reverse order; after a hand-over

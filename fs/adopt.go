@@ -65,6 +65,13 @@ func Adopt(cfg Config, st FUSEState, files []*os.File) (*Server, error) {
 		// The table died with the predecessor: new numbers start past
 		// any it can have handed out (at most one a nanosecond).
 		s.ids.restore(nil, uint64(time.Now().UnixNano()))
+		if st.Journal > 0 && st.Journal < len(files) {
+			recs, err := readJournal(files[st.Journal])
+			if err != nil {
+				s.log.Warn("node journal not read: the nodes the kernel held are unknown here", zap.Error(err))
+			}
+			st.Nodes = append(st.Nodes, s.journalNodes(recs)...)
+		}
 	}
 	if err := s.adoptConnection(st, files); err != nil {
 		s.letSourceGo()

@@ -69,7 +69,12 @@ type Config struct {
 	// Watch reports changes to SOURCE (nil: none are; the kernel caches
 	// for fuse.entry_timeout and fuse.attr_timeout).
 	Watch Watcher
-	Log   *zap.Logger
+	// Journal keeps the nodes the kernel holds in a memfd that
+	// ConnectionState passes on, so a daemon adopting the connection
+	// after this one died knows them (journal.go). For a daemon with a
+	// service manager's descriptor store.
+	Journal bool
+	Log     *zap.Logger
 }
 
 // Stats are the FUSE-side counters.
@@ -201,7 +206,7 @@ func prepare(cfg Config, source, mnt string) (*Server, error) {
 		s.log.Warn("SOURCE has its own .gdsfs; the control directory hides it", zap.String("source", source))
 	}
 	syscall.Umask(0)
-	s.probeMeta(cfg.Watch)
+	s.probeMeta(cfg.Watch, cfg.Journal)
 	return s, nil
 }
 

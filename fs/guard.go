@@ -29,6 +29,12 @@ func (u *umaskFS) Forget(id, n uint64) {
 }
 
 func (u *umaskFS) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.AttrOut) fuse.Status {
+	if in.Flags_&fuse.FUSE_GETATTR_FH != 0 && !u.refs.holds(in.Fh_) {
+		// A handle a dead predecessor opened (fstat of a file open
+		// across a crash): the node's attributes do as well.
+		in.Flags_ &^= fuse.FUSE_GETATTR_FH
+		in.Fh_ = 0
+	}
 	if st := u.refs.enter(in.NodeId, 0, in.Fh(), 0); !st.Ok() {
 		return st
 	}
@@ -230,6 +236,11 @@ func (u *umaskFS) Ioctl(cancel <-chan struct{}, in *fuse.IoctlIn, inbuf []byte, 
 }
 
 func (u *umaskFS) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
+	if !u.refs.holds(in.Fh) {
+		// A handle a dead predecessor opened: this daemon holds nothing
+		// of it to flush, and the caller's close must not fail.
+		return fuse.OK
+	}
 	if st := u.refs.enter(in.NodeId, 0, in.Fh, 0); !st.Ok() {
 		return st
 	}
@@ -313,6 +324,11 @@ func (u *umaskFS) Statx(cancel <-chan struct{}, in *fuse.StatxIn, out *fuse.Stat
 	var fh uint64
 	if in.GetattrFlags&fuse.FUSE_GETATTR_FH != 0 {
 		fh = in.Fh
+	}
+	if fh != 0 && !u.refs.holds(fh) {
+		// As in GetAttr: a handle a dead predecessor opened.
+		in.GetattrFlags &^= fuse.FUSE_GETATTR_FH
+		in.Fh, fh = 0, 0
 	}
 	if st := u.refs.enter(in.NodeId, 0, fh, 0); !st.Ok() {
 		return st

@@ -47,6 +47,10 @@ type FUSEState struct {
 	// Resend: the predecessor may have died with requests read and not
 	// answered; the successor asks the kernel to send them again.
 	Resend bool `json:",omitempty"`
+	// Journal: the index among the files of the predecessor's node
+	// journal (journal.go), whose nodes a successor after its death
+	// adopts; 0: none.
+	Journal int `json:",omitempty"`
 }
 
 // KernelInit is the kernel's INIT request of the connection.
@@ -255,10 +259,11 @@ func (s *Server) releaseHandles() {
 // while the mount serves: the connection and how it was set up, with no
 // node and no handle. A successor that adopts it (after this daemon died:
 // kept in the service manager's fd store) serves the connection with
-// empty tables: the kernel's node ids are the same for it (nodeids.go),
-// an id it was not given answers ESTALE and the kernel looks the path up
-// again; handles open before answer EBADF. The returned file is a dup
-// the caller closes.
+// the nodes of this daemon's node journal (journal.go), found again: the
+// kernel's node ids are the same for it (nodeids.go); an id it neither
+// was given nor found answers ESTALE and the kernel looks the path up
+// again; handles open before answer EBADF. The returned files (the
+// connection, the journal's memfd) are dups the caller closes.
 func (s *Server) ConnectionState() (FUSEState, []*os.File, error) {
 	if s.fuseFd < 0 {
 		return FUSEState{}, nil, errors.New("fuse connection state: the mount's FUSE descriptor is not known")
@@ -269,7 +274,19 @@ func (s *Server) ConnectionState() (FUSEState, []*os.File, error) {
 		return FUSEState{}, nil, fmt.Errorf("fuse connection state: dup: %w", err)
 	}
 	st.Resend = true
-	return st, []*os.File{os.NewFile(uintptr(d), "/dev/fuse")}, nil
+	files := []*os.File{os.NewFile(uintptr(d), "/dev/fuse")}
+	s.meta.nodesMu.Lock()
+	defer s.meta.nodesMu.Unlock()
+	if j := s.meta.journal; j != nil {
+		jd, err := unix.FcntlInt(j.f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			files[0].Close()
+			return FUSEState{}, nil, fmt.Errorf("fuse connection state: dup of the node journal: %w", err)
+		}
+		st.Journal = len(files)
+		files = append(files, os.NewFile(uintptr(jd), "gdsfs-nodes"))
+	}
+	return st, files, nil
 }
 
 // setup is the FUSEState without tables; FUSE is index 0.

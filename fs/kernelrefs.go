@@ -72,6 +72,16 @@ func (r *kernelRefs) enter(id1, id2, fh1, fh2 uint64) fuse.Status {
 	return fuse.OK
 }
 
+// holds reports whether the kernel holds handle fh from this daemon (or
+// its hand-over's predecessor). After a crash, the kernel's handles of
+// the dead daemon are not.
+func (r *kernelRefs) holds(fh uint64) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.fhs[fh]
+	return ok
+}
+
 func (r *kernelRefs) exit() {
 	r.mu.Lock()
 	if r.inflight--; r.inflight == 0 && r.stopped {

@@ -59,6 +59,7 @@ type metaCache struct {
 	nodesMu sync.Mutex
 	nodes   sync.Map                    // watch.FID -> *gofs.Inode: the nodes the kernel may cache, by the FID events name their file with
 	keys    map[*gofs.Inode][]watch.FID // each node's keys in nodes; guarded by nodesMu
+	journal *nodeJournal                // nodes mirrored for a successor after a crash (journal.go); nil: none; guarded by nodesMu
 }
 
 // maxQueued bounds the queue: past it, everything is invalidated at once.
@@ -67,7 +68,7 @@ const maxQueued = 1 << 16
 // probeMeta asks whether SOURCE's filesystem reports changes and, when it
 // does, subscribes: changes from then on are queued. Called before the
 // mount serves.
-func (s *Server) probeMeta(w Watcher) {
+func (s *Server) probeMeta(w Watcher, journal bool) {
 	m := &s.meta
 	m.srv, m.keys = s, map[*gofs.Inode][]watch.FID{}
 	m.cond = sync.NewCond(&m.mu)
@@ -84,6 +85,11 @@ func (s *Server) probeMeta(w Watcher) {
 	if m.on {
 		m.fsid, err = watch.FSID(int(f.Fd()))
 		m.on, m.why = err == nil, fmt.Sprint(err)
+	}
+	if m.on && journal {
+		if m.journal, err = newJournal(); err != nil {
+			s.log.Warn("nodes are not journaled: after a crash, files open before it fail their next request", zap.Error(err))
+		}
 	}
 	if m.on {
 		m.source = f
@@ -161,6 +167,10 @@ func (m *metaCache) add(fid watch.FID, n *gofs.Inode) {
 	}
 	m.nodes.Store(fid, n)
 	m.keys[n] = append(m.keys[n], fid)
+	if j := m.journal; j != nil && !j.add(n, fid) && !j.full {
+		j.full = true
+		m.srv.log.Warn("node journal full: after a crash, nodes past it are unknown to the next daemon", zap.Int("slots", journalSlots))
+	}
 }
 
 // forget drops n: the kernel holds it no longer.
@@ -170,6 +180,9 @@ func (m *metaCache) forget(n *gofs.Inode) {
 		m.nodes.CompareAndDelete(fid, n)
 	}
 	delete(m.keys, n)
+	if m.journal != nil {
+		m.journal.drop(n)
+	}
 	m.nodesMu.Unlock()
 }
 
@@ -294,6 +307,12 @@ func (m *metaCache) close() {
 	if m.source != nil {
 		m.source.Close()
 	}
+	m.nodesMu.Lock()
+	if m.journal != nil {
+		m.journal.close()
+		m.journal = nil
+	}
+	m.nodesMu.Unlock()
 }
 
 // entryEvents change a directory's entries.

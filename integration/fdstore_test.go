@@ -273,6 +273,7 @@ type managed struct {
 
 func newManaged(t *testing.T, sets ...string) *managed {
 	needMount(t)
+	need(t, "python3", "stat", "dd", "sha256sum")
 	x := &managed{t: t, src: t.TempDir(), mnt: t.TempDir(), files: 4, len: 32 << 20}
 	for i := range x.files {
 		name := fmt.Sprintf("w%d.bin", i)
@@ -303,7 +304,11 @@ func newManaged(t *testing.T, sets ...string) *managed {
 	// test's own forks close their copies of its descriptors when they
 	// exec: the restarted daemon's start would wait on itself.
 	x.want, _ = os.ReadFile(filepath.Join(x.src, x.names[1]))
-	reader := exec.Command("sh", "-c", `exec 3<"$1"; dd bs=1M count=16 iflag=fullblock status=none <&3 | sha256sum; read go; dd bs=1M count=16 iflag=fullblock status=none <&3 | sha256sum`, "sh", x.m.path(x.names[1]))
+	// After the restart it also asks for the file's attributes by its
+	// descriptor, past the kernel's cache (a handle the daemon before
+	// opened: after a crash, one the new daemon never saw), and closes a
+	// copy of it, which the kernel tells the daemon of (FLUSH).
+	reader := exec.Command("sh", "-c", `exec 3<"$1"; dd bs=1M count=16 iflag=fullblock status=none <&3 | sha256sum; read go; dd bs=1M count=16 iflag=fullblock status=none <&3 | sha256sum; stat --cached=never -c %s - <&3; python3 -c 'import os; os.close(3)' && echo closed`, "sh", x.m.path(x.names[1]))
 	x.reader = reader
 	x.readerIn, _ = reader.StdinPipe()
 	readerOut, _ := reader.StdoutPipe()
@@ -350,6 +355,12 @@ func (x *managed) restart() *mount {
 	io.WriteString(x.readerIn, "go\n")
 	if got, err := x.readerOut.ReadString('\n'); err != nil || got != halfSum(x.want[x.len/2:]) {
 		t.Fatalf("reading on after the restart through the file opened before it: %q %v", got, err)
+	}
+	if got, err := x.readerOut.ReadString('\n'); err != nil || got != fmt.Sprintf("%d\n", x.len) {
+		t.Fatalf("fstat, past the kernel's cache, of the file opened before the restart: %q %v (want its size %d)\n%s", got, err, x.len, next.log)
+	}
+	if got, err := x.readerOut.ReadString('\n'); err != nil || got != "closed\n" {
+		t.Fatalf("closing a descriptor of the file opened before the restart: %q %v (want it closed without an error)\n%s", got, err, next.log)
 	}
 	if got := x.h.sum(t); got[0]["sha256"] != x.h.first[0]["sha256"] {
 		t.Fatalf("the consumer's mapping reads %v after the restart, %v before", got[0]["sha256"], x.h.first[0]["sha256"])
@@ -503,7 +514,7 @@ func TestCrashStoreRefusedKeepsNoRegion(t *testing.T) {
 	}
 	for _, fd := range fds {
 		link, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", m.cmd.Process.Pid, fd.Name()))
-		if strings.HasPrefix(link, "/memfd:gdsfs-") && !strings.HasPrefix(link, "/memfd:gdsfs-state") {
+		if strings.HasPrefix(link, "/memfd:gdsfs-") && !strings.HasPrefix(link, "/memfd:gdsfs-state") && !strings.HasPrefix(link, "/memfd:gdsfs-nodes") {
 			t.Errorf("descriptor %s of the restarted daemon is a region it did not take over: %s", fd.Name(), link)
 		}
 	}
@@ -611,16 +622,19 @@ func TestRestartSignalBeyondStoreMaxStops(t *testing.T) {
 	})
 	mgr := newManager(t)
 	mgr.mu.Lock()
-	mgr.max = 5 // the two state memfds, the connection, the lease socket, a.bin's region
+	mgr.max = 6 // the two state memfds, the connection, the node journal, the lease socket, a.bin's region
 	mgr.mu.Unlock()
 	m := mgr.mount(t, src, mnt, sock, args...)
 	t.Cleanup(m.stop)
 	leaseSum(t, m.path("a.bin"))
 	mgr.waitStatus(t, "1 files")
-	if names := mgr.names(); len(names) != 5 {
-		t.Fatalf("the store holds %q with a.bin resident; this test counts on 5 descriptors", names)
+	if names := mgr.names(); len(names) != 6 {
+		t.Fatalf("the store holds %q with a.bin resident; this test counts on 6 descriptors", names)
 	}
-	h := hold(t, m.path("a.bin")) // its connection is one more for the restart to keep
+	// Their connections are two more for the restart to keep: the keep
+	// (which has no node journal: it keeps the whole tables) needs 7.
+	h := hold(t, m.path("a.bin"))
+	h2 := hold(t, m.path("a.bin"))
 	m.cmd.Process.Signal(syscall.SIGUSR2)
 	if err := m.exit(); err != nil {
 		t.Fatalf("the daemon stopped for a restart: %v\n%s", err, m.log)
@@ -628,13 +642,15 @@ func TestRestartSignalBeyondStoreMaxStops(t *testing.T) {
 	if strings.Contains(m.log.String(), "kept the mount") {
 		t.Fatalf("the daemon says it kept the mount in a store too small for it:\n%s", m.log)
 	}
-	for _, want := range []string{"the store takes 5", "unmounted cleanly"} {
+	for _, want := range []string{"the store takes 6", "unmounted cleanly"} {
 		if !strings.Contains(m.log.String(), want) {
 			t.Errorf("the daemon's log does not say %q:\n%s", want, m.log)
 		}
 	}
-	h.cmd.Process.Kill()
-	h.cmd.Wait()
+	for _, h := range []*holder{h, h2} {
+		h.cmd.Process.Kill()
+		h.cmd.Wait()
+	}
 	next := mgr.mount(t, src, mnt, sock, args...)
 	t.Cleanup(next.stop)
 	if !next.log.waitFor("mounted") || strings.Contains(next.log.String(), "descriptor store") {
@@ -738,7 +754,7 @@ func TestCrashStoreFullKeepsWhatFits(t *testing.T) {
 		"--set", "staging.racy_window=0s", src, mnt}
 	mgr := newManager(t)
 	mgr.mu.Lock()
-	mgr.max = 5 // the two state memfds, the connection, the lease socket, one region
+	mgr.max = 6 // the two state memfds, the connection, the node journal, the lease socket, one region
 	mgr.mu.Unlock()
 	m := mgr.mount(t, src, mnt, sock, args...)
 	leaseSum(t, m.path("a.bin"))

@@ -61,6 +61,7 @@ func Adopt(cfg Config, st FUSEState, files []*os.File) (*Server, error) {
 		return nil, fmt.Errorf("SOURCE %s: not the directory the predecessor serves (%s)", cfg.Source, st.Source)
 	}
 	s.ids.restore(st.Foreign, st.ForeignNext)
+	var unknown []uint64 // node ids the kernel may hold that no adopted node answers for
 	if st.Resend {
 		// The table died with the predecessor: new numbers start past
 		// any it can have handed out (at most one a nanosecond).
@@ -70,13 +71,16 @@ func Adopt(cfg Config, st FUSEState, files []*os.File) (*Server, error) {
 			if err != nil {
 				s.log.Warn("node journal not read: the nodes the kernel held are unknown here", zap.Error(err))
 			}
-			st.Nodes = append(st.Nodes, s.journalNodes(recs)...)
+			var found []NodeState
+			found, unknown = s.journalNodes(recs)
+			st.Nodes = append(st.Nodes, found...)
 		}
 	}
 	if err := s.adoptConnection(st, files); err != nil {
 		s.letSourceGo()
 		return nil, fmt.Errorf("fuse hand-over: %w", err)
 	}
+	s.pending.unknown = unknown
 	return s, nil
 }
 
@@ -150,6 +154,9 @@ type pendingConn struct {
 	kernel KernelInit
 	resend bool
 	kept   []*os.File // nodes' kept files (replaced.go), to close if never served
+	// unknown are the node ids of a dead predecessor's journal not found
+	// again (journal.go): the kernel may hold them.
+	unknown []uint64
 }
 
 // Serve starts serving the connection Adopt prepared: go-fuse reads the
@@ -177,6 +184,7 @@ func (s *Server) Serve() error {
 	}
 	s.startMeta()
 	s.adoptMeta()
+	s.meta.adopted(p.unknown)
 	return nil
 }
 

@@ -170,36 +170,32 @@ func readJournal(f *os.File) ([]journalRecord, error) {
 // (parents first, one kernel reference each: the count died with the
 // daemon, and a FORGET never takes more than was given). A record whose
 // file is not found at a path beneath SOURCE with the same node id is
-// left out.
-func (s *Server) journalNodes(recs []journalRecord) []NodeState {
+// left out; lost are their ids.
+func (s *Server) journalNodes(recs []journalRecord) (nodes []NodeState, lost []uint64) {
 	m := &s.meta
-	if !m.on || len(recs) == 0 {
-		return nil
+	if len(recs) == 0 {
+		return nil, nil
 	}
-	var nodes []NodeState
 	index := map[uint64]int{} // node id -> place in nodes
-	lost := 0
 	for _, r := range recs {
-		rel, ok := s.journalPath(r)
-		if !ok {
-			lost++
-			continue
+		rel, ok := "", m.on
+		if ok {
+			rel, ok = s.journalPath(r)
 		}
-		if !s.journalChain(rel, r.id, &nodes, index) {
-			lost++
+		if !ok || !s.journalChain(rel, r.id, &nodes, index) {
+			lost = append(lost, r.id)
 		}
 	}
-	s.log.Info("node journal: the nodes the kernel held, found again", zap.Int("found", len(recs)-lost), zap.Int("lost", lost))
-	return nodes
+	s.log.Info("node journal: the nodes the kernel held, found again", zap.Int("found", len(recs)-len(lost)), zap.Int("lost", len(lost)))
+	return nodes, lost
 }
 
 // journalPath is the path beneath SOURCE of r's file.
 func (s *Server) journalPath(r journalRecord) (string, bool) {
-	fid := []byte(r.fid)
-	if len(fid) < 16 || [8]byte(fid[:8]) != s.meta.fsid || int(binary.NativeEndian.Uint32(fid[8:])) != len(fid)-16 {
+	h, ok := r.fid.Handle()
+	if !ok || r.fid[:8] != watch.FID(s.meta.fsid[:]) {
 		return "", false
 	}
-	h := unix.NewFileHandle(int32(binary.NativeEndian.Uint32(fid[12:])), fid[16:])
 	fd, err := unix.OpenByHandleAt(int(s.meta.source.Fd()), h, unix.O_PATH|unix.O_CLOEXEC)
 	if err != nil {
 		return "", false

@@ -48,7 +48,9 @@ type metaCache struct {
 	mu      sync.Mutex
 	cond    *sync.Cond    // queued, handled or stop changed
 	queue   []metaEvent   // guarded by mu
-	lost    bool          // events were lost: invalidate everything; guarded by mu
+	lost    bool          // invalidate everything (events were lost, or the mount was adopted); guarded by mu
+	lostWhy string        // why, with lost; guarded by mu
+	unknown []uint64      // node ids the kernel may hold that no node answers for (a crash's lost journal records); guarded by mu
 	queued  uint64        // changes queued so far (a lost counts one); guarded by mu
 	handled uint64        // changes handled so far; guarded by mu
 	stop    bool          // guarded by mu
@@ -248,8 +250,27 @@ func (m *metaCache) push(e metaEvent) {
 }
 
 func (m *metaCache) enqueueLost() {
+	m.srv.log.Warn("change events lost: invalidating every cached entry and attribute")
+	m.invalidateEverything("change events were lost", nil)
+}
+
+// adopted has the kernel drop everything it caches of the mount once an
+// adopted mount serves: SOURCE's changes between the predecessor's last
+// event and this daemon's first (seconds after a crash or a restart
+// through the descriptor store) were seen by no daemon. unknown are node
+// ids the kernel may hold that this daemon has no node for: their
+// attributes are dropped too, so the kernel asks, gets ESTALE and looks
+// the name up again.
+func (m *metaCache) adopted(unknown []uint64) {
+	if m.on {
+		m.invalidateEverything("the mount was adopted: SOURCE may have changed while no daemon watched it", unknown)
+	}
+}
+
+func (m *metaCache) invalidateEverything(why string, unknown []uint64) {
 	m.mu.Lock()
-	m.queue, m.lost = nil, true
+	m.queue, m.lost, m.lostWhy = nil, true, why
+	m.unknown = append(m.unknown, unknown...)
 	m.queued++
 	m.cond.Broadcast()
 	m.mu.Unlock()
@@ -267,11 +288,14 @@ func (m *metaCache) run() {
 			m.mu.Unlock()
 			return
 		}
-		q, lost, upto := m.queue, m.lost, m.queued
-		m.queue, m.lost = nil, false
+		q, lost, why, unknown, upto := m.queue, m.lost, m.lostWhy, m.unknown, m.queued
+		m.queue, m.lost, m.unknown = nil, false, nil
 		m.mu.Unlock()
 		if lost {
-			m.invalidateAll()
+			for _, id := range unknown {
+				m.srv.fuse.InodeNotify(id, -1, 0)
+			}
+			m.invalidateAll(why)
 		} else {
 			for _, e := range q {
 				if e.mountedOn != "" {
@@ -395,10 +419,13 @@ func forgetXattrs(i *gofs.Inode) {
 }
 
 // invalidateAll invalidates every entry, attribute and listing the kernel
-// may hold: events were lost.
-func (m *metaCache) invalidateAll() {
-	m.srv.log.Warn("change events lost: invalidating every cached entry and attribute")
+// may hold, for the reason why.
+func (m *metaCache) invalidateAll(why string) {
 	nodes := map[*gofs.Inode]bool{}
+	defer func() {
+		m.srv.log.Info("the kernel dropped every cached entry and attribute of the mount",
+			zap.String("why", why), zap.Int("nodes", len(nodes)))
+	}()
 	m.nodes.Range(func(_, v any) bool { nodes[v.(*gofs.Inode)] = true; return true })
 	for n := range nodes {
 		if n.IsDir() {

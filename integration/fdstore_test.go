@@ -281,6 +281,7 @@ func newManaged(t *testing.T, sets ...string) *managed {
 		x.names = append(x.names, name)
 	}
 	randomFile(t, filepath.Join(x.src, "changed.bin"), 1<<20, 99)
+	randomFile(t, filepath.Join(x.src, "resized.bin"), 1<<20, 98)
 	sock := filepath.Join(t.TempDir(), "lease.sock")
 	// staging.racy_window=0: these files were all written just now (see
 	// TestHandoverKeepsMountLeasesAndCache).
@@ -297,6 +298,11 @@ func newManaged(t *testing.T, sets ...string) *managed {
 	}
 	x.mgr.waitStatus(t, fmt.Sprintf("%d files", x.files+1))
 	x.before = statsOf(t, x.m)
+	// The kernel caches resized.bin's entry and attributes (for long,
+	// where change detection reports SOURCE's changes).
+	if fi, err := os.Stat(x.m.path("resized.bin")); err != nil || fi.Size() != 1<<20 {
+		t.Fatalf("stat of resized.bin through the mount: %v %v", fi, err)
+	}
 
 	x.h = hold(t, x.m.path(x.names[0]))
 	// The reader is a process of its own: a process that closes a file of
@@ -347,6 +353,7 @@ func halfSum(b []byte) string { s := sha256.Sum256(b); return hex.EncodeToString
 func (x *managed) restart() *mount {
 	t := x.t
 	randomFile(t, filepath.Join(x.src, "changed.bin"), 1<<20, 100)
+	randomFile(t, filepath.Join(x.src, "resized.bin"), 3<<20, 97)
 	next := x.mgr.mount(t, x.src, x.mnt, x.m.sock, x.args...)
 	t.Cleanup(next.stop)
 	if !next.log.waitFor("recovered the mount") {
@@ -376,6 +383,14 @@ func (x *managed) restart() *mount {
 	}
 	if got := sha(t, next.path("changed.bin")); got != sha(t, filepath.Join(x.src, "changed.bin")) {
 		t.Errorf("changed.bin read after the restart: stale bytes")
+	}
+	// Changed while no daemon watched SOURCE: the restarted daemon has the
+	// kernel drop what it cached of the mount.
+	if !next.log.waitFor("the kernel dropped every cached entry and attribute") {
+		t.Fatalf("the restarted daemon does not say the kernel dropped what it cached:\n%s", next.log)
+	}
+	if fi, err := os.Stat(next.path("resized.bin")); err != nil || fi.Size() != 3<<20 {
+		t.Errorf("resized.bin through the mount after the restart: %v %v, want its new size %d (changed while no daemon ran)", fi, err, 3<<20)
 	}
 	final := statsOf(t, next)
 	if d := final["bytes_posix"].(float64) - x.before["bytes_posix"].(float64); d > 1<<20 {

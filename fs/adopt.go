@@ -67,13 +67,18 @@ func Adopt(cfg Config, st FUSEState, files []*os.File) (*Server, error) {
 		// any it can have handed out (at most one a nanosecond).
 		s.ids.restore(nil, uint64(time.Now().UnixNano()))
 		if st.Journal > 0 && st.Journal < len(files) {
-			recs, err := readJournal(files[st.Journal])
+			recs, fh, err := readJournal(files[st.Journal])
 			if err != nil {
 				s.log.Warn("node journal not read: the nodes the kernel held are unknown here", zap.Error(err))
 			}
 			var found []NodeState
 			found, unknown = s.journalNodes(recs)
 			st.Nodes = append(st.Nodes, found...)
+			if fh > maxDeadHandles {
+				s.log.Warn("node journal: more handle numbers than are held back", zap.Uint64("highest", fh), zap.Int("held_back", maxDeadHandles))
+				fh = maxDeadHandles
+			}
+			st.deadHandles = fh
 		}
 	}
 	if err := s.adoptConnection(st, files); err != nil {
@@ -319,10 +324,13 @@ type gapHandle struct{}
 
 // adoptHandles registers the predecessor's handles under the numbers the
 // kernel holds: go-fuse hands out the lowest free number, so the numbers
-// in between are taken by gap handles and released after.
+// in between are taken by gap handles and released after. After a crash,
+// the numbers up to st.deadHandles stay taken (on the root, node 0 in
+// kernelRefs) until the kernel releases them: it may name the dead
+// daemon's handles by them, and no handle of this daemon may answer.
 func (s *Server) adoptHandles(st FUSEState, built adoptNodes, files []*os.File) error {
 	byFh := map[uint64]HandleState{}
-	var maxFh uint64
+	maxFh := st.deadHandles
 	for _, h := range st.Handles {
 		byFh[h.Fh] = h
 		maxFh = max(maxFh, h.Fh)
@@ -354,7 +362,13 @@ func (s *Server) adoptHandles(st FUSEState, built adoptNodes, files []*os.File) 
 			return fmt.Errorf("registering handle %d: %v, got handle %d", fh, code, out.Fh)
 		}
 		if _, gap := h.(gapHandle); gap {
-			gaps = append(gaps, fh)
+			if fh <= st.deadHandles {
+				s.raw.refs.mu.Lock()
+				s.raw.refs.fhs[fh] = fhRef{h: h}
+				s.raw.refs.mu.Unlock()
+			} else {
+				gaps = append(gaps, fh)
+			}
 			continue
 		}
 		s.raw.refs.mu.Lock()

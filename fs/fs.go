@@ -291,6 +291,9 @@ func (s *Server) newTree(opts *gofs.Options) {
 	s.tree = &rootNode{node: node{srv: s}}
 	s.raw = &umaskFS{RawFileSystem: gofs.NewNodeFS(s.tree, opts)}
 	s.raw.refs.init()
+	if s.meta.journal != nil {
+		s.raw.refs.noteFh = s.meta.noteHandle
+	}
 }
 
 func (s *Server) mountOptions() *gofs.Options {

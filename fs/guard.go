@@ -29,7 +29,7 @@ func (u *umaskFS) Forget(id, n uint64) {
 }
 
 func (u *umaskFS) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.AttrOut) fuse.Status {
-	if in.Flags_&fuse.FUSE_GETATTR_FH != 0 && !u.refs.holds(in.Fh_) {
+	if in.Flags_&fuse.FUSE_GETATTR_FH != 0 && !u.refs.holds(in.NodeId, in.Fh_) {
 		// A handle a dead predecessor opened (fstat of a file open
 		// across a crash): the node's attributes do as well.
 		in.Flags_ &^= fuse.FUSE_GETATTR_FH
@@ -194,6 +194,9 @@ func (u *umaskFS) SetLkw(cancel <-chan struct{}, in *fuse.LkIn) fuse.Status {
 }
 
 func (u *umaskFS) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
+	if u.releaseDead(in) {
+		return
+	}
 	if st := u.refs.enter(in.NodeId, 0, in.Fh, 0); !st.Ok() {
 		return
 	}
@@ -236,9 +239,14 @@ func (u *umaskFS) Ioctl(cancel <-chan struct{}, in *fuse.IoctlIn, inbuf []byte, 
 }
 
 func (u *umaskFS) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
-	if !u.refs.holds(in.Fh) {
+	if !u.refs.holds(in.NodeId, in.Fh) {
 		// A handle a dead predecessor opened: this daemon holds nothing
-		// of it to flush, and the caller's close must not fail.
+		// of it to flush (writes go to SOURCE as they come), and the
+		// caller's close must not fail.
+		if st := u.refs.enter(0, 0, 0, 0); !st.Ok() {
+			return st
+		}
+		u.refs.exit()
 		return fuse.OK
 	}
 	if st := u.refs.enter(in.NodeId, 0, in.Fh, 0); !st.Ok() {
@@ -295,6 +303,9 @@ func (u *umaskFS) ReadDirPlus(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse
 }
 
 func (u *umaskFS) ReleaseDir(in *fuse.ReleaseIn) {
+	if u.releaseDead(in) {
+		return
+	}
 	if st := u.refs.enter(in.NodeId, 0, in.Fh, 0); !st.Ok() {
 		return
 	}
@@ -325,7 +336,7 @@ func (u *umaskFS) Statx(cancel <-chan struct{}, in *fuse.StatxIn, out *fuse.Stat
 	if in.GetattrFlags&fuse.FUSE_GETATTR_FH != 0 {
 		fh = in.Fh
 	}
-	if fh != 0 && !u.refs.holds(fh) {
+	if fh != 0 && !u.refs.holds(in.NodeId, fh) {
 		// As in GetAttr: a handle a dead predecessor opened.
 		in.GetattrFlags &^= fuse.FUSE_GETATTR_FH
 		in.Fh, fh = 0, 0
@@ -335,4 +346,19 @@ func (u *umaskFS) Statx(cancel <-chan struct{}, in *fuse.StatxIn, out *fuse.Stat
 	}
 	defer u.refs.exit()
 	return u.RawFileSystem.Statx(cancel, in, out)
+}
+
+// releaseDead frees the number of a dead predecessor's handle the kernel
+// lets go of (held back on the root by adoptHandles, so that no handle of
+// this daemon takes it while the kernel names it); false for any other.
+func (u *umaskFS) releaseDead(in *fuse.ReleaseIn) bool {
+	if st := u.refs.enter(0, 0, 0, 0); !st.Ok() {
+		return true
+	}
+	defer u.refs.exit()
+	if !u.refs.releaseDead(in.Fh) {
+		return false
+	}
+	u.RawFileSystem.Release(nil, &fuse.ReleaseIn{InHeader: fuse.InHeader{NodeId: fuse.FUSE_ROOT_ID}, Fh: in.Fh})
+	return true
 }

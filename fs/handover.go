@@ -51,6 +51,8 @@ type FUSEState struct {
 	// journal (journal.go), whose nodes a successor after its death
 	// adopts; 0: none.
 	Journal int `json:",omitempty"`
+
+	deadHandles uint64 // handle numbers up to it a dead predecessor may have handed out (its journal's)
 }
 
 // KernelInit is the kernel's INIT request of the connection.

@@ -25,7 +25,8 @@ import (
 // crash) fails. The journal is a memfd the descriptor store keeps beside
 // the connection, mapped shared, in which the daemon mirrors the nodes
 // the kernel may cache for long (metaCache.nodes): a slot per node, its
-// id, file type and the file handle change events name it by. Memory
+// id and the file handle change events name it by, and the highest file
+// handle number handed to the kernel. Memory
 // outlives the process, so a slot is whole or free whatever instant the
 // daemon died in: a slot's id is stored last when it is filled and first
 // when it is freed. The successor opens each handle, finds the file's
@@ -38,7 +39,7 @@ import (
 
 const (
 	journalMagic = "GDSFSNJ1"
-	journalSlot  = 192     // bytes per slot: id 8, mode 4, handle length 4, handle (a FID: 16 + MAX_HANDLE_SZ 128); slot 0 is the header: magic 8, slot size 4, slots 4, slots handed out 8
+	journalSlot  = 192     // bytes per slot: id 8, unused 4, handle length 4, handle (a FID: 16 + MAX_HANDLE_SZ 128); slot 0 is the header: magic 8, slot size 4, slots 4, slots handed out 8, highest file handle number handed out 8
 	journalSlots = 1 << 20 // at most that many nodes are journaled; the memfd is sparse
 	journalFID   = journalSlot - 16
 )
@@ -52,6 +53,20 @@ type nodeJournal struct {
 	free []int               // slots freed for reuse
 	next int                 // slots handed out so far (slot 0 is the header)
 	full bool                // a node found no slot (logged once)
+	fh   uint64              // the highest file handle number handed to the kernel
+}
+
+// maxDeadHandles bounds the handle numbers a successor holds back.
+const maxDeadHandles = 1 << 20
+
+// noteHandle records fh as handed to the kernel: a successor after a
+// crash holds the numbers up to the highest back (adoptHandles), since
+// the kernel may still name them.
+func (j *nodeJournal) noteHandle(fh uint64) {
+	if fh > j.fh {
+		j.fh = fh
+		atomic.StoreUint64((*uint64)(unsafe.Pointer(&j.mem[24])), fh)
+	}
 }
 
 // newJournal makes an empty journal.
@@ -101,11 +116,9 @@ func (j *nodeJournal) add(n *gofs.Inode, fid watch.FID) bool {
 		return false
 	}
 	b := j.mem[i*journalSlot : (i+1)*journalSlot]
-	sa := n.StableAttr()
-	binary.LittleEndian.PutUint32(b[8:], sa.Mode)
 	binary.LittleEndian.PutUint32(b[12:], uint32(len(fid)))
 	copy(b[16:], fid)
-	atomic.StoreUint64(j.slotID(i), sa.Ino) // last: the slot is whole from here
+	atomic.StoreUint64(j.slotID(i), n.StableAttr().Ino) // last: the slot is whole from here
 	j.slot[n] = i
 	return true
 }
@@ -128,28 +141,28 @@ func (j *nodeJournal) close() {
 
 // journalRecord is one node a dead daemon's journal names.
 type journalRecord struct {
-	id   uint64
-	mode uint32
-	fid  watch.FID
+	id  uint64
+	fid watch.FID
 }
 
-// readJournal reads the nodes journaled in f.
-func readJournal(f *os.File) ([]journalRecord, error) {
+// readJournal reads the nodes journaled in f and the highest handle
+// number its daemon handed out.
+func readJournal(f *os.File) ([]journalRecord, uint64, error) {
 	fi, err := f.Stat()
 	if err != nil {
-		return nil, fmt.Errorf("node journal: %w", err)
+		return nil, 0, fmt.Errorf("node journal: %w", err)
 	}
 	if fi.Size() != journalSlot*(journalSlots+1) {
-		return nil, fmt.Errorf("node journal: %d bytes, not a journal's %d", fi.Size(), journalSlot*(journalSlots+1))
+		return nil, 0, fmt.Errorf("node journal: %d bytes, not a journal's %d", fi.Size(), journalSlot*(journalSlots+1))
 	}
 	mem, err := unix.Mmap(int(f.Fd()), 0, int(fi.Size()), unix.PROT_READ, unix.MAP_SHARED)
 	if err != nil {
-		return nil, fmt.Errorf("node journal: mmap: %w", err)
+		return nil, 0, fmt.Errorf("node journal: mmap: %w", err)
 	}
 	defer unix.Munmap(mem)
 	if string(mem[:8]) != journalMagic || binary.LittleEndian.Uint32(mem[8:]) != journalSlot ||
 		binary.LittleEndian.Uint32(mem[12:]) != journalSlots {
-		return nil, errors.New("node journal: no journal header")
+		return nil, 0, errors.New("node journal: no journal header")
 	}
 	used := min(binary.LittleEndian.Uint64(mem[16:]), journalSlots+1)
 	var recs []journalRecord
@@ -160,9 +173,9 @@ func readJournal(f *os.File) ([]journalRecord, error) {
 		if id <= 1 || n > journalFID {
 			continue
 		}
-		recs = append(recs, journalRecord{id: id, mode: binary.LittleEndian.Uint32(b[8:]), fid: watch.FID(b[16 : 16+n])})
+		recs = append(recs, journalRecord{id: id, fid: watch.FID(b[16 : 16+n])})
 	}
-	return recs, nil
+	return recs, binary.LittleEndian.Uint64(mem[24:]), nil
 }
 
 // journalNodes are the nodes of recs, found again beneath SOURCE, with
@@ -177,16 +190,21 @@ func (s *Server) journalNodes(recs []journalRecord) (nodes []NodeState, lost []u
 		return nil, nil
 	}
 	index := map[uint64]int{} // node id -> place in nodes
+	seen := map[uint64]bool{}
 	for _, r := range recs {
+		if seen[r.id] {
+			continue
+		}
+		seen[r.id] = true
 		rel, ok := "", m.on
 		if ok {
 			rel, ok = s.journalPath(r)
 		}
-		if !ok || !s.journalChain(rel, r.id, &nodes, index) {
+		if !ok || !s.journalChain(rel, r.id, r.fid, &nodes, index) {
 			lost = append(lost, r.id)
 		}
 	}
-	s.log.Info("node journal: the nodes the kernel held, found again", zap.Int("found", len(recs)-len(lost)), zap.Int("lost", len(lost)))
+	s.log.Info("node journal: the nodes the kernel held, found again", zap.Int("found", len(seen)-len(lost)), zap.Int("lost", len(lost)))
 	return nodes, lost
 }
 
@@ -217,9 +235,9 @@ func (s *Server) journalPath(r journalRecord) (string, bool) {
 }
 
 // journalChain adds the nodes from SOURCE down to rel, whose last must
-// have node id id, to nodes (index: where each id is in it); false when
+// have node id id and be the file fid names, to nodes (index: where each id is in it); false when
 // the path does not lead there now.
-func (s *Server) journalChain(rel string, id uint64, nodes *[]NodeState, index map[uint64]int) bool {
+func (s *Server) journalChain(rel string, id uint64, fid watch.FID, nodes *[]NodeState, index map[uint64]int) bool {
 	var chain []NodeState
 	parent := uint64(1)
 	err := s.root.At(func(rootfd int) error {
@@ -249,7 +267,9 @@ func (s *Server) journalChain(rel string, id uint64, nodes *[]NodeState, index m
 		}
 		return nil
 	})
-	if err != nil || len(chain) == 0 || chain[len(chain)-1].ID != id {
+	// The same file: a file made at the path since with the inode number
+	// of the journaled one has the id but another handle.
+	if err != nil || len(chain) == 0 || chain[len(chain)-1].ID != id || chain[len(chain)-1].FID != string(fid) {
 		return false
 	}
 	chain[len(chain)-1].Lookups = 1

@@ -16,9 +16,8 @@ import (
 type journalRoot struct{ gofs.Inode }
 
 // TestJournalNamesTheNodesHeld: the journal read back names the nodes
-// added and not dropped, with their ids, types and FIDs, and a freed
-// slot is reused; a slot cleared in the middle of a write (id 0) is
-// not read.
+// added and not dropped, with their ids and FIDs, and the highest handle
+// number noted; a freed slot is reused.
 func TestJournalNamesTheNodesHeld(t *testing.T) {
 	root := &journalRoot{}
 	gofs.NewNodeFS(root, &gofs.Options{})
@@ -44,15 +43,20 @@ func TestJournalNamesTheNodesHeld(t *testing.T) {
 	if j.next != 4 {
 		t.Errorf("slots handed out: %d, want 4 (the header and 3: the dropped node's slot reused)", j.next)
 	}
-	recs, err := readJournal(j.f)
+	j.noteHandle(7)
+	j.noteHandle(3)
+	recs, fh, err := readJournal(j.f)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if fh != 7 {
+		t.Errorf("highest handle number read back %d, want 7", fh)
 	}
 	got := map[uint64]journalRecord{}
 	for _, r := range recs {
 		got[r.id] = r
 	}
-	want := map[uint64]journalRecord{10: {10, syscall.S_IFREG, "fid-a"}, 12: {12, syscall.S_IFREG, "fid-c"}, 13: {13, syscall.S_IFREG, "fid-d"}}
+	want := map[uint64]journalRecord{10: {10, "fid-a"}, 12: {12, "fid-c"}, 13: {13, "fid-d"}}
 	if len(recs) != len(want) {
 		t.Fatalf("journal names %d nodes (%v), want %v", len(recs), recs, want)
 	}
@@ -61,7 +65,7 @@ func TestJournalNamesTheNodesHeld(t *testing.T) {
 			t.Errorf("node %d: %+v, want %+v", id, got[id], w)
 		}
 	}
-	if _, err := readJournal(mustMemfd(t)); err == nil {
+	if _, _, err := readJournal(mustMemfd(t)); err == nil {
 		t.Error("an empty memfd read as a journal")
 	}
 }

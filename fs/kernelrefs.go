@@ -34,12 +34,15 @@ type kernelRefs struct {
 	gone     bool              // requests fail in enter (Abandon); guarded by mu
 	pending  sync.Map          // <-chan struct{} (a request's cancel) -> gofs.FileHandle the request opened
 	plus     sync.Map          // <-chan struct{} -> struct{}: a READDIRPLUS in flight
+	// noteFh is told each handle number handed to the kernel (the node
+	// journal keeps the highest); nil: none. Set before serving.
+	noteFh func(fh uint64)
 }
 
 // fhRef is an open file handle: the node it was opened on and what the
 // node layer returned.
 type fhRef struct {
-	node    uint64
+	node    uint64 // 0: a dead predecessor's number, held back (adoptHandles)
 	h       gofs.FileHandle
 	backing int32 // the passthrough backing id the reply named
 }
@@ -63,8 +66,8 @@ func (r *kernelRefs) enter(id1, id2, fh1, fh2 uint64) fuse.Status {
 			return fuse.Status(syscall.ESTALE)
 		}
 	}
-	for _, fh := range [2]uint64{fh1, fh2} {
-		if _, ok := r.fhs[fh]; fh != 0 && !ok {
+	for i, fh := range [2]uint64{fh1, fh2} {
+		if fh != 0 && !r.holdsLocked([2]uint64{id1, id2}[i], fh) {
 			return fuse.Status(syscall.EBADF)
 		}
 	}
@@ -72,14 +75,34 @@ func (r *kernelRefs) enter(id1, id2, fh1, fh2 uint64) fuse.Status {
 	return fuse.OK
 }
 
-// holds reports whether the kernel holds handle fh from this daemon (or
-// its hand-over's predecessor). After a crash, the kernel's handles of
-// the dead daemon are not.
-func (r *kernelRefs) holds(fh uint64) bool {
+// holds reports whether the kernel holds handle fh of node id from this
+// daemon (or its hand-over's predecessor). After a crash, the kernel's
+// handles of the dead daemon are not, and their numbers may since name
+// a handle of another node (go-fuse hands out the lowest free number):
+// a request naming the handle with another node id is not its.
+func (r *kernelRefs) holds(id, fh uint64) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	_, ok := r.fhs[fh]
-	return ok
+	return r.holdsLocked(id, fh)
+}
+
+func (r *kernelRefs) holdsLocked(id, fh uint64) bool {
+	ref, ok := r.fhs[fh]
+	return ok && ref.node != 0 && (id == 0 || ref.node == id)
+}
+
+// releaseDead forgets fh when it is a dead predecessor's handle number
+// held back (adoptHandles: registered on the root, node 0 here) and
+// reports whether it was.
+func (r *kernelRefs) releaseDead(fh uint64) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if ref, ok := r.fhs[fh]; !ok || ref.node != 0 {
+		return false
+	}
+	delete(r.fhs, fh)
+	r.cond.Broadcast()
+	return true
 }
 
 func (r *kernelRefs) exit() {
@@ -152,6 +175,9 @@ func (r *kernelRefs) opened(cancel <-chan struct{}, st fuse.Status, entry *fuse.
 	r.mu.Lock()
 	r.fhs[out.Fh] = fhRef{node: node, h: h, backing: out.BackingID}
 	r.mu.Unlock()
+	if r.noteFh != nil {
+		r.noteFh(out.Fh)
+	}
 }
 
 // release forgets fh; false when the kernel held no such handle.

@@ -175,6 +175,15 @@ func (m *metaCache) add(fid watch.FID, n *gofs.Inode) {
 	}
 }
 
+// noteHandle journals fh as a handle number handed to the kernel.
+func (m *metaCache) noteHandle(fh uint64) {
+	m.nodesMu.Lock()
+	if m.journal != nil {
+		m.journal.noteHandle(fh)
+	}
+	m.nodesMu.Unlock()
+}
+
 // forget drops n: the kernel holds it no longer.
 func (m *metaCache) forget(n *gofs.Inode) {
 	m.nodesMu.Lock()

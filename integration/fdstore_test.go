@@ -799,3 +799,59 @@ func TestCrashStoreFullKeepsWhatFits(t *testing.T) {
 		}
 	}
 }
+
+// TestCrashHoldsBackTheDeadDaemonsHandles: after a crash, the kernel
+// still names the files opened before it by the dead daemon's handle
+// numbers. A file opened after the recovery must not get one of them:
+// else closing the old descriptor (RELEASE of that number) would end the
+// new one's handle, and its reads (served by the daemon: no passthrough)
+// would fail.
+func TestCrashHoldsBackTheDeadDaemonsHandles(t *testing.T) {
+	needMount(t)
+	need(t, "sh", "dd", "sha256sum")
+	src, mnt := t.TempDir(), t.TempDir()
+	randomFile(t, filepath.Join(src, "a.bin"), 4<<20, 1)
+	want := sha(t, filepath.Join(src, "a.bin"))
+	sock := filepath.Join(t.TempDir(), "lease.sock")
+	args := []string{"mount", "--set", "log.format=console", "--set", "ipc.socket=" + sock,
+		"--set", "fuse.passthrough=off", src, mnt}
+	mgr := newManager(t)
+	m := mgr.mount(t, src, mnt, sock, args...)
+	// A shell holding a file of the mount open, told by lines on stdin
+	// when to read or close it; it answers each with a line.
+	type opener struct {
+		in  io.Writer
+		out *bufio.Reader
+	}
+	open := func(script string) opener {
+		c := exec.Command("sh", "-c", script, "sh", m.path("a.bin"))
+		in, _ := c.StdinPipe()
+		out, _ := c.StdoutPipe()
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Process.Kill(); c.Wait() })
+		o := opener{in, bufio.NewReader(out)}
+		if line, err := o.out.ReadString('\n'); err != nil || line != "open\n" {
+			t.Fatalf("opening a.bin through the mount: %q %v", line, err)
+		}
+		return o
+	}
+	before := open(`exec 3<"$1"; echo open; read go; exec 3<&-; echo closed`)
+	m.cmd.Process.Signal(syscall.SIGKILL)
+	<-m.exited
+	next := mgr.mount(t, src, mnt, sock, args...)
+	t.Cleanup(next.stop)
+	if !next.log.waitFor("recovered the mount") {
+		t.Fatalf("the daemon after the crash did not recover from the store:\n%s", next.log)
+	}
+	after := open(`exec 4<"$1"; echo open; read go; dd bs=1M iflag=fullblock status=none <&4 | sha256sum`)
+	io.WriteString(before.in, "go\n")
+	if line, err := before.out.ReadString('\n'); err != nil || line != "closed\n" {
+		t.Fatalf("closing the descriptor opened before the crash: %q %v", line, err)
+	}
+	io.WriteString(after.in, "go\n")
+	if line, err := after.out.ReadString('\n'); err != nil || line != want+"  -\n" {
+		t.Fatalf("reading a.bin through the descriptor opened after the crash, once the one opened before it was closed: %q %v, want %s\n%s", line, err, want, next.log)
+	}
+}

@@ -378,6 +378,11 @@ func (s *Server) adoptHandles(st FUSEState, built adoptNodes, files []*os.File) 
 	for _, fh := range gaps {
 		bridge.Release(nil, &fuse.ReleaseIn{InHeader: fuse.InHeader{NodeId: fuse.FUSE_ROOT_ID}, Fh: fh})
 	}
+	// The kernel may name the numbers up to maxFh: a crash of this
+	// daemon must hold them back too.
+	if s.raw.refs.noteFh != nil && maxFh > 0 {
+		s.raw.refs.noteFh(maxFh)
+	}
 	return nil
 }
 

@@ -805,16 +805,24 @@ func TestCrashStoreFullKeepsWhatFits(t *testing.T) {
 // numbers. A file opened after the recovery must not get one of them:
 // else closing the old descriptor (RELEASE of that number) would end the
 // new one's handle, and its reads (served by the daemon: no passthrough)
-// would fail.
+// would fail. So after a second crash, with the first daemon's numbers
+// still held.
 func TestCrashHoldsBackTheDeadDaemonsHandles(t *testing.T) {
+	for _, crashes := range []int{1, 2} {
+		t.Run(fmt.Sprintf("crashes=%d", crashes), func(t *testing.T) { crashHoldsBackHandles(t, crashes) })
+	}
+}
+
+func crashHoldsBackHandles(t *testing.T, crashes int) {
 	needMount(t)
 	need(t, "sh", "dd", "sha256sum")
 	src, mnt := t.TempDir(), t.TempDir()
 	randomFile(t, filepath.Join(src, "a.bin"), 4<<20, 1)
+	randomFile(t, filepath.Join(src, "b.bin"), 1<<20, 2)
 	want := sha(t, filepath.Join(src, "a.bin"))
 	sock := filepath.Join(t.TempDir(), "lease.sock")
 	args := []string{"mount", "--set", "log.format=console", "--set", "ipc.socket=" + sock,
-		"--set", "fuse.passthrough=off", src, mnt}
+		"--set", "fuse.passthrough=off", "--set", "staging.racy_window=0s", src, mnt}
 	mgr := newManager(t)
 	m := mgr.mount(t, src, mnt, sock, args...)
 	// A shell holding a file of the mount open, told by lines on stdin
@@ -822,6 +830,29 @@ func TestCrashHoldsBackTheDeadDaemonsHandles(t *testing.T) {
 	type opener struct {
 		in  io.Writer
 		out *bufio.Reader
+	}
+	var serving *mount
+	// readLine is the opener's next line; a guard (not a timing assumption)
+	// turns a stall into a failure with the serving daemon's stacks.
+	readLine := func(o opener) (string, error) {
+		type res struct {
+			s   string
+			err error
+		}
+		c := make(chan res, 1)
+		go func() { s, err := o.out.ReadString('\n'); c <- res{s, err} }()
+		select {
+		case r := <-c:
+			return r.s, r.err
+		case <-time.After(60 * time.Second):
+			if serving != nil {
+				serving.cmd.Process.Signal(syscall.SIGQUIT) // every goroutine's stack to the log
+				<-serving.exited
+				t.Fatalf("no answer from a process reading through the mount within 60s\n%s", serving.log)
+			}
+			t.Fatal("no answer from a process reading through the mount within 60s")
+			return "", nil
+		}
 	}
 	open := func(script string) opener {
 		c := exec.Command("sh", "-c", script, "sh", m.path("a.bin"))
@@ -832,26 +863,35 @@ func TestCrashHoldsBackTheDeadDaemonsHandles(t *testing.T) {
 		}
 		t.Cleanup(func() { c.Process.Kill(); c.Wait() })
 		o := opener{in, bufio.NewReader(out)}
-		if line, err := o.out.ReadString('\n'); err != nil || line != "open\n" {
+		if line, err := readLine(o); err != nil || line != "open\n" {
 			t.Fatalf("opening a.bin through the mount: %q %v", line, err)
 		}
 		return o
 	}
+	serving = m
 	before := open(`exec 3<"$1"; echo open; read go; exec 3<&-; echo closed`)
-	m.cmd.Process.Signal(syscall.SIGKILL)
-	<-m.exited
-	next := mgr.mount(t, src, mnt, sock, args...)
-	t.Cleanup(next.stop)
-	if !next.log.waitFor("recovered the mount") {
-		t.Fatalf("the daemon after the crash did not recover from the store:\n%s", next.log)
+	next := m
+	for i := range crashes {
+		// The store holds this daemon's state once its STATUS= says so:
+		// each daemon stages one more file, so the line is its own.
+		leaseSum(t, next.path([]string{"a.bin", "b.bin"}[i]))
+		mgr.waitStatus(t, fmt.Sprintf("%d files", i+1))
+		next.cmd.Process.Signal(syscall.SIGKILL)
+		<-next.exited
+		next = mgr.mount(t, src, mnt, sock, args...)
+		t.Cleanup(next.stop)
+		if !next.log.waitFor("recovered the mount") {
+			t.Fatalf("the daemon after the crash did not recover from the store:\n%s", next.log)
+		}
+		serving = next
 	}
 	after := open(`exec 4<"$1"; echo open; read go; dd bs=1M iflag=fullblock status=none <&4 | sha256sum`)
 	io.WriteString(before.in, "go\n")
-	if line, err := before.out.ReadString('\n'); err != nil || line != "closed\n" {
+	if line, err := readLine(before); err != nil || line != "closed\n" {
 		t.Fatalf("closing the descriptor opened before the crash: %q %v", line, err)
 	}
 	io.WriteString(after.in, "go\n")
-	if line, err := after.out.ReadString('\n'); err != nil || line != want+"  -\n" {
+	if line, err := readLine(after); err != nil || line != want+"  -\n" {
 		t.Fatalf("reading a.bin through the descriptor opened after the crash, once the one opened before it was closed: %q %v, want %s\n%s", line, err, want, next.log)
 	}
 }

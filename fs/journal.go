@@ -65,7 +65,7 @@ const maxDeadHandles = 1 << 20
 func (j *nodeJournal) noteHandle(fh uint64) {
 	if fh > j.fh {
 		j.fh = fh
-		atomic.StoreUint64((*uint64)(unsafe.Pointer(&j.mem[24])), fh)
+		atomic.StoreUint64(j.word(24), fh)
 	}
 }
 
@@ -92,9 +92,10 @@ func newJournal() (*nodeJournal, error) {
 	return &nodeJournal{f: f, mem: mem, slot: map[*gofs.Inode]int{}, next: 1}, nil
 }
 
-// slotID is slot i's id word, stored and loaded atomically.
-func (j *nodeJournal) slotID(i int) *uint64 {
-	return (*uint64)(unsafe.Pointer(&j.mem[i*journalSlot]))
+// word is the 8-byte word at offset off of the mapping, stored
+// atomically: the header's counts and each slot's id.
+func (j *nodeJournal) word(off int) *uint64 {
+	return (*uint64)(unsafe.Pointer(&j.mem[off]))
 }
 
 // add journals n, the node of the file events name fid; false when no
@@ -111,14 +112,14 @@ func (j *nodeJournal) add(n *gofs.Inode, fid watch.FID) bool {
 		i = j.next
 		j.next++
 		// The reader looks no further than the slots handed out.
-		atomic.StoreUint64((*uint64)(unsafe.Pointer(&j.mem[16])), uint64(j.next))
+		atomic.StoreUint64(j.word(16), uint64(j.next))
 	default:
 		return false
 	}
 	b := j.mem[i*journalSlot : (i+1)*journalSlot]
 	binary.LittleEndian.PutUint32(b[12:], uint32(len(fid)))
 	copy(b[16:], fid)
-	atomic.StoreUint64(j.slotID(i), n.StableAttr().Ino) // last: the slot is whole from here
+	atomic.StoreUint64(j.word(i*journalSlot), n.StableAttr().Ino) // last: the slot is whole from here
 	j.slot[n] = i
 	return true
 }
@@ -129,7 +130,7 @@ func (j *nodeJournal) drop(n *gofs.Inode) {
 	if !ok {
 		return
 	}
-	atomic.StoreUint64(j.slotID(i), 0) // first: the slot is free from here
+	atomic.StoreUint64(j.word(i*journalSlot), 0) // first: the slot is free from here
 	delete(j.slot, n)
 	j.free = append(j.free, i)
 }

@@ -62,7 +62,7 @@ func Adopt(cfg Config, st FUSEState, files []*os.File) (*Server, error) {
 	}
 	s.ids.restore(st.Foreign, st.ForeignNext)
 	var unknown []uint64 // node ids the kernel may hold that no adopted node answers for
-	if st.Resend {
+	if st.Died {
 		// The table died with the predecessor: new numbers start past
 		// any it can have handed out (at most one a nanosecond).
 		s.ids.restore(nil, uint64(time.Now().UnixNano()))
@@ -131,7 +131,7 @@ func (s *Server) adoptConnection(st FUSEState, files []*os.File) error {
 		return fmt.Errorf("INIT: %w", err)
 	}
 	s.fuse, s.fuseFd, s.adopted = srv, sp[0], true
-	p := &pendingConn{conn: -1, kernel: st.Kernel, resend: st.Resend}
+	p := &pendingConn{conn: -1, kernel: st.Kernel, died: st.Died}
 	s.pending = p
 	buf := make([]byte, 4096)
 	n, err := unix.Read(sp[1], buf)
@@ -157,7 +157,7 @@ func (s *Server) adoptConnection(st FUSEState, files []*os.File) error {
 type pendingConn struct {
 	conn   int // a dup of the connection, -1: none yet
 	kernel KernelInit
-	resend bool
+	died   bool       // the predecessor died (FUSEState.Died)
 	kept   []*os.File // nodes' kept files (replaced.go), to close if never served
 	// unknown are the node ids of a dead predecessor's journal not found
 	// again (journal.go): the kernel may hold them.
@@ -180,10 +180,10 @@ func (s *Server) Serve() error {
 	}
 	s.pending = nil
 	unix.Close(p.conn)
+	// Before go-fuse reads: every request read and not answered is the
+	// predecessor's.
+	s.resend(p.kernel, p.died)
 	s.goServe(s.fuse)
-	if p.resend {
-		s.resend(p.kernel)
-	}
 	if err := s.settlePassthrough(); err != nil {
 		s.log.Warn("fuse hand-over: passthrough for new opens", zap.Error(err))
 	}
@@ -218,12 +218,16 @@ func (s *Server) releaseUnserved() {
 	s.releaseHandles()
 }
 
-// resend asks the kernel to send again the requests a dead predecessor
-// read and did not answer (FUSE_NOTIFY_RESEND, Linux 6.9); a reply to
-// one the predecessor did answer finds no request, which is harmless.
-func (s *Server) resend(k KernelInit) {
-	if (uint64(k.Flags)|uint64(k.Flags2)<<32)&fuse.CAP_HAS_RESEND == 0 {
-		s.log.Warn("fuse hand-over: the kernel cannot resend requests the predecessor read (needs Linux >= 6.9): their callers wait until the mount ends")
+// resend asks the kernel to send again the requests the predecessor
+// read and did not answer (FUSE_NOTIFY_RESEND, Linux 6.9): a dead one's,
+// and those a live one read in the instant it let go (kernelrefs.go).
+// The predecessor answers nothing any more.
+func (s *Server) resend(k KernelInit, died bool) {
+	if !canResend(k) {
+		if !died {
+			return // a live predecessor answered all it read (kernelrefs.go)
+		}
+		s.log.Warn("fuse hand-over: the kernel cannot resend requests the predecessor read and did not answer (needs Linux >= 6.9): their callers wait until the mount ends")
 		return
 	}
 	const notifyResend = 7
@@ -232,6 +236,11 @@ func (s *Server) resend(k KernelInit) {
 	if _, err := unix.Write(s.fuseFd, unsafe.Slice((*byte)(unsafe.Pointer(&h)), h.Length)); err != nil {
 		s.log.Warn("fuse hand-over: resending the predecessor's requests", zap.Error(err))
 	}
+}
+
+// canResend reports whether the kernel k resends on FUSE_NOTIFY_RESEND.
+func canResend(k KernelInit) bool {
+	return (uint64(k.Flags)|uint64(k.Flags2)<<32)&fuse.CAP_HAS_RESEND != 0
 }
 
 // adoptNodes are the nodes LookupNode returns while adoptTree registers

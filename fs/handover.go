@@ -44,9 +44,10 @@ type FUSEState struct {
 	Handles     []HandleState
 	Foreign     []foreignID // node ids of files not on SOURCE's filesystem (nodeids.go)
 	ForeignNext uint64
-	// Resend: the predecessor may have died with requests read and not
-	// answered; the successor asks the kernel to send them again.
-	Resend bool `json:",omitempty"`
+	// Died: the predecessor died (this is its ConnectionState): its
+	// tables died with it, and it may have died with requests read and
+	// not answered.
+	Died bool `json:"Resend,omitempty"`
 	// Journal: the index among the files of the predecessor's node
 	// journal (journal.go), whose nodes a successor after its death
 	// adopts; 0: none.
@@ -122,7 +123,7 @@ func (s *Server) Handoff() (FUSEState, []*os.File, error) {
 	if err != nil {
 		return FUSEState{}, nil, fmt.Errorf("fuse hand-over: %w", err)
 	}
-	if err := s.raw.refs.stop(handoffTimeout); err != nil {
+	if err := s.raw.refs.stop(handoffTimeout, canResend(s.kernelInit())); err != nil {
 		s.reattach(ho)
 		return FUSEState{}, nil, fmt.Errorf("fuse hand-over: %w", err)
 	}
@@ -221,15 +222,16 @@ func (s *Server) Abandon() {
 		s.log.Warn("fuse abandon without a hand-over: ignored")
 		return
 	}
-	s.raw.refs.abandon()
 	// go-fuse's readers stop at a read error: a directory gives EISDIR
 	// (and a closed socket end-of-file, which go-fuse logs as a short
-	// read).
+	// read). Its writes fail there too: the requests held back in enter
+	// fail unanswered, for the successor to have resent.
 	if dir, err := unix.Open("/", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err == nil {
 		unix.Dup3(dir, s.fuseFd, unix.O_CLOEXEC)
 		unix.Close(dir)
 		kickReaders(s.fuseFd, "")
 	}
+	s.raw.refs.abandon()
 	unix.Write(ho.spA, nil)
 	<-ho.done
 	unix.Close(ho.spB)
@@ -275,7 +277,7 @@ func (s *Server) ConnectionState() (FUSEState, []*os.File, error) {
 	if err != nil {
 		return FUSEState{}, nil, fmt.Errorf("fuse connection state: dup: %w", err)
 	}
-	st.Resend = true
+	st.Died = true
 	files := []*os.File{os.NewFile(uintptr(d), "/dev/fuse")}
 	s.meta.nodesMu.Lock()
 	defer s.meta.nodesMu.Unlock()
@@ -291,15 +293,20 @@ func (s *Server) ConnectionState() (FUSEState, []*os.File, error) {
 	return st, files, nil
 }
 
+// kernelInit is the kernel's INIT request of the connection.
+func (s *Server) kernelInit() KernelInit {
+	ki := s.fuse.KernelSettings()
+	return KernelInit{Major: ki.Major, Minor: ki.Minor, MaxReadAhead: ki.MaxReadAhead, Flags: ki.Flags, Flags2: ki.Flags2}
+}
+
 // setup is the FUSEState without tables; FUSE is index 0.
 func (s *Server) setup() FUSEState {
 	var srcSt unix.Stat_t
 	s.root.At(func(dirfd int) error { return unix.Fstat(dirfd, &srcSt) })
-	ki := s.fuse.KernelSettings()
 	return FUSEState{
 		Version: FUSEStateVersion, Source: s.source, SourceDev: srcSt.Dev, SourceIno: srcSt.Ino,
 		Mountpoint: s.mountpoint, MountDev: s.mountDev.Load(),
-		Kernel:  KernelInit{Major: ki.Major, Minor: ki.Minor, MaxReadAhead: ki.MaxReadAhead, Flags: ki.Flags, Flags2: ki.Flags2},
+		Kernel:  s.kernelInit(),
 		MaxRead: int64(s.opts.MaxRead), Passthrough: s.opts.Passthrough, AllowOther: s.opts.AllowOther, MountFlags: s.opts.MountFlags,
 	}
 }

@@ -12,10 +12,12 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
+	"golang.org/x/sys/unix"
 
 	"github.com/gdsfs/gdsfs/internal/units"
 	"github.com/gdsfs/gdsfs/staging/watch"
@@ -86,10 +88,9 @@ func handoverSetup(t *testing.T) (src, mnt string, a *Server) {
 func waitReleased(t *testing.T, s *Server) { waitHandles(t, s, 0) }
 
 // waitHandles waits until the server holds n file handles. A hand-over
-// does not wait for the releases the kernel has queued (a request that
-// reaches the predecessor in the instant of the switch is answered by it,
-// and the successor never hears of it: docs/operations.md), so the tests
-// let them arrive first.
+// does not wait for the releases the kernel has queued (the successor
+// serves them), so the tests that count a server's handles let them
+// arrive first.
 func waitHandles(t *testing.T, s *Server, n int) {
 	t.Helper()
 	r := &s.raw.refs
@@ -235,6 +236,99 @@ func testHandoverKeepsTheMount(t *testing.T, passthrough string) {
 	buf := make([]byte, 1<<20)
 	if stacks := string(buf[:runtime.Stack(buf, true)]); strings.Contains(stacks, "fs.forward") {
 		t.Errorf("forwarding goroutine left:\n%s", stacks)
+	}
+}
+
+// TestHandoverResendsWhatThePredecessorRead: a request the predecessor
+// read from the connection in the instant it let go, and never answered
+// (here the test reads it in its place), is answered by the successor:
+// the kernel resends it. Without, the caller waits until the mount ends.
+func TestHandoverResendsWhatThePredecessorRead(t *testing.T) {
+	src, mnt, a := handoverSetup(t)
+	cfg := handoverConfig(src, mnt)
+	st, files, err := a.Handoff()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		data, err := os.ReadFile(filepath.Join(mnt, "top"))
+		if err == nil && string(data) != "top" {
+			err = fmt.Errorf("read %q", data)
+		}
+		got <- err
+	}()
+	// The kernel's requests up to its LOOKUP of "top", read as a
+	// predecessor's reader would and left unanswered.
+	buf := make([]byte, 4<<20)
+	const lookup = 1
+	var read []string
+	for len(read) < 64 {
+		n, err := syscall.Read(int(files[st.FUSE].Fd()), buf)
+		if err != nil {
+			abortConnection(t, st.MountDev, mnt)
+			t.Fatal(err)
+		}
+		var in fuse.InHeader
+		if n < int(unsafe.Sizeof(in)) {
+			abortConnection(t, st.MountDev, mnt)
+			t.Fatalf("a request of %d bytes", n)
+		}
+		in = *(*fuse.InHeader)(unsafe.Pointer(&buf[0]))
+		name := strings.TrimRight(string(buf[unsafe.Sizeof(in):n]), "\x00")
+		read = append(read, fmt.Sprintf("opcode %d %q", in.Opcode, name))
+		if in.Opcode == lookup && name == "top" {
+			break
+		}
+	}
+	if last := read[len(read)-1]; last != `opcode 1 "top"` {
+		abortConnection(t, st.MountDev, mnt)
+		t.Fatalf("no LOOKUP of top among the kernel's requests: %q", read)
+	}
+	b, err := Adopt(cfg, st, files)
+	for _, f := range files {
+		f.Close()
+	}
+	if err != nil {
+		a.Resume()
+		t.Fatal(err)
+	}
+	a.Abandon()
+	if err := b.Serve(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := b.Unmount(); err != nil {
+			t.Error(err)
+		}
+		b.Wait()
+	})
+	// A guard, not a timing: the lookup is answered at once or never.
+	guard := time.NewTimer(time.Minute)
+	defer guard.Stop()
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("read through the requests the predecessor read (%q): %v", read, err)
+		}
+	case <-guard.C:
+		abortConnection(t, st.MountDev, mnt)
+		t.Fatalf("the requests the predecessor read and did not answer (%q) were never answered: the successor did not have the kernel resend them", read)
+	}
+	waitReleased(t, b)
+}
+
+// abortConnection aborts the FUSE connection of the mount at mnt, with
+// device number dev (its waiting callers fail with ENOTCONN), and
+// detaches the mount.
+func abortConnection(t *testing.T, dev uint64, mnt string) {
+	t.Helper()
+	p := fmt.Sprintf("/sys/fs/fuse/connections/%d/abort", unix.Minor(dev))
+	if err := os.WriteFile(p, []byte("1"), 0); err != nil {
+		t.Errorf("aborting the connection: %v", err)
+	}
+	if err := unix.Unmount(mnt, unix.MNT_DETACH); err != nil {
+		t.Errorf("detaching %s: %v", mnt, err)
 	}
 }
 

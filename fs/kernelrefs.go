@@ -20,10 +20,14 @@ import (
 // than was given.
 //
 // Every request passes enter/exit, which also lets Handoff wait for the
-// requests in flight (stop). It does not hold later ones back: once
-// Handoff switched go-fuse's descriptor, a later one can only be one
-// go-fuse read from the connection in the instant of the switch, and it
-// must be answered (the reply is forwarded), not left waiting forever.
+// requests in flight (stop). Once Handoff switched go-fuse's descriptor,
+// a later one can only be one go-fuse read from the connection in the
+// instant of the switch. Where the kernel resends what a daemon read and
+// did not answer (hold), it waits in enter: Resume lets it through, and
+// after Abandon it is never answered, so the kernel still holds it for
+// the successor, which asks for it again (adopt.go). Elsewhere it is
+// answered (the reply is forwarded) after the state was taken: a
+// successor does not know of a node or handle it added.
 type kernelRefs struct {
 	mu       sync.Mutex
 	cond     *sync.Cond        // inflight, stopped, gone, nodes or fhs changed
@@ -31,6 +35,7 @@ type kernelRefs struct {
 	fhs      map[uint64]fhRef  // file handles the kernel holds; guarded by mu
 	inflight int               // requests between enter and exit; guarded by mu
 	stopped  bool              // Handoff waits for inflight to drop to 0; guarded by mu
+	hold     bool              // while stopped, enter waits (the kernel resends what is not answered); guarded by mu
 	gone     bool              // requests fail in enter (Abandon); guarded by mu
 	pending  sync.Map          // <-chan struct{} (a request's cancel) -> gofs.FileHandle the request opened
 	plus     sync.Map          // <-chan struct{} -> struct{}: a READDIRPLUS in flight
@@ -58,6 +63,9 @@ func (r *kernelRefs) init() {
 func (r *kernelRefs) enter(id1, id2, fh1, fh2 uint64) fuse.Status {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	for r.stopped && r.hold && !r.gone {
+		r.cond.Wait()
+	}
 	if r.gone {
 		return fuse.Status(syscall.ESHUTDOWN)
 	}
@@ -203,11 +211,12 @@ func (r *kernelRefs) inPlus(cancel <-chan struct{}) bool {
 var errBusy = errors.New("a FUSE request in flight did not finish (a blocking lock?)")
 
 // stop waits until no request is in flight, or until timeout: then it
-// fails.
-func (r *kernelRefs) stop(timeout time.Duration) error {
+// fails. With hold, requests that come later wait in enter until resume
+// or abandon.
+func (r *kernelRefs) stop(timeout time.Duration, hold bool) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.stopped = true
+	r.stopped, r.hold = true, hold
 	expired := false
 	t := time.AfterFunc(timeout, func() {
 		r.mu.Lock()
@@ -235,7 +244,9 @@ func (r *kernelRefs) resume() {
 	r.mu.Unlock()
 }
 
-// abandon fails every request from now on, those waiting too.
+// abandon fails every request from now on, those waiting too. The
+// caller has pointed go-fuse's descriptor away from the connection
+// first: the replies of those waiting never reach the kernel.
 func (r *kernelRefs) abandon() {
 	r.mu.Lock()
 	r.gone = true

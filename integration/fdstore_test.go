@@ -323,7 +323,7 @@ func newManaged(t *testing.T, sets ...string) *managed {
 	}
 	t.Cleanup(func() { reader.Process.Kill(); reader.Wait() })
 	x.readerOut = bufio.NewReader(readerOut)
-	if got, err := x.readerOut.ReadString('\n'); err != nil || got != halfSum(x.want[:x.len/2]) {
+	if got, err := lineOrStacks(t, x.readerOut, x.m); err != nil || got != halfSum(x.want[:x.len/2]) {
 		t.Fatalf("read before the restart: %q %v", got, err)
 	}
 	return x
@@ -345,6 +345,31 @@ func (m *mount) exit() error {
 
 func halfSum(b []byte) string { s := sha256.Sum256(b); return hex.EncodeToString(s[:]) + "  -\n" }
 
+// lineOrStacks is r's next line, from a process reading through the
+// mount serving serves; a guard (not a timing assumption) fails the test
+// with that daemon's goroutine stacks after 60s without one.
+func lineOrStacks(t *testing.T, r *bufio.Reader, serving *mount) (string, error) {
+	t.Helper()
+	type res struct {
+		s   string
+		err error
+	}
+	c := make(chan res, 1)
+	go func() { s, err := r.ReadString('\n'); c <- res{s, err} }()
+	select {
+	case r := <-c:
+		return r.s, r.err
+	case <-time.After(60 * time.Second):
+		if serving != nil {
+			serving.cmd.Process.Signal(syscall.SIGQUIT) // every goroutine's stack to the log
+			<-serving.exited
+			t.Fatalf("no answer from a process reading through the mount within 60s\n%s", serving.log)
+		}
+		t.Fatal("no answer from a process reading through the mount within 60s")
+		return "", nil
+	}
+}
+
 // restart changes changed.bin while no daemon runs, starts the next
 // daemon from the store and checks what every restart with the store
 // keeps: the reader reads on, the consumer's mapping keeps its bytes,
@@ -360,13 +385,13 @@ func (x *managed) restart() *mount {
 		t.Fatalf("the restarted daemon did not recover from the store:\n%s", next.log)
 	}
 	io.WriteString(x.readerIn, "go\n")
-	if got, err := x.readerOut.ReadString('\n'); err != nil || got != halfSum(x.want[x.len/2:]) {
+	if got, err := lineOrStacks(t, x.readerOut, next); err != nil || got != halfSum(x.want[x.len/2:]) {
 		t.Fatalf("reading on after the restart through the file opened before it: %q %v", got, err)
 	}
-	if got, err := x.readerOut.ReadString('\n'); err != nil || got != fmt.Sprintf("%d\n", x.len) {
+	if got, err := lineOrStacks(t, x.readerOut, next); err != nil || got != fmt.Sprintf("%d\n", x.len) {
 		t.Fatalf("fstat, past the kernel's cache, of the file opened before the restart: %q %v (want its size %d)\n%s", got, err, x.len, next.log)
 	}
-	if got, err := x.readerOut.ReadString('\n'); err != nil || got != "closed\n" {
+	if got, err := lineOrStacks(t, x.readerOut, next); err != nil || got != "closed\n" {
 		t.Fatalf("closing a descriptor of the file opened before the restart: %q %v (want it closed without an error)\n%s", got, err, next.log)
 	}
 	if got := x.h.sum(t); got[0]["sha256"] != x.h.first[0]["sha256"] {
@@ -834,26 +859,7 @@ func crashHoldsBackHandles(t *testing.T, crashes int) {
 	var serving *mount
 	// readLine is the opener's next line; a guard (not a timing assumption)
 	// turns a stall into a failure with the serving daemon's stacks.
-	readLine := func(o opener) (string, error) {
-		type res struct {
-			s   string
-			err error
-		}
-		c := make(chan res, 1)
-		go func() { s, err := o.out.ReadString('\n'); c <- res{s, err} }()
-		select {
-		case r := <-c:
-			return r.s, r.err
-		case <-time.After(60 * time.Second):
-			if serving != nil {
-				serving.cmd.Process.Signal(syscall.SIGQUIT) // every goroutine's stack to the log
-				<-serving.exited
-				t.Fatalf("no answer from a process reading through the mount within 60s\n%s", serving.log)
-			}
-			t.Fatal("no answer from a process reading through the mount within 60s")
-			return "", nil
-		}
-	}
+	readLine := func(o opener) (string, error) { return lineOrStacks(t, o.out, serving) }
 	open := func(script string) opener {
 		c := exec.Command("sh", "-c", script, "sh", m.path("a.bin"))
 		in, _ := c.StdinPipe()

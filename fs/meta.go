@@ -7,6 +7,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unsafe"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -357,7 +358,7 @@ const entryEvents = unix.FAN_CREATE | unix.FAN_DELETE | unix.FAN_MOVED_FROM | un
 func (m *metaCache) invalidate(c watch.Change) {
 	dir := m.held(c.Dir)
 	if dir != nil && c.Name != "." && c.Mask&entryEvents != 0 {
-		dir.NotifyEntry(c.Name)
+		m.expireEntry(dir, c.Name)
 		dir.NotifyContent(0, 0)
 	}
 	self := m.held(c.Self)
@@ -379,6 +380,37 @@ func (m *metaCache) invalidate(c watch.Change) {
 	}
 }
 
+// expireEntry tells the kernel that its entry name in dir may be stale:
+// its next use asks the daemon again (a lookup that finds another file
+// or none drops it then). The entry is not dropped now
+// (FUSE_EXPIRE_ONLY, protocol 7.38): a file open under that name keeps
+// its path (/proc/PID/fd, which loaders read to find a file from its
+// descriptor), and a directory its submounts. A kernel without it drops
+// the entry.
+func (m *metaCache) expireEntry(dir *gofs.Inode, name string) {
+	if k := m.srv.kernelInit(); k.Major != 7 || k.Minor < 38 {
+		dir.NotifyEntry(name)
+		return
+	}
+	const notifyInvalEntry, expireOnly = 3, 1
+	var h fuse.OutHeader
+	var e fuse.NotifyInvalEntryOut
+	hs, es := int(unsafe.Sizeof(h)), int(unsafe.Sizeof(e))
+	b := make([]byte, hs+es+len(name)+1)
+	h = fuse.OutHeader{Length: uint32(len(b)), Status: notifyInvalEntry}
+	parent := dir.StableAttr().Ino // the node id (nodeids.go)
+	if dir.IsRoot() {
+		parent = fuse.FUSE_ROOT_ID
+	}
+	e = fuse.NotifyInvalEntryOut{Parent: parent, NameLen: uint32(len(name)), Flags: expireOnly}
+	copy(b, unsafe.Slice((*byte)(unsafe.Pointer(&h)), hs))
+	copy(b[hs:], unsafe.Slice((*byte)(unsafe.Pointer(&e)), es))
+	copy(b[hs+es:], name)
+	// ENOENT: the kernel holds no such entry; any other error: the
+	// connection ended.
+	unix.Write(m.srv.fuseFd, b)
+}
+
 // invalidateMount tells the kernel that the entry at rel (beneath
 // SOURCE) names another directory: a filesystem was mounted there or
 // unmounted.
@@ -392,7 +424,7 @@ func (m *metaCache) invalidateMount(rel string) {
 	}
 	name := names[len(names)-1]
 	ch := dir.GetChild(name)
-	dir.NotifyEntry(name)
+	m.expireEntry(dir, name)
 	if ch != nil {
 		forgetXattrs(ch)
 		ch.NotifyContent(-1, 0)
@@ -439,7 +471,7 @@ func (m *metaCache) invalidateAll(why string) {
 	for n := range nodes {
 		if n.IsDir() {
 			for name := range n.Children() {
-				n.NotifyEntry(name)
+				m.expireEntry(n, name)
 			}
 			n.NotifyContent(0, 0)
 		}

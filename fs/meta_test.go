@@ -1,12 +1,15 @@
 package fs
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/gdsfs/gdsfs/internal/units"
 	"github.com/gdsfs/gdsfs/staging/watch"
@@ -226,4 +229,79 @@ func TestLostEventsInvalidateEverything(t *testing.T) {
 	if es, err := os.ReadDir(filepath.Join(mnt, "d")); err != nil || len(es) != 2 {
 		t.Errorf("d after lost events: %d entries %v, want 2", len(es), err)
 	}
+}
+
+// TestChangeEventKeepsOpenFilesPath: a change event naming the entry of
+// a file open through the mount (its creation, reported after the open)
+// leaves the open file's path as it is: /proc/PID/fd names it, not
+// "(deleted)" (loaders find a file's path from its descriptor there).
+// The entry is still looked up again: a file that replaced it, or its
+// removal, is seen.
+func TestChangeEventKeepsOpenFilesPath(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("SKIPPED: mounting FUSE needs root (run make test as root)")
+	}
+	q := &quietWatcher{}
+	src, mnt := t.TempDir(), t.TempDir()
+	srv, err := Mount(Config{Source: src, Mountpoint: mnt, Watch: q, Options: Options{
+		Passthrough: PassthroughAuto, MaxRead: units.Size(1 << 20), EntryTimeout: time.Hour, AttrTimeout: time.Hour,
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := srv.Unmount(); err != nil {
+			t.Error(err)
+		}
+		srv.Wait()
+	})
+	for _, dir := range []string{".", "d"} {
+		s, m := filepath.Join(src, dir), filepath.Join(mnt, dir)
+		os.MkdirAll(s, 0o755)
+		if err := os.WriteFile(filepath.Join(s, "f"), []byte("f"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.Open(filepath.Join(m, "f"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		q.sub.Entries(watch.Change{Mask: unix.FAN_CREATE, Dir: srv.fidOf(t, s), Name: "f", Self: srv.fidOf(t, filepath.Join(s, "f"))})
+		srv.settle(q)
+		if l, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", f.Fd())); err != nil || l != filepath.Join(m, "f") {
+			t.Errorf("after an event of its creation, the open file's path is %q (%v), want %s", l, err, filepath.Join(m, "f"))
+		}
+		// Replaced in SOURCE: the name is another file.
+		os.WriteFile(filepath.Join(s, "g"), []byte("gg"), 0o644)
+		if err := os.Rename(filepath.Join(s, "g"), filepath.Join(s, "f")); err != nil {
+			t.Fatal(err)
+		}
+		q.sub.Entries(watch.Change{Mask: unix.FAN_MOVED_TO, Dir: srv.fidOf(t, s), Name: "f", Self: srv.fidOf(t, filepath.Join(s, "f"))})
+		srv.settle(q)
+		if fi, err := os.Stat(filepath.Join(m, "f")); err != nil || fi.Size() != 2 {
+			t.Errorf("stat of %s/f after it was replaced in SOURCE and its event: %v %v, want the new file's 2 bytes", dir, fi, err)
+		}
+		os.Remove(filepath.Join(s, "f"))
+		q.sub.Entries(watch.Change{Mask: unix.FAN_DELETE, Dir: srv.fidOf(t, s), Name: "f"})
+		srv.settle(q)
+		if _, err := os.Stat(filepath.Join(m, "f")); !os.IsNotExist(err) {
+			t.Errorf("stat of %s/f removed in SOURCE, after its event: %v, want ENOENT", dir, err)
+		}
+	}
+}
+
+// fidOf is what change events name the file at p of SOURCE's
+// filesystem by.
+func (s *Server) fidOf(t *testing.T, p string) watch.FID {
+	t.Helper()
+	fd, err := unix.Open(p, unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	id, err := watch.FileFID(fd, s.meta.fsid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
 }

@@ -439,9 +439,10 @@ def _repeat(m, sock, rel, path, dev, room):
     return Lease(nm, conn, resp, path)
 
 
-def _fresh(path, socket, timeout, dev, room):
-    """Lease path on a new connection."""
-    sock, rel, owner, remembered = _locate(path, socket)
+def _fresh(path, socket, timeout, dev, room, located=None):
+    """Lease path on a new connection; located: what _locate said of it
+    just before."""
+    sock, rel, owner, remembered = located or _locate(path, socket)
     try:
         conn = Conn(sock, timeout, owner)
     except OSError as e:
@@ -482,7 +483,8 @@ def open(path, *, socket=None, timeout=None, device=None, room_wait=None):  # no
     bounds the wait too."""
     dev = _resolve_device(device)
     room = room_wait_fields(room_wait)
-    sock, rel, _, _ = _locate(path, socket)
+    located = _locate(path, socket)
+    sock, rel = located[:2]
     m = registry.take((sock, rel, dev))
     if m is not None:
         try:
@@ -491,7 +493,8 @@ def open(path, *, socket=None, timeout=None, device=None, room_wait=None):  # no
             registry.discard(m)
             if not _retry(e):
                 raise
-    return _fresh(path, socket, timeout, dev, room)
+        located = None  # the repeat failed: look again
+    return _fresh(path, socket, timeout, dev, room, located)
 
 
 def stat(path, *, socket=None, timeout=None):

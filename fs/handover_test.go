@@ -285,24 +285,8 @@ func TestHandoverResendsWhatThePredecessorRead(t *testing.T) {
 		abortConnection(t, st.MountDev, mnt)
 		t.Fatalf("no LOOKUP of top among the kernel's requests: %q", read)
 	}
-	b, err := Adopt(cfg, st, files)
-	for _, f := range files {
-		f.Close()
-	}
-	if err != nil {
-		a.Resume()
-		t.Fatal(err)
-	}
-	a.Abandon()
-	if err := b.Serve(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := b.Unmount(); err != nil {
-			t.Error(err)
-		}
-		b.Wait()
-	})
+	b := adoptFrom(t, a, cfg, st, files)
+	unmountAtEnd(t, b)
 	// A guard, not a timing: the lookup is answered at once or never.
 	guard := time.NewTimer(time.Minute)
 	defer guard.Stop()
@@ -490,26 +474,8 @@ func TestHandoverMetaInvalidation(t *testing.T) {
 	w2 := watch.New(watch.Auto, nil)
 	t.Cleanup(w2.Close)
 	cfg.Watch = w2
-	b, err := Adopt(cfg, st, files)
-	for _, f := range files {
-		f.Close()
-	}
-	if err != nil {
-		a.Resume()
-		a.Unmount()
-		a.Wait()
-		t.Fatal(err)
-	}
-	a.Abandon()
-	if err := b.Serve(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := b.Unmount(); err != nil {
-			t.Error(err)
-		}
-		b.Wait()
-	})
+	b := adoptFrom(t, a, cfg, st, files)
+	unmountAtEnd(t, b)
 	if err := os.Chmod(s("d/a"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -542,7 +508,14 @@ func handOver(t *testing.T, a *Server, cfg Config) *Server {
 	if err := json.Unmarshal(raw, &st2); err != nil {
 		t.Fatal(err)
 	}
-	b, err := Adopt(cfg, st2, files)
+	return adoptFrom(t, a, cfg, st2, files)
+}
+
+// adoptFrom has a successor adopt st and files (closed here) from a,
+// which lets go, and serve; a serves on if the successor refuses.
+func adoptFrom(t *testing.T, a *Server, cfg Config, st FUSEState, files []*os.File) *Server {
+	t.Helper()
+	b, err := Adopt(cfg, st, files)
 	for _, f := range files {
 		f.Close()
 	}
@@ -557,6 +530,16 @@ func handOver(t *testing.T, a *Server, cfg Config) *Server {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// unmountAtEnd unmounts s when the test ends.
+func unmountAtEnd(t *testing.T, s *Server) {
+	t.Cleanup(func() {
+		if err := s.Unmount(); err != nil {
+			t.Error(err)
+		}
+		s.Wait()
+	})
 }
 
 // TestHandoverTwice: a successor hands the mount on in turn; a file
@@ -641,26 +624,8 @@ func TestAdoptBareConnection(t *testing.T) {
 	}
 	core, logs := observer.New(zap.WarnLevel)
 	cfg.Log = zap.New(core)
-	b, err := Adopt(cfg, bare, bareFiles)
-	for _, f := range bareFiles {
-		f.Close()
-	}
-	if err != nil {
-		a.Resume()
-		a.Unmount()
-		a.Wait()
-		t.Fatal(err)
-	}
-	a.Abandon()
-	if err := b.Serve(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := b.Unmount(); err != nil {
-			t.Error(err)
-		}
-		b.Wait()
-	})
+	b := adoptFrom(t, a, cfg, bare, bareFiles)
+	unmountAtEnd(t, b)
 	for _, e := range logs.All() {
 		t.Errorf("adopting a bare connection: %s %v", e.Message, e.Context)
 	}

@@ -249,12 +249,7 @@ func TestChangeEventKeepsOpenFilesPath(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		if err := srv.Unmount(); err != nil {
-			t.Error(err)
-		}
-		srv.Wait()
-	})
+	unmountAtEnd(t, srv)
 	for _, dir := range []string{".", "d"} {
 		s, m := filepath.Join(src, dir), filepath.Join(mnt, dir)
 		os.MkdirAll(s, 0o755)

@@ -27,8 +27,8 @@ import (
 // that is never served is let go with Abandon. Adopt dups what it keeps:
 // the caller closes files.
 func Adopt(cfg Config, st FUSEState, files []*os.File) (*Server, error) {
-	if st.Version != FUSEStateVersion {
-		return nil, fmt.Errorf("fuse hand-over: state version %d, this daemon reads version %d", st.Version, FUSEStateVersion)
+	if st.Version != FUSEStateVersion && st.Version != 1 {
+		return nil, fmt.Errorf("fuse hand-over: state version %d, this daemon reads versions 1 to %d", st.Version, FUSEStateVersion)
 	}
 	if err := cfg.Options.Validate(); err != nil {
 		return nil, err

@@ -16,7 +16,13 @@ import (
 
 // FUSEStateVersion is the version of FUSEState this package writes and
 // reads.
-const FUSEStateVersion = 1
+//
+// Version 2: a predecessor that let go (Abandon) may leave requests it
+// read unanswered, for the successor to have the kernel resend them
+// (kernelrefs.go); a reader of version 1 would leave their callers
+// waiting, so it refuses version 2. Version 1's predecessor answered
+// them itself: Adopt reads it too.
+const FUSEStateVersion = 2
 
 // FUSEState is what a successor daemon needs to keep answering the
 // kernel on the mount's FUSE connection (/dev/fuse): the connection
@@ -101,6 +107,8 @@ type handover struct {
 	conn int           // a descriptor of the connection
 	spA  int           // the socket end s.fuseFd names now
 	spB  int           // its peer, read by forward
+	dir  int           // "/", which Abandon points s.fuseFd at
+	hold bool          // requests read in the instant of the switch wait (kernelrefs.go)
 	done chan struct{} // forward returned
 }
 
@@ -119,12 +127,15 @@ func (s *Server) Handoff() (FUSEState, []*os.File, error) {
 	if s.pending != nil {
 		return FUSEState{}, nil, errors.New("fuse hand-over: this server does not serve the connection yet")
 	}
+	s.meta.pause()
 	ho, err := s.detach()
 	if err != nil {
+		s.meta.unpause()
 		return FUSEState{}, nil, fmt.Errorf("fuse hand-over: %w", err)
 	}
-	if err := s.raw.refs.stop(handoffTimeout, canResend(s.kernelInit())); err != nil {
+	if err := s.raw.refs.stop(handoffTimeout, ho.hold); err != nil {
 		s.reattach(ho)
+		s.meta.unpause()
 		return FUSEState{}, nil, fmt.Errorf("fuse hand-over: %w", err)
 	}
 	st, files, err := s.state(ho)
@@ -134,6 +145,7 @@ func (s *Server) Handoff() (FUSEState, []*os.File, error) {
 		}
 		s.raw.refs.resume()
 		s.reattach(ho)
+		s.meta.unpause()
 		return FUSEState{}, nil, fmt.Errorf("fuse hand-over: %w", err)
 	}
 	s.ho = ho
@@ -149,12 +161,18 @@ func (s *Server) detach() (*handover, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dup of the FUSE descriptor: %w", err)
 	}
+	dir, err := unix.Open("/", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		unix.Close(conn)
+		return nil, fmt.Errorf("opening /: %w", err)
+	}
 	sp, err := seqpacket()
 	if err != nil {
 		unix.Close(conn)
+		unix.Close(dir)
 		return nil, err
 	}
-	ho := &handover{conn: conn, spA: sp[0], spB: sp[1], done: make(chan struct{})}
+	ho := &handover{conn: conn, spA: sp[0], spB: sp[1], dir: dir, hold: canResend(s.kernelInit()), done: make(chan struct{})}
 	go forward(ho.spB, conn, ho.done)
 	if err := unix.Dup3(ho.spA, s.fuseFd, unix.O_CLOEXEC); err != nil {
 		ho.close()
@@ -184,6 +202,7 @@ func (ho *handover) close() {
 	unix.Close(ho.spA)
 	unix.Close(ho.spB)
 	unix.Close(ho.conn)
+	unix.Close(ho.dir)
 }
 
 // Resume undoes Handoff: this server serves the connection again.
@@ -197,6 +216,7 @@ func (s *Server) Resume() error {
 	s.ho = nil
 	err := s.reattach(ho)
 	s.raw.refs.resume()
+	s.meta.unpause()
 	if err != nil {
 		return fmt.Errorf("fuse resume: %w", err)
 	}
@@ -224,20 +244,24 @@ func (s *Server) Abandon() {
 	}
 	// go-fuse's readers stop at a read error: a directory gives EISDIR
 	// (and a closed socket end-of-file, which go-fuse logs as a short
-	// read). Its writes fail there too: the requests held back in enter
-	// fail unanswered, for the successor to have resent.
-	if dir, err := unix.Open("/", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err == nil {
-		unix.Dup3(dir, s.fuseFd, unix.O_CLOEXEC)
-		unix.Close(dir)
-		kickReaders(s.fuseFd, "")
+	// read). Its writes fail there too: where the kernel resends, the
+	// requests held back in enter fail unanswered, for the successor to
+	// have resent; elsewhere they are failed before, through the socket.
+	if !ho.hold {
+		s.raw.refs.abandon()
 	}
-	s.raw.refs.abandon()
+	unix.Dup3(ho.dir, s.fuseFd, unix.O_CLOEXEC)
+	kickReaders(s.fuseFd, "")
+	if ho.hold {
+		s.raw.refs.abandon()
+	}
 	unix.Write(ho.spA, nil)
 	<-ho.done
 	unix.Close(ho.spB)
 	unix.Close(ho.spA)
 	<-s.served
 	unix.Close(ho.conn)
+	unix.Close(ho.dir)
 	s.releaseHandles()
 	s.letSourceGo()
 }

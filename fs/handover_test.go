@@ -586,11 +586,14 @@ func TestHandoverTwice(t *testing.T) {
 // anything is served.
 func TestAdoptRefusesOtherVersionsAndOptions(t *testing.T) {
 	src, mnt := t.TempDir(), t.TempDir()
-	st := FUSEState{Version: FUSEStateVersion + 1}
-	if _, err := Adopt(handoverConfig(src, mnt), st, nil); err == nil || !strings.Contains(err.Error(), "state version 2, this daemon reads version 1") {
-		t.Errorf("another version: %v", err)
+	for _, v := range []int{0, FUSEStateVersion + 1} {
+		st := FUSEState{Version: v}
+		want := fmt.Sprintf("state version %d, this daemon reads versions 1 to %d", v, FUSEStateVersion)
+		if _, err := Adopt(handoverConfig(src, mnt), st, nil); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("version %d: %v, want %q", v, err, want)
+		}
 	}
-	st = FUSEState{Version: FUSEStateVersion, MaxRead: 128 << 10, Passthrough: PassthroughOff}
+	st := FUSEState{Version: FUSEStateVersion, MaxRead: 128 << 10, Passthrough: PassthroughOff}
 	if _, err := Adopt(handoverConfig(src, mnt), st, nil); err == nil || !strings.Contains(err.Error(), "fuse.max_read") {
 		t.Errorf("another max_read: %v", err)
 	}
@@ -723,5 +726,83 @@ func TestAdoptServesNothingBeforeServe(t *testing.T) {
 	waitReleased(t, a)
 	if fds := openFds(t); !fdsSubset(fds, fdsBefore) {
 		t.Errorf("descriptors left: before %q, after %q", fdsBefore, fds)
+	}
+}
+
+// TestHandoverWithAChangeInALockedDirectory: a change in SOURCE reported
+// while a hand-over holds the requests back, about a directory whose
+// lock a caller holds while its request waits, does not stop the
+// hand-over: the predecessor tells the kernel nothing from the switch
+// on (a notification would wait for that lock, and the predecessor for
+// it), and the successor looks everything up again.
+func TestHandoverWithAChangeInALockedDirectory(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("SKIPPED: mounting FUSE needs root (run make test as root)")
+	}
+	q := &quietWatcher{}
+	src, mnt := t.TempDir(), t.TempDir()
+	os.Mkdir(filepath.Join(src, "d"), 0o755)
+	cfg := handoverConfig(src, mnt)
+	cfg.Watch = q
+	a, err := Mount(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(mnt, "d")); err != nil {
+		t.Fatal(err)
+	}
+	dir := a.fidOf(t, filepath.Join(src, "d"))
+	st, files, err := a.Handoff()
+	if err != nil {
+		t.Fatal(err)
+	}
+	looked := make(chan error, 1)
+	go func() {
+		_, err := os.Stat(filepath.Join(mnt, "d/new"))
+		looked <- err
+	}()
+	// The caller's LOOKUP of d/new, read as a predecessor's reader would:
+	// the caller holds d's lock until it is answered.
+	buf := make([]byte, 4<<20)
+	for found := false; !found; {
+		n, err := syscall.Read(int(files[st.FUSE].Fd()), buf)
+		if err != nil || n < int(unsafe.Sizeof(fuse.InHeader{})) {
+			abortConnection(t, st.MountDev, mnt)
+			t.Fatalf("reading the kernel's requests: %d bytes, %v", n, err)
+		}
+		in := *(*fuse.InHeader)(unsafe.Pointer(&buf[0]))
+		found = in.Opcode == 1 && strings.TrimRight(string(buf[unsafe.Sizeof(in):n]), "\x00") == "new"
+	}
+	q.sub.Entries(watch.Change{Mask: unix.FAN_CREATE, Dir: dir, Name: "other"})
+	a.settle(q)
+	cfg.Watch = &quietWatcher{}
+	b, err := Adopt(cfg, st, files)
+	for _, f := range files {
+		f.Close()
+	}
+	if err != nil {
+		abortConnection(t, st.MountDev, mnt)
+		t.Fatal(err)
+	}
+	abandoned := make(chan struct{})
+	go func() {
+		a.Abandon()
+		close(abandoned)
+	}()
+	// A guard, not a timing: the predecessor lets go at once or never.
+	guard := time.NewTimer(time.Minute)
+	defer guard.Stop()
+	select {
+	case <-abandoned:
+	case <-guard.C:
+		abortConnection(t, st.MountDev, mnt)
+		t.Fatal("the predecessor never let go: its notification of the change waited for the lock of d, held by a caller whose request waits for the successor")
+	}
+	if err := b.Serve(); err != nil {
+		t.Fatal(err)
+	}
+	unmountAtEnd(t, b)
+	if err := <-looked; !os.IsNotExist(err) {
+		t.Errorf("stat of d/new across the hand-over: %v, want ENOENT", err)
 	}
 }

@@ -55,7 +55,14 @@ type metaCache struct {
 	queued  uint64        // changes queued so far (a lost counts one); guarded by mu
 	handled uint64        // changes handled so far; guarded by mu
 	stop    bool          // guarded by mu
+	paused  bool          // the handler takes nothing (a hand-over in progress: pause); guarded by mu
+	busy    bool          // the handler is telling the kernel; guarded by mu
 	done    chan struct{} // closed when run returns; nil when it never ran
+	// conn is the handler's own descriptor of the connection, which it
+	// writes expiries to (expireEntry): go-fuse closes its own when it
+	// stops serving, and the number may then name another file. -1: none.
+	// Set before run starts, closed (guarded by mu) after it returned.
+	conn int
 
 	// nodesMu serializes changes of nodes and guards keys. nodes is read
 	// without it: the watcher's subscriber looks every event up there.
@@ -114,8 +121,34 @@ func (s *Server) startMeta() {
 	if id, err := watch.FileFID(int(m.source.Fd()), m.fsid); err == nil {
 		m.add(id, s.tree.EmbeddedInode())
 	}
+	m.conn = -1
+	if fd, err := unix.FcntlInt(uintptr(s.fuseFd), unix.F_DUPFD_CLOEXEC, 0); err == nil {
+		m.conn = fd
+	}
 	m.done = make(chan struct{})
 	go m.run()
+}
+
+// pause stops the handler telling the kernel anything, once what it is
+// telling it now is told; changes queue meanwhile. A hand-over pauses it
+// before it switches go-fuse's descriptor: a notification waits in the
+// kernel for its directory's lock, which a request held until the
+// successor serves may hold.
+func (m *metaCache) pause() {
+	m.mu.Lock()
+	m.paused = true
+	for m.busy && !m.stop {
+		m.cond.Wait()
+	}
+	m.mu.Unlock()
+}
+
+// unpause undoes pause.
+func (m *metaCache) unpause() {
+	m.mu.Lock()
+	m.paused = false
+	m.cond.Broadcast()
+	m.mu.Unlock()
 }
 
 // cached reports whether the kernel may cache the node id for long.
@@ -291,7 +324,7 @@ func (m *metaCache) run() {
 	defer close(m.done)
 	m.mu.Lock()
 	for {
-		for !m.stop && len(m.queue) == 0 && !m.lost {
+		for !m.stop && (m.paused || len(m.queue) == 0 && !m.lost) {
 			m.cond.Wait()
 		}
 		if m.stop {
@@ -300,6 +333,7 @@ func (m *metaCache) run() {
 		}
 		q, lost, why, unknown, upto := m.queue, m.lost, m.lostWhy, m.unknown, m.queued
 		m.queue, m.lost, m.unknown = nil, false, nil
+		m.busy = true
 		m.mu.Unlock()
 		if lost {
 			for _, id := range unknown {
@@ -316,16 +350,17 @@ func (m *metaCache) run() {
 			}
 		}
 		m.mu.Lock()
-		m.handled = upto
+		m.handled, m.busy = upto, false
 		m.cond.Broadcast()
 	}
 }
 
-// settle returns once every change queued before it was handled.
+// settle returns once every change queued before it was handled, or
+// the handler is paused (it handles nothing until unpaused).
 func (m *metaCache) settle() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for want := m.queued; m.handled < want && !m.stop; {
+	for want := m.queued; m.handled < want && !m.stop && !m.paused; {
 		m.cond.Wait()
 	}
 }
@@ -337,6 +372,12 @@ func (m *metaCache) close() {
 	m.mu.Unlock()
 	if m.done != nil {
 		<-m.done
+		m.mu.Lock() // close may run twice at once (Wait, Abandon)
+		if m.conn >= 0 {
+			unix.Close(m.conn)
+			m.conn = -1
+		}
+		m.mu.Unlock()
 	}
 	if m.source != nil {
 		m.source.Close()
@@ -388,7 +429,7 @@ func (m *metaCache) invalidate(c watch.Change) {
 // descriptor), and a directory its submounts. A kernel without it drops
 // the entry.
 func (m *metaCache) expireEntry(dir *gofs.Inode, name string) {
-	if k := m.srv.kernelInit(); k.Major != 7 || k.Minor < 38 {
+	if k := m.srv.kernelInit(); k.Major != 7 || k.Minor < 38 || m.conn < 0 {
 		dir.NotifyEntry(name)
 		return
 	}
@@ -408,7 +449,7 @@ func (m *metaCache) expireEntry(dir *gofs.Inode, name string) {
 	copy(b[hs+es:], name)
 	// ENOENT: the kernel holds no such entry; any other error: the
 	// connection ended.
-	unix.Write(m.srv.fuseFd, b)
+	unix.Write(m.conn, b)
 }
 
 // invalidateMount tells the kernel that the entry at rel (beneath

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"syscall"
 	"time"
-	"unsafe"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -231,9 +230,7 @@ func (s *Server) resend(k KernelInit, died bool) {
 		return
 	}
 	const notifyResend = 7
-	h := fuse.OutHeader{Status: notifyResend}
-	h.Length = uint32(unsafe.Sizeof(h))
-	if _, err := unix.Write(s.fuseFd, unsafe.Slice((*byte)(unsafe.Pointer(&h)), h.Length)); err != nil {
+	if _, err := unix.Write(s.fuseFd, notification(notifyResend)); err != nil {
 		s.log.Warn("fuse hand-over: resending the predecessor's requests", zap.Error(err))
 	}
 }

@@ -260,31 +260,7 @@ func TestHandoverResendsWhatThePredecessorRead(t *testing.T) {
 	}()
 	// The kernel's requests up to its LOOKUP of "top", read as a
 	// predecessor's reader would and left unanswered.
-	buf := make([]byte, 4<<20)
-	const lookup = 1
-	var read []string
-	for len(read) < 64 {
-		n, err := syscall.Read(int(files[st.FUSE].Fd()), buf)
-		if err != nil {
-			abortConnection(t, st.MountDev, mnt)
-			t.Fatal(err)
-		}
-		var in fuse.InHeader
-		if n < int(unsafe.Sizeof(in)) {
-			abortConnection(t, st.MountDev, mnt)
-			t.Fatalf("a request of %d bytes", n)
-		}
-		in = *(*fuse.InHeader)(unsafe.Pointer(&buf[0]))
-		name := strings.TrimRight(string(buf[unsafe.Sizeof(in):n]), "\x00")
-		read = append(read, fmt.Sprintf("opcode %d %q", in.Opcode, name))
-		if in.Opcode == lookup && name == "top" {
-			break
-		}
-	}
-	if last := read[len(read)-1]; last != `opcode 1 "top"` {
-		abortConnection(t, st.MountDev, mnt)
-		t.Fatalf("no LOOKUP of top among the kernel's requests: %q", read)
-	}
+	read := readUntilLookup(t, st, files, mnt, "top")
 	b := adoptFrom(t, a, cfg, st, files)
 	unmountAtEnd(t, b)
 	// A guard, not a timing: the lookup is answered at once or never.
@@ -300,6 +276,35 @@ func TestHandoverResendsWhatThePredecessorRead(t *testing.T) {
 		t.Fatalf("the requests the predecessor read and did not answer (%q) were never answered: the successor did not have the kernel resend them", read)
 	}
 	waitReleased(t, b)
+}
+
+// readUntilLookup reads the kernel's requests from the connection of st
+// (a hand-over's, among files) up to its LOOKUP of name, and leaves them
+// unanswered, as a predecessor's reader may; it returns what it read.
+// The test fails, the mount at mnt aborted, when no such LOOKUP comes
+// among the first 64.
+func readUntilLookup(t *testing.T, st FUSEState, files []*os.File, mnt, name string) []string {
+	t.Helper()
+	const lookup = 1
+	buf := make([]byte, 4<<20)
+	var read []string
+	for len(read) < 64 {
+		n, err := syscall.Read(int(files[st.FUSE].Fd()), buf)
+		var in fuse.InHeader
+		if err != nil || n < int(unsafe.Sizeof(in)) {
+			abortConnection(t, st.MountDev, mnt)
+			t.Fatalf("reading the kernel's requests: %d bytes, %v", n, err)
+		}
+		in = *(*fuse.InHeader)(unsafe.Pointer(&buf[0]))
+		arg := strings.TrimRight(string(buf[unsafe.Sizeof(in):n]), "\x00")
+		read = append(read, fmt.Sprintf("opcode %d %q", in.Opcode, arg))
+		if in.Opcode == lookup && arg == name {
+			return read
+		}
+	}
+	abortConnection(t, st.MountDev, mnt)
+	t.Fatalf("no LOOKUP of %s among the kernel's requests: %q", name, read)
+	return nil
 }
 
 // abortConnection aborts the FUSE connection of the mount at mnt, with
@@ -763,16 +768,7 @@ func TestHandoverWithAChangeInALockedDirectory(t *testing.T) {
 	}()
 	// The caller's LOOKUP of d/new, read as a predecessor's reader would:
 	// the caller holds d's lock until it is answered.
-	buf := make([]byte, 4<<20)
-	for found := false; !found; {
-		n, err := syscall.Read(int(files[st.FUSE].Fd()), buf)
-		if err != nil || n < int(unsafe.Sizeof(fuse.InHeader{})) {
-			abortConnection(t, st.MountDev, mnt)
-			t.Fatalf("reading the kernel's requests: %d bytes, %v", n, err)
-		}
-		in := *(*fuse.InHeader)(unsafe.Pointer(&buf[0]))
-		found = in.Opcode == 1 && strings.TrimRight(string(buf[unsafe.Sizeof(in):n]), "\x00") == "new"
-	}
+	readUntilLookup(t, st, files, mnt, "new")
 	q.sub.Entries(watch.Change{Mask: unix.FAN_CREATE, Dir: dir, Name: "other"})
 	a.settle(q)
 	cfg.Watch = &quietWatcher{}

@@ -180,12 +180,26 @@ func forward(from, to int, done chan<- struct{}) {
 	}
 }
 
+// rawBytes is the memory of *v, as the FUSE protocol lays it out.
+func rawBytes[T any](v *T) []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(v)), unsafe.Sizeof(*v))
+}
+
+// notification is the FUSE notification code (NOTIFY_*) with body, the
+// parts written back to back after the header.
+func notification(code int32, body ...[]byte) []byte {
+	h := fuse.OutHeader{Status: code}
+	b := bytes.Join(append([][]byte{rawBytes(&h)}, body...), nil)
+	h.Length = uint32(len(b))
+	copy(b, rawBytes(&h))
+	return b
+}
+
 // initRequest is a FUSE INIT request carrying the kernel's settings in.
 func initRequest(in KernelInit) []byte {
 	req := fuse.InitIn{Major: in.Major, Minor: in.Minor, MaxReadAhead: in.MaxReadAhead, Flags: in.Flags, Flags2: in.Flags2}
-	size := int(unsafe.Sizeof(req))
-	req.InHeader = fuse.InHeader{Length: uint32(size), Opcode: opInit, Unique: 1}
-	return bytes.Clone(unsafe.Slice((*byte)(unsafe.Pointer(&req)), size))
+	req.InHeader = fuse.InHeader{Length: uint32(unsafe.Sizeof(req)), Opcode: opInit, Unique: 1}
+	return bytes.Clone(rawBytes(&req))
 }
 
 // opInit is FUSE_INIT's opcode.
@@ -200,11 +214,11 @@ func initReply(b []byte) (fuse.InitOut, error) {
 	if len(b) < hs {
 		return out, fmt.Errorf("INIT reply of %d bytes", len(b))
 	}
-	copy(unsafe.Slice((*byte)(unsafe.Pointer(&h)), hs), b)
+	copy(rawBytes(&h), b)
 	if h.Status != 0 {
 		return out, fmt.Errorf("INIT answered %v", unix.Errno(-h.Status))
 	}
-	copy(unsafe.Slice((*byte)(unsafe.Pointer(&out)), unsafe.Sizeof(out)), b[hs:])
+	copy(rawBytes(&out), b[hs:])
 	return out, nil
 }
 

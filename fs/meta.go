@@ -7,7 +7,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-	"unsafe"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -60,8 +59,9 @@ type metaCache struct {
 	done    chan struct{} // closed when run returns; nil when it never ran
 	// conn is the handler's own descriptor of the connection, which it
 	// writes expiries to (expireEntry): go-fuse closes its own when it
-	// stops serving, and the number may then name another file. -1: none.
-	// Set before run starts, closed (guarded by mu) after it returned.
+	// stops serving, and the number may then name another file. -1: none
+	// (the kernel cannot expire an entry: entries are dropped). Set
+	// before run starts, closed (guarded by mu) after it returned.
 	conn int
 
 	// nodesMu serializes changes of nodes and guards keys. nodes is read
@@ -122,8 +122,10 @@ func (s *Server) startMeta() {
 		m.add(id, s.tree.EmbeddedInode())
 	}
 	m.conn = -1
-	if fd, err := unix.FcntlInt(uintptr(s.fuseFd), unix.F_DUPFD_CLOEXEC, 0); err == nil {
-		m.conn = fd
+	if k := s.kernelInit(); k.Major == 7 && k.Minor >= 38 { // FUSE_EXPIRE_ONLY
+		if fd, err := unix.FcntlInt(uintptr(s.fuseFd), unix.F_DUPFD_CLOEXEC, 0); err == nil {
+			m.conn = fd
+		}
 	}
 	m.done = make(chan struct{})
 	go m.run()
@@ -429,27 +431,19 @@ func (m *metaCache) invalidate(c watch.Change) {
 // descriptor), and a directory its submounts. A kernel without it drops
 // the entry.
 func (m *metaCache) expireEntry(dir *gofs.Inode, name string) {
-	if k := m.srv.kernelInit(); k.Major != 7 || k.Minor < 38 || m.conn < 0 {
+	if m.conn < 0 {
 		dir.NotifyEntry(name)
 		return
 	}
 	const notifyInvalEntry, expireOnly = 3, 1
-	var h fuse.OutHeader
-	var e fuse.NotifyInvalEntryOut
-	hs, es := int(unsafe.Sizeof(h)), int(unsafe.Sizeof(e))
-	b := make([]byte, hs+es+len(name)+1)
-	h = fuse.OutHeader{Length: uint32(len(b)), Status: notifyInvalEntry}
 	parent := dir.StableAttr().Ino // the node id (nodeids.go)
 	if dir.IsRoot() {
 		parent = fuse.FUSE_ROOT_ID
 	}
-	e = fuse.NotifyInvalEntryOut{Parent: parent, NameLen: uint32(len(name)), Flags: expireOnly}
-	copy(b, unsafe.Slice((*byte)(unsafe.Pointer(&h)), hs))
-	copy(b[hs:], unsafe.Slice((*byte)(unsafe.Pointer(&e)), es))
-	copy(b[hs+es:], name)
+	e := fuse.NotifyInvalEntryOut{Parent: parent, NameLen: uint32(len(name)), Flags: expireOnly}
 	// ENOENT: the kernel holds no such entry; any other error: the
 	// connection ended.
-	unix.Write(m.conn, b)
+	unix.Write(m.conn, notification(notifyInvalEntry, rawBytes(&e), []byte(name), []byte{0}))
 }
 
 // invalidateMount tells the kernel that the entry at rel (beneath

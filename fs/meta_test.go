@@ -191,26 +191,30 @@ func (q *quietWatcher) ProbeEntries(*os.File, uint64) (bool, string) { return tr
 func (q *quietWatcher) Subscribe(s watch.Subscriber)                 { q.sub = s }
 func (q *quietWatcher) Drain()                                       {}
 
+// mountQuiet mounts a fresh SOURCE whose changes the test reports
+// (quietWatcher), the kernel caching entries and attributes for timeout
+// where none is reported.
+func mountQuiet(t *testing.T, timeout time.Duration) (src, mnt string, srv *Server, q *quietWatcher) {
+	t.Helper()
+	q = &quietWatcher{}
+	src, mnt = t.TempDir(), t.TempDir()
+	srv, err := Mount(Config{Source: src, Mountpoint: mnt, Watch: q, Options: Options{
+		Passthrough: PassthroughAuto, MaxRead: units.Size(1 << 20), EntryTimeout: timeout, AttrTimeout: timeout,
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	unmountAtEnd(t, srv)
+	return src, mnt, srv, q
+}
+
 // TestLostEventsInvalidateEverything: after an overflow, every entry and
 // attribute the kernel holds is asked for again.
 func TestLostEventsInvalidateEverything(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("SKIPPED: mounting FUSE needs root (run make test as root)")
 	}
-	q := &quietWatcher{}
-	src, mnt := t.TempDir(), t.TempDir()
-	srv, err := Mount(Config{Source: src, Mountpoint: mnt, Watch: q, Options: Options{
-		Passthrough: PassthroughAuto, MaxRead: units.Size(1 << 20), EntryTimeout: time.Second, AttrTimeout: time.Second,
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := srv.Unmount(); err != nil {
-			t.Error(err)
-		}
-		srv.Wait()
-	})
+	src, mnt, srv, q := mountQuiet(t, time.Second)
 	os.Mkdir(filepath.Join(src, "d"), 0o755)
 	os.WriteFile(filepath.Join(src, "d/a"), nil, 0o644)
 	if _, err := os.ReadDir(filepath.Join(mnt, "d")); err != nil {
@@ -241,15 +245,7 @@ func TestChangeEventKeepsOpenFilesPath(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("SKIPPED: mounting FUSE needs root (run make test as root)")
 	}
-	q := &quietWatcher{}
-	src, mnt := t.TempDir(), t.TempDir()
-	srv, err := Mount(Config{Source: src, Mountpoint: mnt, Watch: q, Options: Options{
-		Passthrough: PassthroughAuto, MaxRead: units.Size(1 << 20), EntryTimeout: time.Hour, AttrTimeout: time.Hour,
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	unmountAtEnd(t, srv)
+	src, mnt, srv, q := mountQuiet(t, time.Hour)
 	for _, dir := range []string{".", "d"} {
 		s, m := filepath.Join(src, dir), filepath.Join(mnt, dir)
 		os.MkdirAll(s, 0o755)

@@ -147,25 +147,23 @@ def measure(a):
                 shape[0] //= 2
             params[name] = torch.nn.Parameter(torch.empty(shape, dtype=torch.bfloat16, device="cuda"),
                                               requires_grad=False)
+        def rank0(w, p):
+            """w's rows of rank 0 of 2, where p holds half of them."""
+            return w.narrow(0, 0, p.shape[0]) if w.dim() == 2 and w.shape[0] != p.shape[0] else w
+
         pre = {}
         if a.bound:  # the bound: each weight already on the GPU, the loop's own work and a device-to-device copy
             for f in files:
                 with safe_open(f, framework="pt") as fh:
                     for name in fh.keys():
-                        w = fh.get_tensor(name)
-                        if w.dim() == 2 and w.shape[0] != params[name].shape[0]:
-                            w = w.narrow(0, 0, params[name].shape[0])
-                        pre[name] = w.to("cuda")
+                        pre[name] = rank0(fh.get_tensor(name), params[name]).to("cuda")
         torch.cuda.synchronize()
         t0 = time.perf_counter()  # the loading loop only
         for f in files:
             with safe_open(f, framework="pt") as fh:
                 for name in fh.keys():
-                    w = fh.get_tensor(name)
-                    p = params[name]
-                    if w.dim() == 2 and w.shape[0] != p.shape[0]:
-                        w = w.narrow(0, 0, p.shape[0])  # rank 0 of 2
-                    p.data.copy_(pre.get(name, w))
+                    w = rank0(fh.get_tensor(name), params[name])
+                    params[name].data.copy_(pre.get(name, w))
         torch.cuda.synchronize()
         out["seconds"] = time.perf_counter() - t0
         out["checksum"] = checksum(params)

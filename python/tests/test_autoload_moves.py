@@ -10,8 +10,8 @@ CI without it."""
 
 import json
 import os
-import sys
 import struct
+import sys
 import unittest
 
 import _support

@@ -392,3 +392,79 @@ func TestCuFileStatsCountReads(t *testing.T) {
 		t.Errorf("cuFile counted the read on path %q, want %q in %s mode", got, want, cf.Mode())
 	}
 }
+
+// TestExportKeepsItsFirstDescriptors: a region exports each chunk once
+// and hands out duplicates after (same open file, each one the caller's
+// to close), every export maps the region's bytes, and Free closes the
+// kept descriptors.
+func TestExportKeepsItsFirstDescriptors(t *testing.T) {
+	d, r, data, first := exported(t)
+	kept := keptExports.Load()
+	again, err := r.Export()
+	if err != nil {
+		t.Fatalf("second Export: %v", err)
+	}
+	defer closeFiles(again)
+	if keptExports.Load() != kept {
+		t.Errorf("kept descriptors %d after the second Export, %d after the first", keptExports.Load(), kept)
+	}
+	if len(r.exports) != len(r.Chunks()) {
+		t.Fatalf("the region keeps %d descriptors for %d chunks", len(r.exports), len(r.Chunks()))
+	}
+	for i := range again {
+		a, b := fstat(t, first[i]), fstat(t, again[i])
+		if a.Ino != b.Ino || a.Dev != b.Dev || first[i].Fd() == again[i].Fd() {
+			t.Errorf("chunk %d: the second export is not a new descriptor of the first's file", i)
+		}
+	}
+	closeFiles(first) // the caller's copies: the region's own stay open
+	m, err := chunkmap.CUDA(d.Name(), again, r.Chunks(), chunksTotal(r), false)
+	if err != nil {
+		t.Fatalf("Map of the second export: %v", err)
+	}
+	if got := readAll(t, m, int64(len(data))); !bytes.Equal(got, data) {
+		t.Error("the second export maps other bytes")
+	}
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	own := r.exports
+	if err := r.Free(); err != nil {
+		t.Fatal(err)
+	}
+	if keptExports.Load() != kept-int64(len(own)) {
+		t.Errorf("kept descriptors %d after Free, want %d", keptExports.Load(), kept-int64(len(own)))
+	}
+	for i, f := range own {
+		if err := syscall.Fstat(int(f.Fd()), new(syscall.Stat_t)); err == nil {
+			t.Errorf("chunk %d: the kept descriptor is open after Free", i)
+		}
+	}
+}
+
+// TestExportPastTheBoundIsNotKept: where the kept descriptors would pass
+// keptExportsMax, Export hands out the exported descriptors themselves
+// and keeps none.
+func TestExportPastTheBoundIsNotKept(t *testing.T) {
+	d, _ := smallChunks(t)
+	r := alloc(t, d, 5<<20)
+	keptExports.Add(keptExportsMax())
+	defer keptExports.Add(-keptExportsMax())
+	files, err := r.Export()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeFiles(files)
+	if len(files) != len(r.Chunks()) || r.exports != nil {
+		t.Errorf("%d descriptors for %d chunks, %d kept; want none kept", len(files), len(r.Chunks()), len(r.exports))
+	}
+}
+
+func fstat(t *testing.T, f *os.File) syscall.Stat_t {
+	t.Helper()
+	var st syscall.Stat_t
+	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
+		t.Fatalf("fstat %s: %v", f.Name(), err)
+	}
+	return st
+}

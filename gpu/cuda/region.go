@@ -47,6 +47,14 @@ type Region struct {
 	// a handle it imported). Closed by destroy.
 	imported []*os.File
 
+	// exports: the descriptors of the first Export, one per chunk, kept
+	// (within keptExportsMax for all regions) so that later Exports are
+	// duplicates: exporting a handle costs a driver call per chunk on every
+	// first lease of a file, duplicating a descriptor does not. Set under
+	// expMu; closed by destroy.
+	expMu   sync.Mutex
+	exports []*os.File
+
 	accessMu sync.Mutex       // guards access
 	access   map[*Device]bool // other devices granted access (peer copies)
 }
@@ -208,6 +216,11 @@ func (r *Region) destroy(mapped int, reserved bool) error {
 		errs = append(errs, f.Close())
 	}
 	r.imported = nil
+	for _, f := range r.exports {
+		errs = append(errs, f.Close())
+	}
+	keptExports.Add(-int64(len(r.exports)))
+	r.exports = nil
 	return errors.Join(errs...)
 }
 
@@ -248,36 +261,88 @@ func rlockPair(a, b *Region) (unlock func(), err error) {
 	return func() { b.mu.RUnlock(); a.mu.RUnlock() }, nil
 }
 
-// Export returns one new POSIX file descriptor per chunk
-// (cuMemExportToShareableHandle; for an imported region, a duplicate of
-// the descriptor it came from). The caller closes them.
+// Export returns one new POSIX file descriptor per chunk, which the
+// caller closes: a duplicate of the descriptor the chunk was exported as
+// first (cuMemExportToShareableHandle, kept by the region while
+// keptExports allows) or, for an imported region, of the descriptor it
+// came from.
 func (r *Region) Export() ([]*os.File, error) {
 	if err := r.rlock(); err != nil {
 		return nil, err
 	}
 	defer r.mu.RUnlock()
 	r.exported.Store(true)
-	files := make([]*os.File, 0, len(r.handles))
-	for i, h := range r.handles {
-		var f *os.File
-		var err error
-		if r.imported != nil {
-			f, err = dupFile(r.imported[i])
-		} else {
-			var fd int
-			if fd, err = r.dev.ctx.exportFD(h); err == nil {
-				f = os.NewFile(uintptr(fd), fmt.Sprintf("cuda:%s:chunk%d", r.dev.name, i))
+	src := r.imported
+	if src == nil {
+		r.expMu.Lock()
+		defer r.expMu.Unlock()
+		if r.exports == nil {
+			files, err := r.exportHandles()
+			if err != nil {
+				return nil, err
 			}
+			if !keepExports(len(files)) {
+				return files, nil
+			}
+			r.exports = files
 		}
+		src = r.exports
+	}
+	files := make([]*os.File, 0, len(src))
+	for i, f := range src {
+		d, err := dupFile(f)
 		if err != nil {
-			for _, f := range files {
-				f.Close()
-			}
-			return nil, fmt.Errorf("cuda: export chunk %d of %d: %w", i, len(r.handles), err)
+			closeFiles(files)
+			return nil, fmt.Errorf("cuda: export chunk %d of %d: %w", i, len(src), err)
 		}
-		files = append(files, f)
+		files = append(files, d)
 	}
 	return files, nil
+}
+
+// exportHandles exports each chunk's handle as a new descriptor.
+func (r *Region) exportHandles() ([]*os.File, error) {
+	files := make([]*os.File, 0, len(r.handles))
+	for i, h := range r.handles {
+		fd, err := r.dev.ctx.exportFD(h)
+		if err != nil {
+			closeFiles(files)
+			return nil, fmt.Errorf("cuda: export chunk %d of %d: %w", i, len(r.handles), err)
+		}
+		files = append(files, os.NewFile(uintptr(fd), fmt.Sprintf("cuda:%s:chunk%d", r.dev.name, i)))
+	}
+	return files, nil
+}
+
+func closeFiles(files []*os.File) {
+	for _, f := range files {
+		f.Close()
+	}
+}
+
+// keptExports counts the descriptors regions keep from their first
+// Export, on every device; keptExportsMax bounds it (a sixteenth of the
+// descriptor limit, at most 1024), inside the quarter of the limit the
+// cache leaves to everything but source files (staging's descriptor
+// budget). Past it an Export is not kept: the next one exports again.
+var (
+	keptExports    atomic.Int64
+	keptExportsMax = sync.OnceValue(func() int64 {
+		var rl unix.Rlimit
+		if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err != nil {
+			return 0
+		}
+		return int64(min(rl.Cur/16, 1024))
+	})
+)
+
+// keepExports counts n more kept descriptors, if they fit.
+func keepExports(n int) bool {
+	if keptExports.Add(int64(n)) <= keptExportsMax() {
+		return true
+	}
+	keptExports.Add(-int64(n))
+	return false
 }
 
 // dupFile is a close-on-exec duplicate of f.

@@ -188,6 +188,16 @@ class TestServedMoves(MovesCase):
         self.assertTrue(torch.equal(t, torch.from_numpy(a)))
         self.check_all_served(t, "np.load")
 
+    def test_numpy_memmap_not_element_aligned(self):
+        import numpy as np
+
+        torch = self.torch
+        a = np.random.default_rng(4).standard_normal((30, 20)).astype(np.float32)
+        p = self.put("odd.bin", lambda d: _write(d, b"\x07" + a.tobytes()))
+        t = torch.from_numpy(np.memmap(p, dtype=np.float32, mode="r", offset=1, shape=a.shape))
+        self.assertTrue(torch.equal(t, torch.from_numpy(a)))
+        self.check_all_served(t, "np.memmap at offset 1")
+
     def test_torch_from_file(self):
         torch = self.torch
         x = torch.randn(60, 50, generator=torch.Generator().manual_seed(3))

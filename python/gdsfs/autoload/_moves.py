@@ -373,13 +373,14 @@ def _source(torch, src, e, lease_ok):
     lease = kept.lease
     if not lease_ok(lease.is_gpu):
         raise Fallback("host-staged" if not lease.is_gpu else "device", _serve.socket_of(lease))
-    base = kept.whole(torch)[off:off + span]
-    if off % item or base.storage_offset() % item:
-        base = base.clone()  # element-aligned on the lease's device
-    v = base.view(src.dtype)
-    v = v.as_strided(src.shape, src.stride(), v.storage_offset())
+    if off % item == 0:
+        w = kept.typed(torch, src.dtype)  # one view of the whole file per dtype: a move makes one view
+        v = torch.as_strided(w, src.shape, src.stride(), off // item)
+    else:  # not element-aligned in the file: an aligned copy on the lease's device
+        v = kept.whole(torch)[off:off + span].clone().view(src.dtype)
+        v = v.as_strided(src.shape, src.stride(), 0)
     if lease.is_gpu:
-        kept.devices.add(base.device)
+        kept.devices.add(v.device)
     return v
 
 
@@ -404,12 +405,13 @@ class _Kept:
     room, or the process ends), and a uint8 tensor over the whole file in
     it (made once: views of it are cheap)."""
 
-    __slots__ = ("lease", "devices", "_whole")
+    __slots__ = ("lease", "devices", "_whole", "_typed")
 
     def __init__(self, lease):
         self.lease = lease
         self.devices = set()  # CUDA devices copied to: synchronized before closing
         self._whole = None
+        self._typed = {}  # dtype -> the whole file's whole elements of it
 
     def whole(self, torch):
         w = self._whole
@@ -417,8 +419,19 @@ class _Kept:
             w = self._whole = self.lease.tensor(torch.uint8)
         return w
 
+    def typed(self, torch, dtype):
+        """The file's bytes as elements of dtype, from offset 0 (a tail
+        shorter than one element left out)."""
+        t = self._typed.get(dtype)
+        if t is None:
+            w = self.whole(torch)
+            item = torch.empty((), dtype=dtype).element_size()
+            t = self._typed[dtype] = w[:w.numel() - w.numel() % item].view(dtype)
+        return t
+
     def close(self):
         self._whole = None
+        self._typed = {}
         if self.devices:
             import torch
 

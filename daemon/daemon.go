@@ -20,6 +20,7 @@ import (
 	"github.com/gdsfs/gdsfs/ipc"
 	"github.com/gdsfs/gdsfs/staging"
 	"github.com/gdsfs/gdsfs/staging/triggers"
+	"github.com/gdsfs/gdsfs/staging/triggers/readahead"
 )
 
 // Request is one mount asked for, by `gdsfs mount` or the mount helper.
@@ -208,7 +209,8 @@ func (d *daemon) newCache(source string) error {
 	d.version = d.versionText()
 	d.cache, err = staging.New(context.Background(), staging.Config{
 		Source: source, Options: cfg.Staging, IO: cfg.IO, Devices: d.devs, Log: d.log,
-		Queue: triggers.NewQueue(cfg.Staging.PrefetchQueue, cfg.Staging.PrefetchWorkers, d.log.Named("staging")),
+		Queue:     triggers.NewQueue(cfg.Staging.PrefetchQueue, cfg.Staging.PrefetchWorkers, d.log.Named("staging")),
+		ReadAhead: readahead.NewExecutor(nil),
 	})
 	if err != nil {
 		return err

@@ -23,6 +23,7 @@ import (
 	"github.com/gdsfs/gdsfs/proto"
 	"github.com/gdsfs/gdsfs/staging"
 	"github.com/gdsfs/gdsfs/staging/triggers"
+	"github.com/gdsfs/gdsfs/staging/triggers/readahead"
 )
 
 type fixture struct {
@@ -105,10 +106,11 @@ func newCache(t *testing.T, src string, su setup, log *zap.Logger) *staging.Cach
 		Source: src,
 		Options: staging.Options{Device: "host", GPUs: []int{0}, Capacity: units.Share{Bytes: units.Size(su.capacity)},
 			ChunkSize: units.Size(su.chunk), Prefetch: "manual", PrefetchQueue: 16, PrefetchWorkers: 1},
-		Queue:   triggers.NewQueue(16, 1, log),
-		IO:      staging.IOOptions{CompatMode: "auto", TaskSize: 64 << 10, BounceSize: 64 << 10, NumThreads: 2, DirectIO: "off"},
-		Devices: hostDevices(su.chunk, su.devices),
-		Log:     log,
+		Queue:     triggers.NewQueue(16, 1, log),
+		ReadAhead: readahead.NewExecutor(nil),
+		IO:        staging.IOOptions{CompatMode: "auto", TaskSize: 64 << 10, BounceSize: 64 << 10, NumThreads: 2, DirectIO: "off"},
+		Devices:   hostDevices(su.chunk, su.devices),
+		Log:       log,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -34,8 +34,13 @@ type Config struct {
 	// Options.PrefetchQueue and PrefetchWorkers); nil: every prefetch is
 	// dropped. The cache starts its workers and waits for them in Close.
 	Queue Queue
-	// manualReadAhead leaves the read-ahead runner unstarted: tests carry
-	// out its plans themselves (c.readAhead(c.ra.Drain())).
+	// ReadAhead carries out read-ahead's plans (staging/triggers/readahead
+	// .NewExecutor); nil: none are (the planner still counts accesses,
+	// and files a replay asks for read as loading). The cache runs it and
+	// waits for it in Close.
+	ReadAhead ReadAhead
+	// manualReadAhead leaves the executor unstarted: tests carry out the
+	// plans themselves (Executor.Carry(c.ra.Drain())).
 	manualReadAhead bool
 }
 
@@ -63,10 +68,14 @@ type Config struct {
 //     forget with Cache.mu held; the queue's workers call stageQueued and
 //     queuedDone holding none of its locks), and the read-ahead runner's
 //     and planner's locks (readahead.Runner.mu, ReadAhead.mu, Recorder.mu,
-//     the replay's wantMu): the cache tells the runner of accesses, loads
-//     and evictions with Cache.mu held; the runner calls back into the
-//     cache (readAhead) only from its own goroutine with none of its
-//     locks held.
+//     the replay's wantMu): the cache tells the runner of accesses with
+//     Cache.mu held, and of background loads through their trigger's
+//     hooks (triggers.Background: Admit, MayEvict, Observe), which it
+//     calls with Cache.mu held and which take only such leaves (the
+//     read-ahead executor has no lock of its own: it calls the runner).
+//     A trigger calls the cache (triggers.Core) only with none of its
+//     own locks held: the read-ahead executor from the runner's
+//     goroutine and the goroutines Cache.Go runs.
 //  4. staging/loader's locks (Loader.mu, a job's errMu), one loader per
 //     slot: never taken with Cache.mu held. The cache calls Loader.Load
 //     unlocked; under Cache.mu it only clears a load's Background.Low (an
@@ -99,7 +108,8 @@ type Cache struct {
 	stats  counters
 	events *events
 	watch  *watcher
-	ra     *readahead.Runner // read-ahead and the access trace (readahead.go)
+	ra     *readahead.Runner // read-ahead's planner and the access trace (readahead.go)
+	raExec ReadAhead         // carries out ra's plans (Config.ReadAhead); nil: none
 	wg     sync.WaitGroup    // loads, settling checks (each slot's loader waits for its own workers, the queue for its)
 
 	// Mutable, guarded by mu.
@@ -149,16 +159,15 @@ func (c *Cache) unlock() {
 // hooks let tests see points that are not state changes. Nil in
 // production; set before the cache is used.
 type hooks struct {
-	joined       func(rel string)                    // a request joined a load in flight
-	prefetchDone func(rel string)                    // a prefetch worker finished with rel
-	racyWait     func(rel string)                    // a load starts waiting out the racy window
-	directOpen   func(rel string)                    // a load is about to open rel again with O_DIRECT
-	waiting      func(rel string)                    // a request (again) sleeps, waiting for room
-	queued       func(rel string, low bool)          // a load's tasks were queued for the workers
-	declined     func(rel string, why readahead.Why) // the cache declined a read-ahead request
-	settleTick   func(rel string) <-chan time.Time   // the next check of a settling file's page cache
-	pageCache    func(rel string) (int64, bool)      // a file's pages in the page cache, and whether all are
-	adopting     func(rel string)                    // Adopt imported rel's region, checked its identity, and attaches it now
+	joined       func(rel string)                  // a request joined a load in flight
+	prefetchDone func(rel string)                  // a prefetch worker finished with rel
+	racyWait     func(rel string)                  // a load starts waiting out the racy window
+	directOpen   func(rel string)                  // a load is about to open rel again with O_DIRECT
+	waiting      func(rel string)                  // a request (again) sleeps, waiting for room
+	queued       func(rel string, low bool)        // a load's tasks were queued for the workers
+	settleTick   func(rel string) <-chan time.Time // the next check of a settling file's page cache
+	pageCache    func(rel string) (int64, bool)    // a file's pages in the page cache, and whether all are
+	adopting     func(rel string)                  // Adopt imported rel's region, checked its identity, and attaches it now
 }
 
 // New opens the cache and starts its workers; they stop when ctx is done

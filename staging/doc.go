@@ -39,13 +39,22 @@
 //     a queued file as loading and a request's end is told in order with
 //     the state events; the queue's workers stage through stageQueued
 //     and end a request through queuedDone.
+//   - background.go: the API of the triggers that load files nobody
+//     asked for (triggers.Core): loads at background priority, below
+//     every demand and within room no demand needs (StartBackground),
+//     cancelled by their trigger (CancelBackground) and promoted by the
+//     first demand that meets them; the victims the trigger allows
+//     (Background.MayEvict); what becomes of each load, told to its
+//     trigger under Cache.mu in event order (Background.Observe); and
+//     goroutines Close waits for (Go).
+//   - readahead.go: the read-ahead planner (staging/triggers/readahead's
+//     Runner: the clock that stamps entries, the access trace, the
+//     replay), fed by opens and leases; its Executor, wired in through
+//     Config.ReadAhead, carries out the plans through background.go.
 //   - readers.go (staging after the last reader through the mount
-//     closes), readahead.go (staging the files a reader opens next,
-//     planned by staging/triggers/readahead, at a priority below every
-//     demand and within room no demand needs): the triggers that read and
-//     change entries under Cache.mu (a read-ahead load's room and
-//     victims, a yielding load cancelled by a new reader), so they are
-//     part of the core; the planner is not, and is told under Cache.mu.
+//     closes): a trigger that still reads and changes entries under
+//     Cache.mu (a yielding load cancelled by a new reader), so it is part
+//     of the core.
 //   - handover.go: the resident entries handed to a successor daemon
 //     (Handoff, Snapshot, ExportEntry) and taken over from a predecessor
 //     (Adopt), resident as if loaded, with nothing read from SOURCE.
@@ -62,8 +71,10 @@
 //   - staging/triggers: the prefetch queue and its workers (it never
 //     imports staging: Config.Queue wires it in, and its workers get
 //     stageQueued and queuedDone from Queue.Run).
-//   - staging/triggers/readahead: the read-ahead planner, its runner and
-//     the access traces.
+//   - staging/triggers/readahead: the read-ahead planner, its runner,
+//     the access traces, and the executor that carries out the plans
+//     through triggers.Core (Config.ReadAhead wires it in; it never
+//     imports staging).
 //
 // # Locking
 //
@@ -75,7 +86,9 @@
 // staging/triggers and of staging/triggers/readahead is a leaf taken
 // after it or alone (events.mu, subscription.mu, counters.errMu,
 // watcher.mu, the prefetch queue's Queue.mu, the read-ahead runner's and
-// planner's locks); staging/loader's locks are never taken with it held.
+// planner's locks, and whatever lock a trigger's Background hooks take:
+// they are called under Cache.mu); staging/loader's locks are never
+// taken with it held.
 // The header of Cache (cache.go) lists them. Methods named ...Locked
 // need Cache.mu held; no other method may be called with it held.
 // Nothing blocks, does I/O or calls a device with Cache.mu held: regions

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gdsfs/gdsfs/gpu"
 	"github.com/gdsfs/gdsfs/staging/loader"
+	"github.com/gdsfs/gdsfs/staging/triggers"
 )
 
 // Load paths, as counted in bytes_cufile, bytes_posix and bytes_host.
@@ -55,7 +56,7 @@ type entry struct {
 	slot   *slot
 	gen    uint64
 	done   chan struct{}      // closed when the load finished (resident or failed)
-	ra     *loader.Background // started by read-ahead (readahead.go) or yielding (readers.go); nil: by a demand
+	ra     *loader.Background // a background load (background.go) or yielding (readers.go); nil: by a demand
 	// src is the replica on another device this one is copied from
 	// (peers.go), pinned by it until its load ends; nil: read from SOURCE.
 	src *entry
@@ -75,12 +76,13 @@ type entry struct {
 	loadDur  time.Duration
 	changed  bool // loading: a change event came; the load must not publish
 	// lastUse is the read-ahead clock's tick of the latest open, lease or
-	// staging that used e; for a read-ahead entry nobody used yet, its
-	// item's Heat (readahead.MayEvict).
+	// staging that used e; for a background entry nobody used yet, its
+	// Background.LastUse (the read-ahead item's Heat).
 	lastUse uint64
-	// readahead: started by read-ahead and nobody used it yet. Cleared by
-	// the first demand use (usedLocked), which promotes a load in flight.
-	readahead bool
+	// bg: a background load (background.go) nobody used yet, and its
+	// trigger's request. Cleared by the first demand use (usedLocked),
+	// which promotes a load in flight.
+	bg *triggers.Background
 	// yielding: staged after its readers closed it (readers.go); a new
 	// reader through the mount cancels the load (yielded then says so).
 	// Cleared when a lease or prefetch joins the load.

@@ -20,6 +20,7 @@ import (
 	"github.com/gdsfs/gdsfs/gpu/host"
 	"github.com/gdsfs/gdsfs/internal/units"
 	"github.com/gdsfs/gdsfs/staging/triggers"
+	"github.com/gdsfs/gdsfs/staging/triggers/readahead"
 )
 
 // fakeDevice is the host backend with hooks (function fields) to inject
@@ -210,6 +211,9 @@ func newCacheCfg(t *testing.T, cfg Config) *Cache {
 	cfg.Log = zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel))
 	if cfg.Queue == nil {
 		cfg.Queue = newQueue(cfg.Options, cfg.Log)
+	}
+	if cfg.ReadAhead == nil {
+		cfg.ReadAhead = readahead.NewExecutor(nil) // as the daemon wires it
 	}
 	c, err := New(context.Background(), cfg)
 	if err != nil {

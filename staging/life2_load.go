@@ -65,7 +65,7 @@ func (c *Cache) startLocked(rel string, o *opened, w *waiter, want *slot, at uin
 	if src := c.sourceLocked(rel, o, best); src != nil {
 		e.src = src
 		src.pins++
-		c.usedLocked(src, at) // a demand depends on it: promoted if read-ahead
+		c.usedLocked(src, at) // a demand depends on it: promoted if background
 		if !yield {
 			src.keepLocked() // nor cancelled for a reader
 		}
@@ -122,7 +122,7 @@ func (c *Cache) loadInto(e *entry, f *os.File) (path, note string, region gpu.Re
 
 // alloc allocates e's region. When the device is out of memory (other
 // processes use it too), it evicts unleased entries of e's slot one by one
-// and tries again; a read-ahead load evicts nothing for it and fails.
+// and tries again; a background load evicts nothing for it and fails.
 func (c *Cache) alloc(e *entry) (gpu.Region, error) {
 	for {
 		r, err := e.slot.dev.Alloc(e.id.size)
@@ -130,7 +130,7 @@ func (c *Cache) alloc(e *entry) (gpu.Region, error) {
 			return r, err
 		}
 		c.lock()
-		if e.readahead {
+		if e.bg != nil {
 			c.unlock()
 			return nil, err
 		}

@@ -16,8 +16,8 @@ import (
 
 // publish records the end of e's load and wakes its waiters. Subscribers
 // hear resident or failed, unless the entry was dropped while it loaded
-// (they heard absent then). A read-ahead load nobody joined ends in
-// publishReadAheadLocked (readahead.go).
+// (they heard absent then). A background load nobody joined ends in
+// publishBackgroundLocked (background.go).
 func (c *Cache) publish(e *entry, region gpu.Region, path, note string, err error, dur time.Duration) {
 	var free gpu.Region
 	c.lock()
@@ -25,10 +25,10 @@ func (c *Cache) publish(e *entry, region gpu.Region, path, note string, err erro
 		err = fmt.Errorf("a change event came: %w", errFileChanged)
 	}
 	e.path, e.loadDur = path, dur
-	ahead, yielded := e.readahead, e.yielded
+	ahead, yielded := e.bg != nil, e.yielded
 	switch {
 	case ahead:
-		free = c.publishReadAheadLocked(e, region, note, err)
+		free = c.publishBackgroundLocked(e, region, note, err)
 	case yielded && err != nil: // cancelled for a reader (readers.go): not a load error
 		e.moveLocked(stFailed)
 		e.reason, e.err = "yielded to a reader", errYielded(e.rel)
@@ -61,7 +61,7 @@ func (c *Cache) publish(e *entry, region gpu.Region, path, note string, err erro
 	}
 	switch {
 	case err != nil && ahead:
-		c.log.Debug("read-ahead load ended", zap.String("path", e.rel), zap.Error(err))
+		c.log.Debug("background load ended", zap.String("path", e.rel), zap.Error(err))
 	case err != nil && yielded:
 		c.log.Debug("staging yielded to a reader", zap.String("path", e.rel))
 	case err != nil:

@@ -144,7 +144,7 @@ func TestDemandJoinPromotesReadAhead(t *testing.T) {
 	if rel := recv(t, joined, "join"); rel != raName(5) {
 		t.Fatalf("%s joined, want %s", rel, raName(5))
 	}
-	c.readAhead(readahead.Plan{Cancel: raNames(4, 8)})
+	carry(c, readahead.Plan{Cancel: raNames(4, 8)})
 	for _, rel := range []string{raName(4), raName(6), raName(7)} {
 		if e := rec.waitFor(t, rel, StateAbsent); e.Reason != "read-ahead cancelled" {
 			t.Fatalf("%s absent for %q", rel, e.Reason)

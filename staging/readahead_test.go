@@ -56,8 +56,11 @@ func raCache(t *testing.T, sizes map[int]int, edit func(*Config)) *Cache {
 }
 
 // drain feeds the runner's queued events to the detector and carries out
-// its plan, as the runner's goroutine does.
-func drain(c *Cache) { c.readAhead(c.ra.Drain()) }
+// its plan, as the executor's goroutine does.
+func drain(c *Cache) { carry(c, c.ra.Drain()) }
+
+// carry carries out p with c's read-ahead executor (Config.ReadAhead).
+func carry(c *Cache, p readahead.Plan) { c.raExec.(*readahead.Executor).Carry(p) }
 
 func entryPaths(c *Cache) []string {
 	var out []string
@@ -180,7 +183,7 @@ func TestReplayStagesInOrder(t *testing.T) {
 				if got := itemRels(p.Stage); !slices.Equal(got, want) || len(p.Cancel) > 0 {
 					t.Fatalf("plan %+v, want %v asked for next", p, want)
 				}
-				c.readAhead(p)
+				carry(c, p)
 				for _, rel := range want {
 					rec.waitFor(t, rel, StateResident)
 				}
@@ -236,8 +239,10 @@ func TestRandomOrderGivesNoReadAhead(t *testing.T) {
 // those are not enough it declines (NoRoom) and evicts nothing more.
 func TestReadAheadNeverEvictsLeasedOrHotter(t *testing.T) {
 	declined := make(chan readahead.Why, 8)
-	c := raCache(t, nil, func(cfg *Config) { cfg.Options.Capacity = capacityFor(6, raSize) })
-	c.hooks.declined = func(_ string, why readahead.Why) { declined <- why }
+	c := raCache(t, nil, func(cfg *Config) {
+		cfg.Options.Capacity = capacityFor(6, raSize)
+		cfg.ReadAhead = readahead.NewExecutor(func(_ string, why readahead.Why) { declined <- why })
+	})
 	src := c.root.Path()
 	for _, rel := range []string{"h/a", "h/b", "o/0", "o/1", "o/2", "o/3"} {
 		writeFile(t, src, rel, randomBytes(raSize, 99))

@@ -117,7 +117,7 @@ func (c *Cache) pickLocked(live []*entry, want *slot, exact bool) *entry {
 func (c *Cache) sourceLocked(rel string, o *opened, s *slot) *entry {
 	var loading *entry
 	for _, e := range c.replicasLocked(rel) {
-		if e.slot == s || !s.peer[e.slot.index] || e.id != o.id || e.readahead || e.changed {
+		if e.slot == s || !s.peer[e.slot.index] || e.id != o.id || e.bg != nil || e.changed {
 			continue
 		}
 		switch e.state {

@@ -10,15 +10,15 @@ import (
 //
 //	loading -> resident -> absent
 //	loading -> failed
-//	loading -> absent   (a read-ahead load cancelled or failed)
+//	loading -> absent   (a background load cancelled or failed)
 //
-// An entry is made loading (life2_load.go, readahead.go, peers.go) and
+// An entry is made loading (life2_load.go, background.go, peers.go) and
 // only moves forward, through move. Whether it is still attached
-// (entry.detached), who started it (entry.readahead) and whether a change
-// or a reader cancelled its load (entry.changed, entry.yielding,
-// entry.yielded) are kept beside the state: they are not states (a
-// detached entry may be resident and leased, a read-ahead entry loading
-// or resident).
+// (entry.detached), who started it (entry.bg: a background load) and
+// whether a change or a reader cancelled its load (entry.changed,
+// entry.yielding, entry.yielded) are kept beside the state: they are not
+// states (a detached entry may be resident and leased, a background
+// entry loading or resident).
 type state uint8
 
 const (

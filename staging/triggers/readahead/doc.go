@@ -11,11 +11,20 @@
 // together, e.g. DataLoader workers) and any order seen before (accesses recorded earlier in the
 // daemon's life, or learnt from a trace). Random order predicts nothing.
 //
+// The Executor carries out the Plans through the cache's API for
+// background loads (staging/triggers.Core, wired in through
+// staging.Config.ReadAhead): it starts each load on a goroutine the cache
+// waits for, cancels the loads that left the window, hands the cache
+// MayEvict as each load's victim-choice hook, and tells the runner what
+// the cache observes of each load (under the cache's lock, in event
+// order).
+//
 // It must never block or do I/O on the caller's open path (Runner queues
 // events and drops accesses rather than wait), never ask the cache to
 // evict anything (MayEvict only says what a read-ahead load may displace),
-// and never plan more than Options.Files files and Options.Bytes bytes at
+// never call the cache from a hook the cache calls under its lock, and
+// never plan more than Options.Files files and Options.Bytes bytes at
 // once (a replay with read-ahead off: one file at a time). It does not
-// import staging: the cache calls it, not the reverse.
+// import staging: the cache calls it and hands it triggers.Core.
 // INTEGRATION.md says where each call goes.
 package readahead

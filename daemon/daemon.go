@@ -210,6 +210,7 @@ func (d *daemon) newCache(source string) error {
 	d.cache, err = staging.New(context.Background(), staging.Config{
 		Source: source, Options: cfg.Staging, IO: cfg.IO, Devices: d.devs, Log: d.log,
 		Queue:     triggers.NewQueue(cfg.Staging.PrefetchQueue, cfg.Staging.PrefetchWorkers, d.log.Named("staging")),
+		AfterRead: triggers.NewAfterRead(triggers.AfterReadOptions{DeferLimit: cfg.Staging.DeferLimit, MapMin: triggers.SettleMapMin}),
 		ReadAhead: readahead.NewExecutor(nil),
 	})
 	if err != nil {

@@ -107,6 +107,7 @@ func newCache(t *testing.T, src string, su setup, log *zap.Logger) *staging.Cach
 		Options: staging.Options{Device: "host", GPUs: []int{0}, Capacity: units.Share{Bytes: units.Size(su.capacity)},
 			ChunkSize: units.Size(su.chunk), Prefetch: "manual", PrefetchQueue: 16, PrefetchWorkers: 1},
 		Queue:     triggers.NewQueue(16, 1, log),
+		AfterRead: triggers.NewAfterRead(triggers.AfterReadOptions{MapMin: triggers.SettleMapMin}),
 		ReadAhead: readahead.NewExecutor(nil),
 		IO:        staging.IOOptions{CompatMode: "auto", TaskSize: 64 << 10, BounceSize: 64 << 10, NumThreads: 2, DirectIO: "off"},
 		Devices:   hostDevices(su.chunk, su.devices),

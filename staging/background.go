@@ -93,12 +93,12 @@ func (c *Cache) startBackgroundLocked(b triggers.Background, o *opened) (*entry,
 		c.stats.invalidations.Add(1)
 		regions = append(regions, c.dropLocked(e, "changed"))
 	}
-	switch r := c.readers[rel]; {
+	switch {
 	case c.closed:
 		return nil, regions, triggers.NotStaged
 	case b.Admit != nil && !b.Admit():
 		return nil, regions, triggers.NotStaged
-	case r != nil && r.deferred:
+	case c.deferredLocked(rel):
 		return nil, regions, triggers.Staged // being read: staged after its readers close
 	case c.waiters.Len() > 0 || c.handedOff:
 		return nil, regions, triggers.NoRoom // demand waiting for room comes first; no load during a hand-over

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"sync"
-	"time"
 
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
@@ -34,6 +33,11 @@ type Config struct {
 	// Options.PrefetchQueue and PrefetchWorkers); nil: every prefetch is
 	// dropped. The cache starts its workers and waits for them in Close.
 	Queue Queue
+	// AfterRead is the staging after plain reads through the mount
+	// (staging/triggers.NewAfterRead, for staging.defer_while_read); nil:
+	// a deferred open is staged at once. The cache waits for its
+	// goroutines in Close.
+	AfterRead AfterRead
 	// ReadAhead carries out read-ahead's plans (staging/triggers/readahead
 	// .NewExecutor); nil: none are (the planner still counts accesses,
 	// and files a replay asks for read as loading). The cache runs it and
@@ -60,13 +64,17 @@ type Config struct {
 //  1. watcher.drainMu (watch.go): change events are handled with it held,
 //     and the handler takes Cache.mu.
 //  2. Cache.mu: the entries, their states, the slots' accounting, the
-//     readers, the counts of queued paths, the waiters for room.
+//     counts of queued paths, the waiters for room.
 //  3. Leaves, taken with or without Cache.mu and never holding another
 //     lock: events.mu and subscription.mu (events.go), counters.errMu
 //     (stats.go), watcher.mu (watch.go), the prefetch queue's
 //     triggers.Queue.mu (the cache calls Offer, Len and a request's
 //     forget with Cache.mu held; the queue's workers call stageQueued and
-//     queuedDone holding none of its locks), and the read-ahead runner's
+//     queuedDone holding none of its locks), the staging after reads'
+//     triggers.AfterRead.mu (the cache asks Reading, Deferred, Cancel,
+//     Stop, Open with Cache.mu held; AfterRead calls the cache,
+//     triggers.AfterReadCore, with its own lock released), and the
+//     read-ahead runner's
 //     and planner's locks (readahead.Runner.mu, ReadAhead.mu, Recorder.mu,
 //     the replay's wantMu): the cache tells the runner of accesses with
 //     Cache.mu held, and of background loads through their trigger's
@@ -101,16 +109,16 @@ type Cache struct {
 	hooks     hooks
 	ctx       context.Context
 	cancel    context.CancelFunc
-	queue     Queue         // the prefetch queue (prefetch.go); nil: none
-	settleSem chan struct{} // bounds the settling checks running at once
+	queue     Queue // the prefetch queue (prefetch.go); nil: none
 
 	// Synchronized by themselves (atomics, their own locks, channels).
-	stats  counters
-	events *events
-	watch  *watcher
-	ra     *readahead.Runner // read-ahead's planner and the access trace (readahead.go)
-	raExec ReadAhead         // carries out ra's plans (Config.ReadAhead); nil: none
-	wg     sync.WaitGroup    // loads, settling checks (each slot's loader waits for its own workers, the queue for its)
+	stats     counters
+	events    *events
+	watch     *watcher
+	ra        *readahead.Runner // read-ahead's planner and the access trace (readahead.go)
+	raExec    ReadAhead         // carries out ra's plans (Config.ReadAhead); nil: none
+	afterRead AfterRead         // the staging after reads (readers.go); nil: none
+	wg        sync.WaitGroup    // loads, settling checks (each slot's loader waits for its own workers, the queue for its)
 
 	// Mutable, guarded by mu.
 	mu        sync.Mutex
@@ -118,18 +126,13 @@ type Cache struct {
 	byFID     map[fid]map[*entry]struct{} // entries with change events, by file
 	queued    map[string]int              // prefetch requests waiting in queue (or being staged), by path
 	queuedOn  map[string]int              // those of them that name devices
-	readers   map[string]*readers         // opens through the mount (readers.go)
-	settling  map[string]*settling        // closed by their readers, page cache still growing (readers.go)
 	published uint64                      // loads ended (publish), numbering the "staged" log lines
-	// settleMapMin: files this large are checked for readers' mappings
-	// after their last close (readers.go; tests lower it before use).
-	settleMapMin int64
-	absentWhy    map[string]string // why a file last became absent (AbsentReason)
-	waiters      waiters           // waiting for room, first come first served (room.go)
-	gen          uint64            // last generation handed out
-	fdsUsed      int               // descriptors reserved by entries and private copies
-	closed       bool
-	handedOff    bool // between Handoff and Resume: no load starts (handover.go)
+	absentWhy map[string]string           // why a file last became absent (AbsentReason)
+	waiters   waiters                     // waiting for room, first come first served (room.go)
+	gen       uint64                      // last generation handed out
+	fdsUsed   int                         // descriptors reserved by entries and private copies
+	closed    bool
+	handedOff bool // between Handoff and Resume: no load starts (handover.go)
 
 	// INVARIANT: 0 <= fdsUsed <= fdBudget, and the attached entries hold
 	// at most fdsUsed descriptors.
@@ -159,15 +162,13 @@ func (c *Cache) unlock() {
 // hooks let tests see points that are not state changes. Nil in
 // production; set before the cache is used.
 type hooks struct {
-	joined       func(rel string)                  // a request joined a load in flight
-	prefetchDone func(rel string)                  // a prefetch worker finished with rel
-	racyWait     func(rel string)                  // a load starts waiting out the racy window
-	directOpen   func(rel string)                  // a load is about to open rel again with O_DIRECT
-	waiting      func(rel string)                  // a request (again) sleeps, waiting for room
-	queued       func(rel string, low bool)        // a load's tasks were queued for the workers
-	settleTick   func(rel string) <-chan time.Time // the next check of a settling file's page cache
-	pageCache    func(rel string) (int64, bool)    // a file's pages in the page cache, and whether all are
-	adopting     func(rel string)                  // Adopt imported rel's region, checked its identity, and attaches it now
+	joined       func(rel string)           // a request joined a load in flight
+	prefetchDone func(rel string)           // a prefetch worker finished with rel
+	racyWait     func(rel string)           // a load starts waiting out the racy window
+	directOpen   func(rel string)           // a load is about to open rel again with O_DIRECT
+	waiting      func(rel string)           // a request (again) sleeps, waiting for room
+	queued       func(rel string, low bool) // a load's tasks were queued for the workers
+	adopting     func(rel string)           // Adopt imported rel's region, checked its identity, and attaches it now
 }
 
 // New opens the cache and starts its workers; they stop when ctx is done
@@ -211,7 +212,7 @@ func New(ctx context.Context, cfg Config) (*Cache, error) {
 		log: cfg.Log.Named("staging"), ctx: ctx, cancel: cancel, events: newEvents(),
 		queue:   cfg.Queue,
 		entries: map[string]copies{}, queued: map[string]int{}, queuedOn: map[string]int{}, byFID: map[fid]map[*entry]struct{}{},
-		readers: map[string]*readers{}, settling: map[string]*settling{}, settleMapMin: settleMapMin, settleSem: make(chan struct{}, settleChecks), absentWhy: map[string]string{},
+		absentWhy: map[string]string{}, afterRead: cfg.AfterRead,
 	}
 	c.ra = newRunner(cfg, root, c.log)
 	c.log.Info("io", zap.Int("num_threads", int(c.io.NumThreads)), zap.Stringer("bounce_size", units.Size(c.io.BounceSize)),
@@ -233,6 +234,9 @@ func New(ctx context.Context, cfg Config) (*Cache, error) {
 	}
 	if c.queue != nil {
 		c.queue.Run(c.ctx, c.stageQueued, c.queuedDone)
+	}
+	if c.afterRead != nil {
+		c.afterRead.Attach(c)
 	}
 	c.startReadAhead(cfg, replay)
 	return c, nil
@@ -275,7 +279,9 @@ func (c *Cache) Close() error {
 		return nil
 	}
 	c.closed = true
-	c.stopReadersLocked()
+	if c.afterRead != nil {
+		c.afterRead.Stop()
+	}
 	c.unlock()
 	c.cancel()
 	if c.queue != nil {

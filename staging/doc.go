@@ -51,10 +51,13 @@
 //     Runner: the clock that stamps entries, the access trace, the
 //     replay), fed by opens and leases; its Executor, wired in through
 //     Config.ReadAhead, carries out the plans through background.go.
-//   - readers.go (staging after the last reader through the mount
-//     closes): a trigger that still reads and changes entries under
-//     Cache.mu (a yielding load cancelled by a new reader), so it is part
-//     of the core.
+//   - readers.go: the cache's side of the staging after the last reader
+//     through the mount closes (staging/triggers.AfterRead, wired in
+//     through Config.AfterRead, keeps the readers and decides when): the
+//     API it stages through (triggers.AfterReadCore: StageAfterRead
+//     queues a staging that yields to a reader, CancelYielding cancels
+//     one a new reader meets, Staged, OpenSource), and what the core asks
+//     it under Cache.mu (Reading, Deferred, Cancel).
 //   - handover.go: the resident entries handed to a successor daemon
 //     (Handoff, Snapshot, ExportEntry) and taken over from a predecessor
 //     (Adopt), resident as if loaded, with nothing read from SOURCE.
@@ -68,9 +71,12 @@
 //     (cuFile, POSIX with pinned bounce buffers, O_DIRECT, the measured
 //     rule sizing the workers, peer copies, split-ingest shares). The
 //     core hands it a Request and gets back the path taken and why.
-//   - staging/triggers: the prefetch queue and its workers (it never
-//     imports staging: Config.Queue wires it in, and its workers get
-//     stageQueued and queuedDone from Queue.Run).
+//   - staging/triggers: the prefetch queue and its workers (Config.Queue
+//     wires it in, and its workers get stageQueued and queuedDone from
+//     Queue.Run), the staging after reads (Config.AfterRead), and the
+//     words the cache and a trigger share (triggers.Core,
+//     triggers.AfterReadCore, Background, Outcome). It never imports
+//     staging.
 //   - staging/triggers/readahead: the read-ahead planner, its runner,
 //     the access traces, and the executor that carries out the plans
 //     through triggers.Core (Config.ReadAhead wires it in; it never
@@ -79,16 +85,17 @@
 // # Locking
 //
 // Cache.mu guards the entries, their states, the slots' accounting, the
-// readers, the counts of queued paths and the line of waiters for room.
+// counts of queued paths and the line of waiters for room.
 // It is taken with c.lock and released with c.unlock (in tests every
 // unlock checks the invariants first). The change watcher's drainMu is
 // the only lock taken before it; every other lock of the package, of
 // staging/triggers and of staging/triggers/readahead is a leaf taken
 // after it or alone (events.mu, subscription.mu, counters.errMu,
-// watcher.mu, the prefetch queue's Queue.mu, the read-ahead runner's and
-// planner's locks, and whatever lock a trigger's Background hooks take:
-// they are called under Cache.mu); staging/loader's locks are never
-// taken with it held.
+// watcher.mu, the prefetch queue's Queue.mu, the staging after reads'
+// AfterRead.mu, the read-ahead runner's and planner's locks, and
+// whatever lock a trigger's Background hooks take: they are called under
+// Cache.mu); no trigger calls the cache holding its own lock;
+// staging/loader's locks are never taken with it held.
 // The header of Cache (cache.go) lists them. Methods named ...Locked
 // need Cache.mu held; no other method may be called with it held.
 // Nothing blocks, does I/O or calls a device with Cache.mu held: regions

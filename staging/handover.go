@@ -21,6 +21,7 @@ package staging
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"sync/atomic"
@@ -157,7 +158,7 @@ func (c *Cache) snapshot(pause bool) (CacheState, []*os.File, error) {
 	c.unlock()
 	var files []*os.File
 	st.Entries, files = c.exportPinned(held, sts, regions)
-	st.Counters, st.Devices = c.stats.snapshot(), c.slotCounters()
+	st.Counters, st.Devices = c.counterSnapshot(), c.slotCounters()
 	st.ReadAhead = c.ra.State()
 	return st, files, nil
 }
@@ -269,7 +270,7 @@ func (c *Cache) Adopt(st CacheState, files []*os.File) (AdoptReport, error) {
 		c.log.Warn("hand-over from a daemon of another SOURCE path: entries are kept where the file is the one staged",
 			zap.String("predecessor_source", st.Source), zap.String("source", c.root.Path()))
 	}
-	c.stats.add(st.Counters)
+	c.addCounters(st.Counters)
 	c.addSlotCounters(st.Devices)
 	c.ra.Adopt(st.ReadAhead)
 	c.lock()
@@ -469,23 +470,33 @@ func (s *counters) cumulative() map[string]*atomic.Uint64 {
 		"bytes_cufile": &s.bytesCuFile, "bytes_posix": &s.bytesPOSIX, "bytes_host": &s.bytesHost,
 		"leases_total": &s.leasesTotal, "change_events": &s.changeEvents, "racy_waits": &s.racyWaits,
 		"load_retries": &s.loadRetries, "free_errors": &s.freeErrors, "room_waits": &s.roomWaits,
-		"deferred_opens": &s.deferredOpens, "yielded_to_readers": &s.yielded,
-		"mapped_read_waits": &s.mappedReadWaits, "bytes_peer": &s.bytesPeer, "split_loads": &s.splitLoads,
+		"yielded_to_readers": &s.yielded, "bytes_peer": &s.bytesPeer, "split_loads": &s.splitLoads,
 	}
 }
 
-func (s *counters) snapshot() map[string]uint64 {
+// cumulative is every counter that continues across a hand-over: the
+// cache's and the staging after reads' (deferred_opens,
+// mapped_read_waits).
+func (c *Cache) cumulative() map[string]*atomic.Uint64 {
+	m := c.stats.cumulative()
+	if c.afterRead != nil {
+		maps.Copy(m, c.afterRead.Counters())
+	}
+	return m
+}
+
+func (c *Cache) counterSnapshot() map[string]uint64 {
 	out := map[string]uint64{}
-	for k, v := range s.cumulative() {
+	for k, v := range c.cumulative() {
 		out[k] = v.Load()
 	}
 	return out
 }
 
-// add adds a predecessor's counters; keys this version does not know are
-// ignored.
-func (s *counters) add(m map[string]uint64) {
-	for k, v := range s.cumulative() {
+// addCounters adds a predecessor's counters; keys this version does not
+// know are ignored.
+func (c *Cache) addCounters(m map[string]uint64) {
+	for k, v := range c.cumulative() {
 		v.Add(m[k])
 	}
 }

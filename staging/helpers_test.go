@@ -212,6 +212,9 @@ func newCacheCfg(t *testing.T, cfg Config) *Cache {
 	if cfg.Queue == nil {
 		cfg.Queue = newQueue(cfg.Options, cfg.Log)
 	}
+	if cfg.AfterRead == nil {
+		cfg.AfterRead = newAfterRead(cfg.Options, nil) // as the daemon wires it
+	}
 	if cfg.ReadAhead == nil {
 		cfg.ReadAhead = readahead.NewExecutor(nil) // as the daemon wires it
 	}
@@ -226,6 +229,16 @@ func newCacheCfg(t *testing.T, cfg Config) *Cache {
 		c.Close()
 	})
 	return c
+}
+
+// newAfterRead is the staging after reads the daemon wires in, for opts;
+// edit, when set, changes its options first.
+func newAfterRead(opts Options, edit func(*triggers.AfterReadOptions)) *triggers.AfterRead {
+	o := triggers.AfterReadOptions{DeferLimit: opts.DeferLimit, MapMin: triggers.SettleMapMin}
+	if edit != nil {
+		edit(&o)
+	}
+	return triggers.NewAfterRead(o)
 }
 
 // newQueue is the prefetch queue the daemon wires in, sized by opts.

@@ -27,7 +27,7 @@ func (c *Cache) Opened(rel string) { c.OpenedBy(rel, Reader{}) }
 
 // OpenedBy is Opened with what the mount knows of the open (Reader):
 // the staging after the last close also waits while the process that
-// opened the file still maps it (readers.go).
+// opened the file still maps it (staging/triggers.AfterRead).
 func (c *Cache) OpenedBy(rel string, r Reader) {
 	c.watch.drain()
 	c.used(rel, c.ra.Opened(rel))
@@ -262,7 +262,7 @@ func (c *Cache) lookupOrStart(rel string, o *opened, p place, wait bool, w **wai
 	var victims []gpu.Region
 	var err error
 	switch {
-	case p.yield && c.readers[rel] != nil && c.readers[rel].opens > 0:
+	case p.yield && c.readingLocked(rel):
 		// A reader opened the file again before this staging after a
 		// read began: it yields at once (readers.go).
 		c.stats.yielded.Add(1)

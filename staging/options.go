@@ -85,7 +85,8 @@ type Options struct {
 	// not, where no change events exist.
 	RacyWindow time.Duration `yaml:"racy_window"`
 	// DeferWhileRead: with Prefetch open, a file opened for reading
-	// through the mount is staged after its last close (readers.go).
+	// through the mount is staged after its last close
+	// (staging/triggers.AfterRead).
 	DeferWhileRead bool `yaml:"defer_while_read"`
 	// DeferLimit: a file held open longer is staged anyway; 0: no limit.
 	DeferLimit time.Duration `yaml:"defer_limit"`

@@ -5,13 +5,14 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"runtime"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gdsfs/gdsfs/staging/triggers"
 )
 
 // TestStagedAfterReadersClose: a file opened for reading
@@ -225,13 +226,19 @@ func blockPrefetchWorker(t *testing.T, c *Cache) (release chan struct{}, done ch
 	return release, done
 }
 
-func oneWorkerCache(t *testing.T) *Cache {
+// oneWorkerCache is a cache of one prefetch worker and no
+// staging.defer_limit; ar, when set, is its staging after reads.
+func oneWorkerCache(t *testing.T, ar func(Options) *triggers.AfterRead) *Cache {
 	src := t.TempDir()
 	writeFile(t, src, "blocker", randomBytes(50000, 1))
 	writeFile(t, src, "f", randomBytes(50000, 2))
 	opts, io := testOptions()
 	opts.RacyWindow, opts.PrefetchWorkers, opts.DeferLimit = 0, 1, 0
-	return newCache(t, src, opts, io)
+	cfg := Config{Source: src, Options: opts, IO: io}
+	if ar != nil {
+		cfg.AfterRead = ar(opts)
+	}
+	return newCacheCfg(t, cfg)
 }
 
 // TestPrefetchIsNotMergedIntoStagingAfterRead: a prefetch (warmup,
@@ -239,7 +246,7 @@ func oneWorkerCache(t *testing.T) *Cache {
 // own request: it stages the file although a reader has it open (it was
 // merged into the yielding one, which a reader holds back).
 func TestPrefetchIsNotMergedIntoStagingAfterRead(t *testing.T) {
-	c := oneWorkerCache(t)
+	c := oneWorkerCache(t, nil)
 	rec := record(t, c)
 	release, _ := blockPrefetchWorker(t, c)
 	c.Prefetch("blocker")
@@ -258,17 +265,27 @@ func TestPrefetchIsNotMergedIntoStagingAfterRead(t *testing.T) {
 // held open although the staging after an earlier read of it yielded (its
 // prefetch was merged into that one, and the file was never staged).
 func TestDeferLimitAfterAYieldedStaging(t *testing.T) {
-	c := oneWorkerCache(t)
+	timers := make(chan func(), 4) // what each staging.defer_limit timer does when it fires
+	c := oneWorkerCache(t, func(opts Options) *triggers.AfterRead {
+		return newAfterRead(opts, func(o *triggers.AfterReadOptions) {
+			o.DeferLimit = time.Hour // never fires by itself: the test fires it
+			o.AfterFunc = func(_ string, _ time.Duration, f func()) func() bool {
+				timers <- f
+				return func() bool { return true }
+			}
+		})
+	})
 	rec := record(t, c)
 	release, _ := blockPrefetchWorker(t, c)
 	c.Prefetch("blocker")
 	c.Opened("f")
 	c.Closed("f")
 	c.Opened("f") // held open past staging.defer_limit:
-	c.lock()
-	r := c.readers["f"]
-	c.unlock()
-	c.deferLimit("f", r) // what its timer does
+	var fire func()
+	for len(timers) > 0 {
+		fire = <-timers // the timer of the open that holds it
+	}
+	fire() // what its timer does
 	close(release)
 	rec.waitFor(t, "f", StateResident)
 	c.Closed("f")
@@ -305,10 +322,10 @@ func TestPrefetchJoinsAYieldingStaging(t *testing.T) {
 // settleHooks scripts the page cache of settling files: each check of a
 // file's page cache takes the next count sent on counts (a count of 16 or
 // more is the whole file), and each wait before a check hands the test
-// the channel that ends it (ticks).
-func settleHooks(t *testing.T, c *Cache) (counts chan int64, ticks chan chan time.Time) {
+// the channel that ends it (ticks). ctx ends the waits for a tick.
+func settleHooks(t *testing.T, o *triggers.AfterReadOptions, ctx func() context.Context) (counts chan int64, ticks chan chan time.Time) {
 	counts, ticks = make(chan int64), make(chan chan time.Time)
-	c.hooks.pageCache = func(string) (int64, bool) {
+	o.PageCache = func(string) (int64, bool) {
 		select {
 		case n := <-counts:
 			return n, n >= 16
@@ -317,11 +334,11 @@ func settleHooks(t *testing.T, c *Cache) (counts chan int64, ticks chan chan tim
 			return 0, true
 		}
 	}
-	c.hooks.settleTick = func(string) <-chan time.Time {
+	o.SettleTick = func(string) <-chan time.Time {
 		tc := make(chan time.Time, 1)
 		select {
 		case ticks <- tc:
-		case <-c.ctx.Done():
+		case <-ctx().Done():
 		}
 		return tc
 	}
@@ -329,19 +346,29 @@ func settleHooks(t *testing.T, c *Cache) (counts chan int64, ticks chan chan tim
 }
 
 // settleCache is a cache over a SOURCE of 50,000-byte files named names,
-// with settleHooks installed and its events recorded.
-func settleCache(t *testing.T, names ...string) (c *Cache, src string, rec *recorder, counts chan int64, ticks chan chan time.Time) {
+// with settleHooks installed and its events recorded; edit, when set,
+// changes the staging after reads' options after that.
+func settleCache(t *testing.T, edit func(*triggers.AfterReadOptions), names ...string) (c *Cache, src string, rec *recorder, counts chan int64, ticks chan chan time.Time) {
 	t.Helper()
 	src = t.TempDir()
 	for i, name := range names {
 		writeFile(t, src, name, randomBytes(50000, uint64(i+1)))
 	}
 	opts, io := testOptions()
-	c = newCache(t, src, opts, io)
+	ar := newAfterRead(opts, func(o *triggers.AfterReadOptions) {
+		counts, ticks = settleHooks(t, o, func() context.Context { return c.ctx })
+		if edit != nil {
+			edit(o)
+		}
+	})
+	c = newCacheCfg(t, Config{Source: src, Options: opts, IO: io, AfterRead: ar})
 	rec = record(t, c)
-	counts, ticks = settleHooks(t, c)
 	return c, src, rec, counts, ticks
 }
+
+// settlingWaits is the number of settling waits c's staging after reads
+// runs.
+func settlingWaits(c *Cache) int { return c.afterRead.(*triggers.AfterRead).Settling() }
 
 // nextCheck ends the settling wait's current sleep and answers its page
 // cache check with n.
@@ -361,7 +388,7 @@ func nextCheck(t *testing.T, counts chan int64, ticks chan chan time.Time, n int
 // file's page cache grows, and starts once it has not grown for
 // settleQuiet checks.
 func TestStagingAfterReadWaitsWhileThePageCacheGrows(t *testing.T) {
-	c, _, rec, counts, ticks := settleCache(t, "f")
+	c, _, rec, counts, ticks := settleCache(t, nil, "f")
 
 	c.Opened("f")
 	closed := make(chan struct{})
@@ -391,7 +418,7 @@ func TestStagingAfterReadWaitsWhileThePageCacheGrows(t *testing.T) {
 // cache at its last close is queued at once (staging reads it from there),
 // and one that becomes whole while settling is queued at that check.
 func TestStagingAfterReadOfACachedFileStartsAtOnce(t *testing.T) {
-	c, _, rec, counts, ticks := settleCache(t, "f", "g")
+	c, _, rec, counts, ticks := settleCache(t, nil, "f", "g")
 
 	c.Opened("f")
 	go c.Closed("f")
@@ -411,16 +438,14 @@ func TestStagingAfterReadOfACachedFileStartsAtOnce(t *testing.T) {
 // TestReopenEndsTheSettlingWait: a reader opening the file again ends the
 // wait; staging follows its own last close, once.
 func TestReopenEndsTheSettlingWait(t *testing.T) {
-	c, _, rec, counts, ticks := settleCache(t, "f")
+	c, _, rec, counts, ticks := settleCache(t, nil, "f")
 
 	c.Opened("f")
 	go c.Closed("f")
 	within(t, "the check at the last close", func() { counts <- 1 })
 	within(t, "the settling wait", func() { <-ticks }) // waiting; never ended by a tick
 	c.Opened("f")                                      // ends the wait
-	c.lock()
-	n := len(c.settling)
-	c.unlock()
+	n := settlingWaits(c)
 	if n != 0 {
 		t.Fatal("the settling wait outlived a new open")
 	}
@@ -429,45 +454,6 @@ func TestReopenEndsTheSettlingWait(t *testing.T) {
 	rec.waitFor(t, "f", StateResident)
 	if s := c.Stats(); s.Misses != 1 || s.Prefetches != 1 {
 		t.Fatalf("loads %d, prefetches %d: want 1 and 1", s.Misses, s.Prefetches)
-	}
-}
-
-// TestPageCacheOf counts a real file's cached pages with cachestat.
-func TestPageCacheOf(t *testing.T) {
-	dir := t.TempDir()
-	data := randomBytes(4<<20, 1)
-	writeFile(t, dir, "f", data)
-	f, err := os.Open(filepath.Join(dir, "f"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if err := f.Sync(); err != nil {
-		t.Fatal(err)
-	}
-	size := int64(len(data))
-	pages := size / int64(os.Getpagesize())
-	if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
-		t.Fatal(err)
-	}
-	if n, whole := pageCacheOf(f, size); whole || n > pages/4 {
-		t.Skipf("SKIP: the page cache of %s cannot be dropped (%d of %d pages stay): this filesystem keeps it", dir, n, pages)
-	}
-	if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_RANDOM); err != nil { // no read-ahead
-		t.Fatal(err)
-	}
-	if _, err := f.ReadAt(make([]byte, size/2), 0); err != nil {
-		t.Fatal(err)
-	}
-	n, whole := pageCacheOf(f, size)
-	if whole || n != pages/2 {
-		t.Fatalf("half read: %d of %d pages cached (whole %v)", n, pages, whole)
-	}
-	if _, err := f.ReadAt(make([]byte, size), 0); err != nil {
-		t.Fatal(err)
-	}
-	if n, whole := pageCacheOf(f, size); !whole || n != pages {
-		t.Fatalf("all read: %d of %d pages cached (whole %v)", n, pages, whole)
 	}
 }
 
@@ -502,8 +488,7 @@ func mapFile(t *testing.T, path string, size int) (unmap func()) {
 // a staging queued by that close would run beside the copy. A file a
 // reader still maps is staged after it unmaps it.
 func TestStagingAfterReadWaitsForTheReadersMapping(t *testing.T) {
-	c, src, rec, counts, ticks := settleCache(t, "f")
-	c.settleMapMin = 0
+	c, src, rec, counts, ticks := settleCache(t, func(o *triggers.AfterReadOptions) { o.MapMin = 0 }, "f")
 	unmap := mapFile(t, filepath.Join(src, "f"), 50000)
 
 	c.OpenedBy("f", Reader{PID: uint32(unix.Gettid()), Size: 50000})
@@ -524,66 +509,11 @@ func TestStagingAfterReadWaitsForTheReadersMapping(t *testing.T) {
 	rec.waitFor(t, "f", StateResident)
 }
 
-// TestProcessOf: the FUSE request names a thread; its process is what
-// maps files (defect found by a review: a thread that opened and mapped
-// the file, then exited, took its /proc/TID/maps with it).
-func TestProcessOf(t *testing.T) {
-	got := make(chan uint32)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread exits with the goroutine
-		got <- processOf(uint32(unix.Gettid()))
-	}()
-	if p := <-got; p != uint32(os.Getpid()) {
-		t.Fatalf("the process of another thread of this process is %d, want %d", p, os.Getpid())
-	}
-	if p := processOf(1 << 30); p != 0 {
-		t.Fatalf("the process of a thread that does not exist is %d", p)
-	}
-}
-
-// TestMappedBy reads /proc/PID/maps: this process's mapping of a file is
-// found by the file's device and inode, and gone after munmap; a process
-// that does not exist maps nothing.
-func TestMappedBy(t *testing.T) {
-	dir := t.TempDir()
-	writeFile(t, dir, "f", randomBytes(8192, 1))
-	writeFile(t, dir, "g", randomBytes(8192, 2))
-	var st, other unix.Stat_t
-	if err := unix.Stat(filepath.Join(dir, "f"), &st); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Stat(filepath.Join(dir, "g"), &other); err != nil {
-		t.Fatal(err)
-	}
-	unmap := mapFile(t, filepath.Join(dir, "f"), 8192)
-	me := []opener{{pid: uint32(os.Getpid())}}
-	if !mappedBy(me, st.Dev, st.Ino) {
-		t.Fatal("this process's mapping of f not found")
-	}
-	if mappedBy(me, other.Dev, other.Ino) {
-		t.Fatal("g, never mapped, found mapped")
-	}
-	// Through a mount, maps shows the mount's device and inode, which the
-	// opener carries.
-	through := []opener{{pid: uint32(os.Getpid()), dev: st.Dev, ino: st.Ino}}
-	if !mappedBy(through, other.Dev, other.Ino) {
-		t.Fatal("the mapping by the identity the opener saw not found")
-	}
-	if mappedBy([]opener{{pid: 1 << 30}}, st.Dev, st.Ino) {
-		t.Fatal("a process that does not exist maps f")
-	}
-	unmap()
-	if mappedBy(me, st.Dev, st.Ino) {
-		t.Fatal("f found mapped after munmap")
-	}
-}
-
 // TestSettlingKeepsTheEarlierReaders (found by a review): a reader that
 // opens the file again ends the wait, but the process that mapped the
 // file before is still watched after that reader's close.
 func TestSettlingKeepsTheEarlierReaders(t *testing.T) {
-	c, src, rec, counts, ticks := settleCache(t, "f")
-	c.settleMapMin = 0
+	c, src, rec, counts, ticks := settleCache(t, func(o *triggers.AfterReadOptions) { o.MapMin = 0 }, "f")
 	unmap := mapFile(t, filepath.Join(src, "f"), 50000)
 	c.OpenedBy("f", Reader{PID: uint32(unix.Gettid()), Size: 50000}) // maps it
 	c.Closed("f")
@@ -607,14 +537,12 @@ func TestSettlingKeepsTheEarlierReaders(t *testing.T) {
 // file while the first check after the last close runs leaves no wait and
 // no staging behind; its own close stages the file, once.
 func TestReopenBeforeTheFirstCheck(t *testing.T) {
-	c, _, rec, counts, _ := settleCache(t, "f")
+	c, _, rec, counts, _ := settleCache(t, nil, "f")
 	c.Opened("f")
 	c.Closed("f") // the check waits for its count
 	c.Opened("f")
 	within(t, "the first check", func() { counts <- 16 })
-	c.lock()
-	n := len(c.settling)
-	c.unlock()
+	n := settlingWaits(c)
 	if n != 0 {
 		t.Fatalf("%d settling waits while f is open", n)
 	}
@@ -629,11 +557,12 @@ func TestReopenBeforeTheFirstCheck(t *testing.T) {
 // TestNoSettlingForAStagedFile (found by a review): the close of a file
 // already staged queues its (hit) staging at once, with no check.
 func TestNoSettlingForAStagedFile(t *testing.T) {
-	c, _, rec, _, _ := settleCache(t, "f")
-	c.hooks.pageCache = func(string) (int64, bool) {
-		t.Error("the page cache of a staged file was checked")
-		return 0, true
-	}
+	c, _, rec, _, _ := settleCache(t, func(o *triggers.AfterReadOptions) {
+		o.PageCache = func(string) (int64, bool) {
+			t.Error("the page cache of a staged file was checked")
+			return 0, true
+		}
+	}, "f")
 	if _, err := c.Stage(context.Background(), "f"); err != nil {
 		t.Fatal(err)
 	}
@@ -647,25 +576,6 @@ func TestNoSettlingForAStagedFile(t *testing.T) {
 	}
 }
 
-// TestReopenKeepsTheNewestOpener (found by a review): a reopen during a
-// wait that watched four processes kept those four and dropped the
-// process that had just opened the file.
-func TestReopenKeepsTheNewestOpener(t *testing.T) {
-	c, _, _, _, _ := settleCache(t, "f")
-	c.settleMapMin = 0
-	s := &settling{stop: make(chan struct{}), openers: []opener{{pid: 101}, {pid: 102}, {pid: 103}, {pid: 104}}}
-	c.lock()
-	c.settling["f"] = s
-	c.unlock()
-	c.OpenedBy("f", Reader{PID: uint32(unix.Gettid()), Size: 50000})
-	c.lock()
-	got := c.readers["f"].openers
-	c.unlock()
-	if len(got) != maxOpeners || got[len(got)-1].pid != uint32(os.Getpid()) {
-		t.Fatalf("openers after the reopen: %+v, want the last four ending with this process %d", got, os.Getpid())
-	}
-}
-
 // TestEvictCancelsTheStagingAfterARead: an
 // explicit evict of a file whose staging waits for its readers (still
 // open through the mount, or closed and still read through a mapping)
@@ -674,7 +584,7 @@ func TestReopenKeepsTheNewestOpener(t *testing.T) {
 // and stages as before, and a file with nothing staged or waiting is
 // still ENOENT.
 func TestEvictCancelsTheStagingAfterARead(t *testing.T) {
-	c, _, rec, counts, ticks := settleCache(t, "f", "g", "h")
+	c, _, rec, counts, ticks := settleCache(t, nil, "f", "g", "h")
 
 	// f: closed, its reader still reading (the page cache grows).
 	c.Opened("f")
@@ -693,9 +603,7 @@ func TestEvictCancelsTheStagingAfterARead(t *testing.T) {
 		t.Fatalf("evict of g, open: %v", err)
 	}
 	c.Closed("g") // no wait starts: nothing asks for a page cache count
-	c.lock()
-	waits := len(c.settling)
-	c.unlock()
+	waits := settlingWaits(c)
 	if waits != 0 {
 		t.Fatalf("%d settling waits after the evicts", waits)
 	}

@@ -16,9 +16,7 @@ type counters struct {
 	bytesCuFile, bytesPOSIX, bytesHost   atomic.Uint64
 	leasesTotal                          atomic.Uint64
 	changeEvents, racyWaits, loadRetries atomic.Uint64
-	freeErrors, roomWaits, deferredOpens atomic.Uint64
-	yielded                              atomic.Uint64
-	mappedReadWaits                      atomic.Uint64
+	freeErrors, roomWaits, yielded       atomic.Uint64
 	bytesPeer, splitLoads                atomic.Uint64
 	leasesActive                         atomic.Int64
 
@@ -136,7 +134,7 @@ func (c *Cache) Stats() Stats {
 		LeasesActive: s.leasesActive.Load(), LeasesTotal: s.leasesTotal.Load(),
 		ChangeDetection: c.watch.mode(c.sourceDev), ChangeEvents: s.changeEvents.Load(),
 		RacyWaits: s.racyWaits.Load(), LoadRetries: s.loadRetries.Load(), FreeErrors: s.freeErrors.Load(),
-		RoomWaits: s.roomWaits.Load(), DeferredOpens: s.deferredOpens.Load(), YieldedToReaders: s.yielded.Load(), MappedReadWaits: s.mappedReadWaits.Load(), IOThreads: int(c.io.NumThreads), IOBounceBytes: int64(c.io.BounceSize),
+		RoomWaits: s.roomWaits.Load(), YieldedToReaders: s.yielded.Load(), IOThreads: int(c.io.NumThreads), IOBounceBytes: int64(c.io.BounceSize),
 		DescriptorBudget: c.fdBudget, DescriptorReserve: c.fdReserve,
 	}
 	out.Stats = c.ra.Stats()
@@ -177,7 +175,11 @@ func (c *Cache) Stats() Stats {
 		out.PrefetchQueued = c.queue.Len()
 	}
 	out.RoomWaiting = c.waiters.Len()
-	out.ReadersOpen = len(c.readers)
+	if c.afterRead != nil {
+		out.ReadersOpen = c.afterRead.Open()
+		n := c.afterRead.Counters()
+		out.DeferredOpens, out.MappedReadWaits = n["deferred_opens"].Load(), n["mapped_read_waits"].Load()
+	}
 	return out
 }
 

@@ -1,0 +1,183 @@
+package triggers
+
+import (
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// idleCore is a cache that stages nothing: the tests here look at the
+// staging after reads' own state.
+type idleCore struct{}
+
+func (idleCore) Go(f func()) bool           { return false }
+func (idleCore) StageAfterRead(string) bool { return false }
+func (idleCore) CancelYielding(string)      {}
+func (idleCore) Staged(string) bool         { return false }
+func (idleCore) Prefetch(string) bool       { return false }
+func (idleCore) OpenSource(rel string) (*os.File, *unix.Stat_t, error) {
+	return nil, nil, os.ErrNotExist
+}
+
+func randomBytes(n int, seed uint64) []byte {
+	r := rand.New(rand.NewPCG(seed, 7))
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	return b
+}
+
+func writeFile(t *testing.T, dir, rel string, data []byte) {
+	t.Helper()
+	p := filepath.Join(dir, rel)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// mapFile maps size bytes of path read-only, and closes its descriptor, as
+// a loader that reads the mapping after its close does. The mapping goes
+// when unmap is called, or when the test ends.
+func mapFile(t *testing.T, path string, size int) (unmap func()) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ, unix.MAP_SHARED)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	unmap = func() {
+		once.Do(func() {
+			if err := unix.Munmap(m); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	t.Cleanup(unmap)
+	return unmap
+}
+
+// TestPageCacheOf counts a real file's cached pages with cachestat.
+func TestPageCacheOf(t *testing.T) {
+	dir := t.TempDir()
+	data := randomBytes(4<<20, 1)
+	writeFile(t, dir, "f", data)
+	f, err := os.Open(filepath.Join(dir, "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	size := int64(len(data))
+	pages := size / int64(os.Getpagesize())
+	if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+		t.Fatal(err)
+	}
+	if n, whole := pageCacheOf(f, size); whole || n > pages/4 {
+		t.Skipf("SKIP: the page cache of %s cannot be dropped (%d of %d pages stay): this filesystem keeps it", dir, n, pages)
+	}
+	if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_RANDOM); err != nil { // no read-ahead
+		t.Fatal(err)
+	}
+	if _, err := f.ReadAt(make([]byte, size/2), 0); err != nil {
+		t.Fatal(err)
+	}
+	n, whole := pageCacheOf(f, size)
+	if whole || n != pages/2 {
+		t.Fatalf("half read: %d of %d pages cached (whole %v)", n, pages, whole)
+	}
+	if _, err := f.ReadAt(make([]byte, size), 0); err != nil {
+		t.Fatal(err)
+	}
+	if n, whole := pageCacheOf(f, size); !whole || n != pages {
+		t.Fatalf("all read: %d of %d pages cached (whole %v)", n, pages, whole)
+	}
+}
+
+// TestProcessOf: the FUSE request names a thread; its process is what
+// maps files (defect found by a review: a thread that opened and mapped
+// the file, then exited, took its /proc/TID/maps with it).
+func TestProcessOf(t *testing.T) {
+	got := make(chan uint32)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread exits with the goroutine
+		got <- processOf(uint32(unix.Gettid()))
+	}()
+	if p := <-got; p != uint32(os.Getpid()) {
+		t.Fatalf("the process of another thread of this process is %d, want %d", p, os.Getpid())
+	}
+	if p := processOf(1 << 30); p != 0 {
+		t.Fatalf("the process of a thread that does not exist is %d", p)
+	}
+}
+
+// TestMappedBy reads /proc/PID/maps: this process's mapping of a file is
+// found by the file's device and inode, and gone after munmap; a process
+// that does not exist maps nothing.
+func TestMappedBy(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, dir, "f", randomBytes(8192, 1))
+	writeFile(t, dir, "g", randomBytes(8192, 2))
+	var st, other unix.Stat_t
+	if err := unix.Stat(filepath.Join(dir, "f"), &st); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Stat(filepath.Join(dir, "g"), &other); err != nil {
+		t.Fatal(err)
+	}
+	unmap := mapFile(t, filepath.Join(dir, "f"), 8192)
+	me := []opener{{pid: uint32(os.Getpid())}}
+	if !mappedBy(me, st.Dev, st.Ino) {
+		t.Fatal("this process's mapping of f not found")
+	}
+	if mappedBy(me, other.Dev, other.Ino) {
+		t.Fatal("g, never mapped, found mapped")
+	}
+	// Through a mount, maps shows the mount's device and inode, which the
+	// opener carries.
+	through := []opener{{pid: uint32(os.Getpid()), dev: st.Dev, ino: st.Ino}}
+	if !mappedBy(through, other.Dev, other.Ino) {
+		t.Fatal("the mapping by the identity the opener saw not found")
+	}
+	if mappedBy([]opener{{pid: 1 << 30}}, st.Dev, st.Ino) {
+		t.Fatal("a process that does not exist maps f")
+	}
+	unmap()
+	if mappedBy(me, st.Dev, st.Ino) {
+		t.Fatal("f found mapped after munmap")
+	}
+}
+
+// TestReopenKeepsTheNewestOpener (found by a review): a reopen during a
+// wait that watched four processes kept those four and dropped the
+// process that had just opened the file.
+func TestReopenKeepsTheNewestOpener(t *testing.T) {
+	a := NewAfterRead(AfterReadOptions{MapMin: 0})
+	a.Attach(&idleCore{})
+	s := &settling{stop: make(chan struct{}), openers: []opener{{pid: 101}, {pid: 102}, {pid: 103}, {pid: 104}}}
+	a.mu.Lock()
+	a.settling["f"] = s
+	a.mu.Unlock()
+	a.Opened("f", Reader{PID: uint32(unix.Gettid()), Size: 50000})
+	a.mu.Lock()
+	got := a.readers["f"].openers
+	a.mu.Unlock()
+	if len(got) != maxOpeners || got[len(got)-1].pid != uint32(os.Getpid()) {
+		t.Fatalf("openers after the reopen: %+v, want the last four ending with this process %d", got, os.Getpid())
+	}
+}

@@ -74,9 +74,8 @@ type Config struct {
 //     triggers.AfterRead.mu (the cache asks Reading, Deferred, Cancel,
 //     Stop, Open with Cache.mu held; AfterRead calls the cache,
 //     triggers.AfterReadCore, with its own lock released), and the
-//     read-ahead runner's
-//     and planner's locks (readahead.Runner.mu, ReadAhead.mu, Recorder.mu,
-//     the replay's wantMu): the cache tells the runner of accesses with
+//     read-ahead runner's and planner's locks (readahead.Runner.mu,
+//     ReadAhead.mu, Recorder.mu, the replay's wantMu): the cache tells the runner of accesses with
 //     Cache.mu held, and of background loads through their trigger's
 //     hooks (triggers.Background: Admit, MayEvict, Observe), which it
 //     calls with Cache.mu held and which take only such leaves (the
@@ -109,16 +108,16 @@ type Cache struct {
 	hooks     hooks
 	ctx       context.Context
 	cancel    context.CancelFunc
-	queue     Queue // the prefetch queue (prefetch.go); nil: none
+	queue     Queue     // the prefetch queue (prefetch.go); nil: none
+	afterRead AfterRead // the staging after reads (readers.go); nil: none
+	raExec    ReadAhead // carries out ra's plans (Config.ReadAhead); nil: none
 
 	// Synchronized by themselves (atomics, their own locks, channels).
-	stats     counters
-	events    *events
-	watch     *watcher
-	ra        *readahead.Runner // read-ahead's planner and the access trace (readahead.go)
-	raExec    ReadAhead         // carries out ra's plans (Config.ReadAhead); nil: none
-	afterRead AfterRead         // the staging after reads (readers.go); nil: none
-	wg        sync.WaitGroup    // loads, settling checks (each slot's loader waits for its own workers, the queue for its)
+	stats  counters
+	events *events
+	watch  *watcher
+	ra     *readahead.Runner // read-ahead's planner and the access trace (readahead.go)
+	wg     sync.WaitGroup    // loads, settling checks (each slot's loader waits for its own workers, the queue for its)
 
 	// Mutable, guarded by mu.
 	mu        sync.Mutex

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
@@ -39,9 +40,11 @@ type Config struct {
 	// goroutines in Close.
 	AfterRead AfterRead
 	// ReadAhead carries out read-ahead's plans (staging/triggers/readahead
-	// .NewExecutor); nil: none are (the planner still counts accesses,
-	// and files a replay asks for read as loading). The cache runs it and
-	// waits for it in Close.
+	// .NewExecutor); the cache runs it and waits for it in Close. Nil:
+	// the cache still runs the planner (opens, leases and replays feed
+	// it, its counters and the trace are kept) but carries out none of
+	// its plans: nothing is loaded ahead, and a file a replay asks for
+	// reads as loading until it is accessed.
 	ReadAhead ReadAhead
 	// manualReadAhead leaves the executor unstarted: tests carry out the
 	// plans themselves (Executor.Carry(c.ra.Drain())).
@@ -112,6 +115,11 @@ type Cache struct {
 	afterRead AfterRead // the staging after reads (readers.go); nil: none
 	raExec    ReadAhead // carries out ra's plans (Config.ReadAhead); nil: none
 
+	// afterReadCounters are afterRead's counters (deferred_opens,
+	// mapped_read_waits); without one, counters of the cache's own that
+	// only carry a predecessor's counts on to stats and a successor.
+	afterReadCounters map[string]*atomic.Uint64
+
 	// Synchronized by themselves (atomics, their own locks, channels).
 	stats  counters
 	events *events
@@ -168,6 +176,7 @@ type hooks struct {
 	waiting      func(rel string)           // a request (again) sleeps, waiting for room
 	queued       func(rel string, low bool) // a load's tasks were queued for the workers
 	adopting     func(rel string)           // Adopt imported rel's region, checked its identity, and attaches it now
+	unexecuted   func(p readahead.Plan)     // a Plan nobody carries out (Config.ReadAhead nil)
 }
 
 // New opens the cache and starts its workers; they stop when ctx is done
@@ -213,6 +222,7 @@ func New(ctx context.Context, cfg Config) (*Cache, error) {
 		entries: map[string]copies{}, queued: map[string]int{}, queuedOn: map[string]int{}, byFID: map[fid]map[*entry]struct{}{},
 		absentWhy: map[string]string{}, afterRead: cfg.AfterRead,
 	}
+	c.afterReadCounters = afterReadCounters(cfg.AfterRead)
 	c.ra = newRunner(cfg, root, c.log)
 	c.log.Info("io", zap.Int("num_threads", int(c.io.NumThreads)), zap.Stringer("bounce_size", units.Size(c.io.BounceSize)),
 		zap.Bool("threads_auto", cfg.IO.NumThreads.Auto()), zap.Bool("bounce_auto", cfg.IO.BounceSize.Auto()))

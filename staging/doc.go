@@ -56,8 +56,9 @@
 //     through Config.AfterRead, keeps the readers and decides when): the
 //     API it stages through (triggers.AfterReadCore: StageAfterRead
 //     queues a staging that yields to a reader, CancelYielding cancels
-//     one a new reader meets, Staged, OpenSource), and what the core asks
-//     it under Cache.mu (Reading, Deferred, Cancel).
+//     one a new reader meets, Staged, OpenSource, Done), and what the
+//     core asks it under Cache.mu (Reading, Deferred, Cancel, Stop,
+//     Open).
 //   - handover.go: the resident entries handed to a successor daemon
 //     (Handoff, Snapshot, ExportEntry) and taken over from a predecessor
 //     (Adopt), resident as if loaded, with nothing read from SOURCE.

@@ -476,12 +476,10 @@ func (s *counters) cumulative() map[string]*atomic.Uint64 {
 
 // cumulative is every counter that continues across a hand-over: the
 // cache's and the staging after reads' (deferred_opens,
-// mapped_read_waits).
+// mapped_read_waits; carried on without a staging after reads too).
 func (c *Cache) cumulative() map[string]*atomic.Uint64 {
 	m := c.stats.cumulative()
-	if c.afterRead != nil {
-		maps.Copy(m, c.afterRead.Counters())
-	}
+	maps.Copy(m, c.afterReadCounters)
 	return m
 }
 

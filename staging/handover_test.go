@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"os"
 	"reflect"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -446,7 +448,9 @@ func TestSnapshotAndExportEntry(t *testing.T) {
 }
 
 // TestHandOverCountersNamed: every cumulative counter is handed over
-// under a name (a new counter must be added to cumulative).
+// under a name (a new counter must be added to cumulative): the cache's,
+// its slots', and its staging after reads' (handed over by the cache,
+// under the same names with or without one).
 func TestHandOverCountersNamed(t *testing.T) {
 	check := func(v reflect.Value, named map[string]*atomic.Uint64) {
 		have := map[unsafe.Pointer]bool{}
@@ -464,4 +468,50 @@ func TestHandOverCountersNamed(t *testing.T) {
 	check(reflect.ValueOf(&c).Elem(), c.cumulative())
 	var s slot
 	check(reflect.ValueOf(&s).Elem(), s.cumulative())
+
+	src := t.TempDir()
+	opts, io := handOverOptions()
+	ar := newAfterRead(opts, nil)
+	with := newCacheCfg(t, Config{Source: src, Options: opts, IO: io, AfterRead: ar})
+	check(reflect.ValueOf(ar).Elem(), with.cumulative())
+	without := newPlainCache(t, src, opts, io)
+	if got, want := slices.Sorted(maps.Keys(without.cumulative())), slices.Sorted(maps.Keys(with.cumulative())); !slices.Equal(got, want) {
+		t.Errorf("without a staging after reads the cache hands over %v, with one %v", got, want)
+	}
+}
+
+// TestHandOverCarriesAfterReadCountersWithoutOne: a cache made without a
+// staging after reads (Config.AfterRead nil) still shows and hands on
+// its predecessor's deferred_opens and mapped_read_waits.
+func TestHandOverCarriesAfterReadCountersWithoutOne(t *testing.T) {
+	src := t.TempDir()
+	writeFile(t, src, "f", randomBytes(4096, 1))
+	opts, io := handOverOptions()
+	opts.Prefetch, opts.DeferWhileRead = PrefetchOpen, true
+	a := newCache(t, src, opts, io)
+	a.Opened("f")
+	a.Opened("f")
+	if n := a.Stats().DeferredOpens; n != 2 {
+		t.Fatalf("deferred_opens %d, want 2", n)
+	}
+	st, fds, err := a.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeFiles(fds)
+	st.Entries = nil // the counters only
+	b := newPlainCache(t, src, opts, io)
+	adopt(t, b, st, nil)
+	if n := b.Stats().DeferredOpens; n != 2 {
+		t.Errorf("deferred_opens %d shown by the successor without a staging after reads, want the predecessor's 2", n)
+	}
+	next, _, err := b.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := next.Counters["deferred_opens"]; n != 2 {
+		t.Errorf("deferred_opens %d handed on by it, want 2", n)
+	}
+	a.Closed("f")
+	a.Closed("f")
 }

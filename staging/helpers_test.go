@@ -231,6 +231,19 @@ func newCacheCfg(t *testing.T, cfg Config) *Cache {
 	return c
 }
 
+// newPlainCache is a cache made as tools/bench makes its caches: no
+// prefetch queue, no staging after reads, no read-ahead executor.
+func newPlainCache(t *testing.T, src string, opts Options, io IOOptions) *Cache {
+	t.Helper()
+	c, err := New(context.Background(), Config{Source: src, Options: opts, IO: io,
+		Devices: []gpu.Device{newFake(int64(opts.ChunkSize))}, Log: zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
 // newAfterRead is the staging after reads the daemon wires in, for opts;
 // edit, when set, changes its options first.
 func newAfterRead(opts Options, edit func(*triggers.AfterReadOptions)) *triggers.AfterRead {

@@ -54,22 +54,39 @@ func readTrace(cfg Config) (*readahead.Trace, error) {
 }
 
 // startReadAhead starts the executor (unless a test drives it) and the
-// replay of staging.replay's trace.
+// replay of staging.replay's trace. Without an executor the runner still
+// runs: it feeds the planner what opens, leases, replays and changes
+// push (the queue of accesses drained, so none is dropped for want of
+// room while it keeps up, and no event piles up), and its Plans are
+// dropped (unexecuted).
 func (c *Cache) startReadAhead(cfg Config, replay *readahead.Trace) {
 	c.raExec = cfg.ReadAhead
-	if x := cfg.ReadAhead; x != nil {
+	x := cfg.ReadAhead
+	if x != nil {
 		x.Attach(c, c.ra)
-		if !cfg.manualReadAhead {
-			c.wg.Add(1)
-			go func() {
-				defer c.wg.Done()
+	}
+	if !cfg.manualReadAhead {
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			if x != nil {
 				x.Run(c.ctx)
-			}()
-		}
+			} else {
+				c.ra.Run(c.ctx, c.unexecuted)
+			}
+		}()
 	}
 	if replay != nil && len(replay.Paths) > 0 {
 		c.log.Info("replaying a trace", zap.String("trace", cfg.Options.Replay), zap.Int("paths", len(replay.Paths)))
 		c.ra.Replay(replay.Paths)
+	}
+}
+
+// unexecuted is what becomes of a Plan without an executor
+// (Config.ReadAhead nil): nothing; the test hook hears it.
+func (c *Cache) unexecuted(p readahead.Plan) {
+	if c.hooks.unexecuted != nil {
+		c.hooks.unexecuted(p)
 	}
 }
 

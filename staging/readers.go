@@ -31,9 +31,9 @@ type Reader struct {
 }
 
 // AfterRead is the staging after plain reads (staging/triggers.AfterRead,
-// wired in through Config.AfterRead). Reading, Deferred, Cancel and Stop
-// are called with Cache.mu held: its lock is a leaf, and they never call
-// the cache.
+// wired in through Config.AfterRead). Reading, Deferred, Cancel, Stop and
+// Open are called with Cache.mu held: its lock is a leaf, and they never
+// call the cache.
 type AfterRead interface {
 	// Attach hands it the cache's API; New calls it once, first.
 	Attach(core triggers.AfterReadCore)
@@ -59,6 +59,16 @@ type AfterRead interface {
 }
 
 var _ triggers.AfterReadCore = (*Cache)(nil)
+
+// afterReadCounters are ar's counters; with ar nil, fresh ones under the
+// same keys, so that a predecessor's counts are still shown and handed
+// on (a cache without a staging after reads adds nothing to them).
+func afterReadCounters(ar AfterRead) map[string]*atomic.Uint64 {
+	if ar != nil {
+		return ar.Counters()
+	}
+	return map[string]*atomic.Uint64{"deferred_opens": new(atomic.Uint64), "mapped_read_waits": new(atomic.Uint64)}
+}
 
 // openedDeferred hands an open of rel by r to the staging after reads.
 // Without one, rel is staged now.
@@ -126,6 +136,11 @@ func (c *Cache) Staged(rel string) bool {
 	defer c.unlock()
 	return len(c.replicasLocked(rel)) > 0
 }
+
+// Done is closed when the cache's context ends: the context New was
+// given is done, or Close was called (triggers.AfterReadCore: the
+// settling waits end there).
+func (c *Cache) Done() <-chan struct{} { return c.ctx.Done() }
 
 // OpenSource opens rel beneath SOURCE as the daemon, a regular file only,
 // never blocking (triggers.AfterReadCore).

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -265,12 +266,14 @@ func TestPrefetchIsNotMergedIntoStagingAfterRead(t *testing.T) {
 // held open although the staging after an earlier read of it yielded (its
 // prefetch was merged into that one, and the file was never staged).
 func TestDeferLimitAfterAYieldedStaging(t *testing.T) {
-	timers := make(chan func(), 4) // what each staging.defer_limit timer does when it fires
+	// What the latest staging.defer_limit timer does when it fires. The
+	// hook runs under AfterRead.mu: it only stores, it never blocks.
+	var latest atomic.Pointer[func()]
 	c := oneWorkerCache(t, func(opts Options) *triggers.AfterRead {
 		return newAfterRead(opts, func(o *triggers.AfterReadOptions) {
 			o.DeferLimit = time.Hour // never fires by itself: the test fires it
 			o.AfterFunc = func(_ string, _ time.Duration, f func()) func() bool {
-				timers <- f
+				latest.Store(&f)
 				return func() bool { return true }
 			}
 		})
@@ -281,11 +284,11 @@ func TestDeferLimitAfterAYieldedStaging(t *testing.T) {
 	c.Opened("f")
 	c.Closed("f")
 	c.Opened("f") // held open past staging.defer_limit:
-	var fire func()
-	for len(timers) > 0 {
-		fire = <-timers // the timer of the open that holds it
+	fire := latest.Load()
+	if fire == nil {
+		t.Fatal("no staging.defer_limit timer started")
 	}
-	fire() // what its timer does
+	(*fire)() // what the timer of the open that holds it does
 	close(release)
 	rec.waitFor(t, "f", StateResident)
 	c.Closed("f")

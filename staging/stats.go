@@ -177,9 +177,9 @@ func (c *Cache) Stats() Stats {
 	out.RoomWaiting = c.waiters.Len()
 	if c.afterRead != nil {
 		out.ReadersOpen = c.afterRead.Open()
-		n := c.afterRead.Counters()
-		out.DeferredOpens, out.MappedReadWaits = n["deferred_opens"].Load(), n["mapped_read_waits"].Load()
 	}
+	n := c.afterReadCounters
+	out.DeferredOpens, out.MappedReadWaits = n["deferred_opens"].Load(), n["mapped_read_waits"].Load()
 	return out
 }
 

@@ -47,6 +47,10 @@ type AfterReadCore interface {
 	CancelYielding(rel string)
 	// Staged says whether rel has an entry, loading or resident.
 	Staged(rel string) bool
+	// Done is closed when the cache's context ends (the context the cache
+	// was made with is done, or the cache closes): the settling waits end
+	// there, staging nothing.
+	Done() <-chan struct{}
 	// Prefetch queues rel for staging (staging.defer_limit).
 	Prefetch(rel string) bool
 	// OpenSource opens rel beneath SOURCE as the daemon, a regular file
@@ -81,7 +85,8 @@ type AfterReadOptions struct {
 	// (instead of a timer of settleEvery).
 	SettleTick func(rel string) <-chan time.Time
 	// AfterFunc starts staging.defer_limit's timer (instead of
-	// time.AfterFunc); it returns what stops it.
+	// time.AfterFunc); it returns what stops it. It is called with
+	// AfterRead.mu held: it must not block, nor call the AfterRead.
 	AfterFunc func(rel string, d time.Duration, f func()) (stop func() bool)
 }
 
@@ -91,7 +96,7 @@ type AfterRead struct {
 	opts AfterReadOptions
 	core AfterReadCore
 	sem  chan struct{} // bounds the settling checks running at once
-	done chan struct{} // closed by Stop: the settling waits end
+	done chan struct{} // closed by Stop: the settling waits end (as they do at core.Done)
 
 	deferredOpens, mappedReadWaits atomic.Uint64
 
@@ -200,8 +205,15 @@ func (a *AfterRead) afterFunc(rel string, f func()) (stop func() bool) {
 // Closed counts the end of one open of rel through the mount; after the
 // last, the staging deferred by Opened follows (once the reader is done
 // with the file: settle). It never blocks.
+//
+// The last close is counted down first, and the cache asked whether rel
+// is staged after it (an entry made or dropped before the count down is
+// seen, as when both were one step under Cache.mu). Until the answer
+// comes, the last close is held as a settling wait not yet started: a
+// reader opening rel again, an explicit evict or Stop meanwhile ends it
+// as they end a settling wait, and it is checked for under mu before
+// anything is staged or waited for.
 func (a *AfterRead) Closed(rel string) {
-	staged := a.core.Staged(rel) // asked first: the cache is never called with mu held
 	a.mu.Lock()
 	r := a.readers[rel]
 	if r == nil {
@@ -221,19 +233,25 @@ func (a *AfterRead) Closed(rel string) {
 		a.mu.Unlock()
 		return
 	}
-	var s *settling
-	if !staged {
-		s = &settling{stop: make(chan struct{}), openers: r.openers}
-		a.settling[rel] = s
+	s := &settling{stop: make(chan struct{}), openers: r.openers}
+	a.settling[rel] = s
+	a.mu.Unlock()
+	staged := a.core.Staged(rel) // the cache is never called with mu held
+	a.mu.Lock()
+	current := a.settling[rel] == s
+	if current && staged {
+		delete(a.settling, rel)
 	}
 	a.mu.Unlock()
-	if staged {
+	switch {
+	case !current:
+		// Ended meanwhile: a reader opened rel again (its own last close
+		// stages it), or an evict or Stop cancelled it.
+	case staged:
 		// Staged or loading already: the staging after the read is a hit
 		// or joins that load, nothing to wait for.
 		a.core.StageAfterRead(rel)
-		return
-	}
-	if !a.core.Go(func() { a.settle(rel, s) }) {
+	case !a.core.Go(func() { a.settle(rel, s) }):
 		a.mu.Lock()
 		if a.settling[rel] == s {
 			delete(a.settling, rel)
@@ -324,7 +342,8 @@ func (a *AfterRead) Open() int {
 	return len(a.readers)
 }
 
-// Settling is the number of settling waits running.
+// Settling is the number of settling waits running (a last close still
+// asking the cache whether its file is staged counts as one).
 func (a *AfterRead) Settling() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -403,6 +422,8 @@ func (a *AfterRead) settle(rel string, s *settling) {
 		case <-s.stop:
 			return
 		case <-a.done:
+			return
+		case <-a.core.Done():
 			return
 		case <-limit:
 			whole, mapped = true, false

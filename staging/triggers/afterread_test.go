@@ -1,6 +1,7 @@
 package triggers
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -19,6 +20,7 @@ func (idleCore) Go(f func()) bool           { return false }
 func (idleCore) StageAfterRead(string) bool { return false }
 func (idleCore) CancelYielding(string)      {}
 func (idleCore) Staged(string) bool         { return false }
+func (idleCore) Done() <-chan struct{}      { return nil }
 func (idleCore) Prefetch(string) bool       { return false }
 func (idleCore) OpenSource(rel string) (*os.File, *unix.Stat_t, error) {
 	return nil, nil, os.ErrNotExist
@@ -179,5 +181,61 @@ func TestReopenKeepsTheNewestOpener(t *testing.T) {
 	a.mu.Unlock()
 	if len(got) != maxOpeners || got[len(got)-1].pid != uint32(os.Getpid()) {
 		t.Fatalf("openers after the reopen: %+v, want the last four ending with this process %d", got, os.Getpid())
+	}
+}
+
+// askCore is a cache that stages nothing; step runs once, when Staged is
+// first asked (the last close waits for the answer), and what the
+// staging after reads asks of it is counted.
+type askCore struct {
+	idleCore
+	step          func()
+	staged, goes  int
+	stagedAnswers bool
+}
+
+func (c *askCore) Staged(string) bool {
+	if f := c.step; f != nil {
+		c.step = nil
+		f()
+	}
+	return c.stagedAnswers
+}
+func (c *askCore) StageAfterRead(string) bool { c.staged++; return true }
+func (c *askCore) Go(func()) bool             { c.goes++; return false }
+
+// TestLastCloseEndedWhileItAsks: what comes while the last close asks the
+// cache whether its file is staged ends its staging as it ends a settling
+// wait: a reader opening the file again (its own last close stages it),
+// an explicit evict (Cancel), Stop. Nothing is staged or waited for.
+func TestLastCloseEndedWhileItAsks(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		step       func(a *AfterRead)
+		open, ends int // files open after it; stagings and settling waits the second close starts
+	}{
+		{"reopened", func(a *AfterRead) { a.Opened("f", Reader{}) }, 1, 1},
+		{"cancelled", func(a *AfterRead) { a.Cancel("f") }, 0, 0},
+		{"stopped", func(a *AfterRead) { a.Stop() }, 0, 0},
+	} {
+		for _, staged := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s staged %v", tc.name, staged), func(t *testing.T) {
+				a := NewAfterRead(AfterReadOptions{})
+				core := &askCore{stagedAnswers: staged}
+				core.step = func() { tc.step(a) }
+				a.Attach(core)
+				a.Opened("f", Reader{})
+				a.Closed("f")
+				if core.staged != 0 || core.goes != 0 || a.Settling() != 0 || a.Open() != tc.open {
+					t.Fatalf("staged %d, settling waits started %d, running %d, files open %d; want 0, 0, 0, %d",
+						core.staged, core.goes, a.Settling(), a.Open(), tc.open)
+				}
+				a.Closed("f") // the reopened reader's last close
+				if core.staged+core.goes != tc.ends {
+					t.Fatalf("after the reader that opened it meanwhile closed it: %d stagings, %d settling waits; want %d in all",
+						core.staged, core.goes, tc.ends)
+				}
+			})
+		}
 	}
 }

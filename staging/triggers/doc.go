@@ -30,5 +30,7 @@
 // Offer, Len and a request's forget, and AfterRead's Reading, Deferred,
 // Cancel, Stop and Open, with its own lock (Cache.mu) held, so they are
 // taken after Cache.mu or alone, and nothing is called with either held
-// (AfterRead asks the cache, Staged first, before it takes AfterRead.mu).
+// (AfterRead's Closed counts a last close down under AfterRead.mu, asks
+// the cache Staged with it released, and takes it again to act on the
+// answer).
 package triggers

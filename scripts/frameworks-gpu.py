@@ -16,12 +16,14 @@ fresh interpreter; the cases of a workload are interleaved round by round
 and the median is kept. Workloads:
 - hf: transformers from_pretrained(DIR, device_map="cuda") of a
   Llama-shaped model of about 2.1 GiB (save_pretrained, random bf16
-  weights): the whole call, and the time spent inside Tensor.to/.cuda/
-  .copy_ moving weights to the GPU (a separate profiled run: each
-  outermost move is timed with a CUDA synchronize). State-dict checksum and
-  logits on a fixed input must be identical in every case. Targets: moves
-  >= 10x less, the call >= 1.5x faster resident (or, where transformers'
-  own work, the plain call less its moves, bounds it, within 1.2x of that),
+  weights): the whole call, and the wall time during which a
+  Tensor.to/.cuda/.copy_ moving weights to the GPU was in progress (a
+  separate profiled run: each outermost move is timed with a CUDA
+  synchronize; moves made at once on transformers' loading threads count
+  once). State-dict checksum and logits on a fixed input must be identical
+  in every case. Targets: moves >= 10x less, the call >= 1.5x faster
+  resident (or, where transformers' own work, the profiled plain call's
+  time outside its moves, bounds it, within 1.2x of that),
   not staged faster than plain with the page cache warm and not slower
   cold.
 - hf16: the same with a Llama-shaped model of about 16 GiB (--no-big
@@ -66,13 +68,19 @@ SHARDS, SHARD_MIB = 64, 32
 # ---- inside one fresh interpreter ------------------------------------------
 
 def _profile_moves(torch):
-    """Time spent in Tensor.to/.cuda/.copy_ calls that move a CPU tensor to
-    a GPU (each synchronized), wrapped around whatever is installed. A call
-    made inside another one (a wrapper calling the method it wraps) is
-    part of the outer call's time, not counted again."""
+    """The wall time during which at least one Tensor.to/.cuda/.copy_ call
+    moving a CPU tensor to a GPU was in progress (each synchronized), on
+    any thread, and how many there were, wrapped around whatever is
+    installed. Moves made at once on several threads (transformers
+    materializes tensors on a thread pool) count once: the call's time
+    outside them is then what is left if every move took no time. A call
+    made inside another one (a wrapper calling the method it wraps) is part
+    of the outer call's time, not counted again. Returns a function giving
+    (seconds, moves)."""
     import threading
 
-    spent = [0.0, 0]
+    spans = []  # (start, end) of each outermost move
+    lock = threading.Lock()
     depth = threading.local()
     T = torch.Tensor
 
@@ -91,8 +99,8 @@ def _profile_moves(torch):
                 out = orig(self, *a, **k)
                 if out is not None and getattr(out, "is_cuda", False):
                     torch.cuda.synchronize()
-                    spent[0] += time.perf_counter() - t0
-                    spent[1] += 1
+                    with lock:
+                        spans.append((t0, time.perf_counter()))
             finally:
                 depth.n = 0
             return out
@@ -101,7 +109,24 @@ def _profile_moves(torch):
     wrap("to", lambda s, a, k: s)
     wrap("cuda", lambda s, a, k: s)
     wrap("copy_", lambda s, a, k: (a[0] if a else k.get("src")) if s.is_cuda else None)
+
+    def spent():
+        with lock:
+            return busy(spans), len(spans)
     return spent
+
+
+def busy(spans):
+    """The length of the union of (start, end) intervals."""
+    total, end = 0.0, None
+    for a, b in sorted(spans):
+        if end is None or a > end:
+            total += b - a
+            end = b
+        elif b > end:
+            total += b - end
+            end = b
+    return total
 
 
 def measure(a):
@@ -201,7 +226,7 @@ def measure(a):
         with open(a.cprofile, "w") as f:
             f.write(buf.getvalue())
     if spent is not None:
-        out["moves_seconds"], out["moves"] = spent
+        out["moves_seconds"], out["moves"] = spent()
     mod = sys.modules.get("gdsfs.autoload")
     out["served"] = mod.served() if mod else {}
     out["fallbacks"] = mod.fallbacks() if mod else {}
@@ -456,7 +481,7 @@ class Bench(MountBench):
                 own = round(p["profiled_seconds"] - p["moves_seconds"], 3)
                 v[what + " moves seconds plain / resident"] = "%.3f / %.3f" % (p["moves_seconds"], r["moves_seconds"])
                 v[what + " moves speed-up"] = round(p["moves_seconds"] / r["moves_seconds"], 1)
-                v[what + " transformers' own work (plain call less its moves)"] = own
+                v[what + " transformers' own work (plain call's time outside its moves)"] = own
                 v[what + " resident call / that bound"] = round(r["seconds"] / own, 2) if own > 0 else None
                 targets[what + " moves >= 10x less"] = v[what + " moves speed-up"] >= 10
                 if not targets[goal] and own > 0:

@@ -70,6 +70,14 @@ class Verdicts(unittest.TestCase):
 
 
 class Overhead(unittest.TestCase):
+    def test_moves_on_several_threads_count_once(self):
+        """The profiled time in moves is the union of their intervals:
+        moves made at once on several threads count once, gaps not at all."""
+        busy = script().busy
+        self.assertEqual(busy([]), 0.0)
+        self.assertAlmostEqual(busy([(0.0, 1.0), (0.5, 1.5), (0.6, 0.7), (2.0, 2.5)]), 2.0)
+        self.assertAlmostEqual(busy([(3.0, 4.0), (0.0, 1.0)]), 2.0)
+
     def test_overhead_mode_never_rebuilds_the_index(self):
         S.require_torch(self)
         r = subprocess.run([sys.executable, SCRIPT, "overhead", "--calls", "200"], stdout=subprocess.PIPE,

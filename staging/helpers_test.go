@@ -4,9 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,6 +15,7 @@ import (
 
 	"github.com/gdsfs/gdsfs/gpu"
 	"github.com/gdsfs/gdsfs/gpu/host"
+	"github.com/gdsfs/gdsfs/internal/testkit/testfiles"
 	"github.com/gdsfs/gdsfs/internal/units"
 	"github.com/gdsfs/gdsfs/staging/triggers"
 	"github.com/gdsfs/gdsfs/staging/triggers/readahead"
@@ -259,26 +257,6 @@ func newQueue(opts Options, log *zap.Logger) Queue {
 	return triggers.NewQueue(opts.PrefetchQueue, opts.PrefetchWorkers, log)
 }
 
-func randomBytes(n int, seed uint64) []byte {
-	r := rand.New(rand.NewPCG(seed, 7))
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = byte(r.Uint32())
-	}
-	return b
-}
-
-func writeFile(t *testing.T, dir, rel string, data []byte) {
-	t.Helper()
-	p := filepath.Join(dir, rel)
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(p, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // regionBytes reads a region back through ReadAt.
 func regionBytes(t *testing.T, r gpu.Region) []byte {
 	t.Helper()
@@ -352,3 +330,9 @@ func (r *recorder) waitFor(t *testing.T, rel, state string) Event {
 		}
 	}
 }
+
+var (
+	randomBytes = testfiles.RandomBytes
+	writeFile   = testfiles.WriteFile
+	mapFile     = testfiles.MapFile
+)

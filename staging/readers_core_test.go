@@ -95,6 +95,17 @@ func lastCloseCache(t *testing.T, ctx context.Context) (c *Cache, core *lastClos
 	return c, core, record(t, c), checked
 }
 
+// closeWithStepsBetween closes f (R1) with steps run right after the
+// close's first question to the cache, or after the close where it asks
+// none.
+func closeWithStepsBetween(c *Cache, core *lastCloseCore, steps func()) {
+	core.arm(steps)
+	c.Closed("f") // R1
+	if step := core.disarm(); step != nil {
+		step()
+	}
+}
+
 // TestLastCloseAfterTheEntryLeftWaitsForTheReaders: two readers, R1 and
 // R2, close f while its resident entry leaves the cache (a change, or
 // LRU). Whichever close is the last counts down after the drop, finds f
@@ -112,15 +123,11 @@ func TestLastCloseAfterTheEntryLeftWaitsForTheReaders(t *testing.T) {
 	rec.waitFor(t, "f", StateResident)
 	c.Opened("f") // R1
 	c.Opened("f") // R2
-	core.arm(func() {
+	closeWithStepsBetween(c, core, func() {
 		c.Changed("f") // the resident entry leaves
 		rec.waitFor(t, "f", StateAbsent)
 		c.Closed("f") // R2
 	})
-	c.Closed("f") // R1
-	if step := core.disarm(); step != nil {
-		step() // R1's close asked nothing: the drop and R2's close follow it
-	}
 	if n, q := settlingWaits(c), core.queued.Load(); n != 1 || q != 0 {
 		t.Fatalf("last close of f, not staged when it counted down: %d settling waits, %d stagings queued at once; want 1, 0", n, q)
 	}
@@ -135,17 +142,13 @@ func TestLastCloseAfterTheFileWasStagedStagesAtOnce(t *testing.T) {
 	c, core, rec, checked := lastCloseCache(t, context.Background())
 	c.Opened("f") // R1
 	c.Opened("f") // R2
-	core.arm(func() {
+	closeWithStepsBetween(c, core, func() {
 		if _, err := c.Stage(context.Background(), "f"); err != nil { // f staged meanwhile
 			t.Error(err)
 		}
 		rec.waitFor(t, "f", StateResident)
 		c.Closed("f") // R2
 	})
-	c.Closed("f") // R1
-	if step := core.disarm(); step != nil {
-		step() // R1's close asked nothing: the staging and R2's close follow it
-	}
 	if n, q := settlingWaits(c), core.queued.Load(); n != 0 || q != 1 {
 		t.Fatalf("last close of f, resident when it counted down: %d settling waits, %d stagings queued at once; want 0, 1", n, q)
 	}

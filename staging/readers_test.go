@@ -3,7 +3,6 @@ package staging
 import (
 	"context"
 	"errors"
-	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -458,32 +457,6 @@ func TestReopenEndsTheSettlingWait(t *testing.T) {
 	if s := c.Stats(); s.Misses != 1 || s.Prefetches != 1 {
 		t.Fatalf("loads %d, prefetches %d: want 1 and 1", s.Misses, s.Prefetches)
 	}
-}
-
-// mapFile maps size bytes of path read-only, and closes its descriptor, as
-// a loader that reads the mapping after its close does. The mapping goes
-// when unmap is called, or when the test ends.
-func mapFile(t *testing.T, path string, size int) (unmap func()) {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ, unix.MAP_SHARED)
-	f.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var once sync.Once
-	unmap = func() {
-		once.Do(func() {
-			if err := unix.Munmap(m); err != nil {
-				t.Error(err)
-			}
-		})
-	}
-	t.Cleanup(unmap)
-	return unmap
 }
 
 // TestStagingAfterReadWaitsForTheReadersMapping: a warm load_file through

@@ -2,14 +2,14 @@ package triggers
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"runtime"
-	"sync"
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gdsfs/gdsfs/internal/testkit/testfiles"
 )
 
 // idleCore is a cache that stages nothing: the tests here look at the
@@ -24,52 +24,6 @@ func (idleCore) Done() <-chan struct{}      { return nil }
 func (idleCore) Prefetch(string) bool       { return false }
 func (idleCore) OpenSource(rel string) (*os.File, *unix.Stat_t, error) {
 	return nil, nil, os.ErrNotExist
-}
-
-func randomBytes(n int, seed uint64) []byte {
-	r := rand.New(rand.NewPCG(seed, 7))
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = byte(r.Uint32())
-	}
-	return b
-}
-
-func writeFile(t *testing.T, dir, rel string, data []byte) {
-	t.Helper()
-	p := filepath.Join(dir, rel)
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(p, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// mapFile maps size bytes of path read-only, and closes its descriptor, as
-// a loader that reads the mapping after its close does. The mapping goes
-// when unmap is called, or when the test ends.
-func mapFile(t *testing.T, path string, size int) (unmap func()) {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ, unix.MAP_SHARED)
-	f.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var once sync.Once
-	unmap = func() {
-		once.Do(func() {
-			if err := unix.Munmap(m); err != nil {
-				t.Error(err)
-			}
-		})
-	}
-	t.Cleanup(unmap)
-	return unmap
 }
 
 // TestPageCacheOf counts a real file's cached pages with cachestat.
@@ -239,3 +193,9 @@ func TestLastCloseEndedWhileItAsks(t *testing.T) {
 		}
 	}
 }
+
+var (
+	randomBytes = testfiles.RandomBytes
+	writeFile   = testfiles.WriteFile
+	mapFile     = testfiles.MapFile
+)

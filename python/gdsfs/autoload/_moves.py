@@ -374,7 +374,7 @@ def _source(torch, src, e, lease_ok):
     if not lease_ok(lease.is_gpu):
         raise Fallback("host-staged" if not lease.is_gpu else "device", _serve.socket_of(lease))
     if off % item == 0:
-        w = kept.typed(torch, src.dtype)  # one view of the whole file per dtype: a move makes one view
+        w = kept.typed(torch, src.dtype, item)  # one view of the whole file per dtype: a move makes one view
         v = torch.as_strided(w, src.shape, src.stride(), off // item)
     else:  # not element-aligned in the file: an aligned copy on the lease's device
         v = kept.whole(torch)[off:off + span].clone().view(src.dtype)
@@ -419,13 +419,12 @@ class _Kept:
             w = self._whole = self.lease.tensor(torch.uint8)
         return w
 
-    def typed(self, torch, dtype):
-        """The file's bytes as elements of dtype, from offset 0 (a tail
-        shorter than one element left out)."""
+    def typed(self, torch, dtype, item):
+        """The file's bytes as elements of dtype (item bytes each), from
+        offset 0 (a tail shorter than one element left out)."""
         t = self._typed.get(dtype)
         if t is None:
             w = self.whole(torch)
-            item = torch.empty((), dtype=dtype).element_size()
             t = self._typed[dtype] = w[:w.numel() - w.numel() % item].view(dtype)
         return t
 

@@ -485,7 +485,7 @@ func TestStagingAfterReadWaitsForTheReadersMapping(t *testing.T) {
 	rec.waitFor(t, "f", StateResident)
 }
 
-// TestSettlingKeepsTheEarlierReaders (found by a review): a reader that
+// TestSettlingKeepsTheEarlierReaders: a reader that
 // opens the file again ends the wait, but the process that mapped the
 // file before is still watched after that reader's close.
 func TestSettlingKeepsTheEarlierReaders(t *testing.T) {
@@ -509,7 +509,7 @@ func TestSettlingKeepsTheEarlierReaders(t *testing.T) {
 	rec.waitFor(t, "f", StateResident)
 }
 
-// TestReopenBeforeTheFirstCheck (found by a review): a reader opening the
+// TestReopenBeforeTheFirstCheck: a reader opening the
 // file while the first check after the last close runs leaves no wait and
 // no staging behind; its own close stages the file, once.
 func TestReopenBeforeTheFirstCheck(t *testing.T) {
@@ -530,7 +530,7 @@ func TestReopenBeforeTheFirstCheck(t *testing.T) {
 	}
 }
 
-// TestNoSettlingForAStagedFile (found by a review): the close of a file
+// TestNoSettlingForAStagedFile: the close of a file
 // already staged queues its (hit) staging at once, with no check.
 func TestNoSettlingForAStagedFile(t *testing.T) {
 	c, _, rec, _, _ := settleCache(t, func(o *triggers.AfterReadOptions) {

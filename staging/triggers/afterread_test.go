@@ -66,8 +66,8 @@ func TestPageCacheOf(t *testing.T) {
 }
 
 // TestProcessOf: the FUSE request names a thread; its process is what
-// maps files (defect found by a review: a thread that opened and mapped
-// the file, then exited, took its /proc/TID/maps with it).
+// maps files (a thread that opened and mapped the file, then exited,
+// took its /proc/TID/maps with it).
 func TestProcessOf(t *testing.T) {
 	got := make(chan uint32)
 	go func() {
@@ -119,7 +119,7 @@ func TestMappedBy(t *testing.T) {
 	}
 }
 
-// TestReopenKeepsTheNewestOpener (found by a review): a reopen during a
+// TestReopenKeepsTheNewestOpener: a reopen during a
 // wait that watched four processes kept those four and dropped the
 // process that had just opened the file.
 func TestReopenKeepsTheNewestOpener(t *testing.T) {

@@ -94,7 +94,8 @@ type Options struct {
 	// (gpu.Options.WarmChunks).
 	WarmChunks int `yaml:"warm_chunks"`
 	// Read-ahead across files and access traces (readahead.go): the files
-	// and bytes planned ahead of readers at once (0 files: off), the
+	// planned ahead of readers at once (0: off; a directory whose readers
+	// spread over more gets as many), the bytes planned at once, the
 	// accesses recorded in .gdsfs/trace (0: none), and a trace staged in
 	// its order at start ("": none).
 	ReadAheadFiles int        `yaml:"readahead_files"`

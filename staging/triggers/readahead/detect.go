@@ -46,6 +46,13 @@ func (r *ReadAhead) observe(d *dirState, name string) {
 	if i, ok := l.index[name]; ok {
 		d.name.step(int64(i), lim)
 	}
+	// The order seen before keeps the widest spread name order measured
+	// while it followed the readers (run.carried).
+	defer func() {
+		if d.hist.valid {
+			d.hist.carried = max(d.hist.carried, r.spread(&d.name, len(l.names)))
+		}
+	}()
 	if d.log.recent(name, 2*slack) {
 		return // a re-open: nothing new
 	}
@@ -108,35 +115,58 @@ type guess struct {
 	size int64
 }
 
-// predict returns up to n files d's reader is expected to open next, best
-// first: the order seen before when it is followed, else name order.
-func (r *ReadAhead) predict(d *dirState, n int) []guess {
+// predict returns the files d's readers are expected to open next, best
+// first: the order seen before when it is followed, else name order; and
+// how many files the readers spread over (spread, 0 unless several
+// readers follow the order): as name order measures it, or, where the
+// order seen before predicts, the widest it was while that run followed
+// them. It returns up to max(n, spread) files.
+func (r *ReadAhead) predict(d *dirState, n int) (out []guess, spread int) {
 	if n <= 0 || r.seq-d.last > int64(r.tune.Idle) {
-		return nil
+		return nil, 0
 	}
 	files := len(d.listOrEmpty().names)
 	if files < MinDirFiles {
-		return nil
+		return nil, 0
 	}
 	minRun := r.minRun(files)
 	hist, byName := d.hist.confident(minRun), d.name.confident(minRun)
 	if !hist && !byName {
-		return nil
+		return nil, 0
 	}
 	l := r.listed(d, "")
+	s := r.spread(&d.name, files)
 	if hist {
-		if g := r.predictHistory(d, l, n); len(g) > 0 {
-			return g
+		hs := max(s, d.hist.carried)
+		if g := r.predictHistory(d, l, max(n, hs)); len(g) > 0 {
+			return g, hs
 		}
 	}
 	if !byName {
-		return nil
+		return nil, 0
 	}
-	var out []guess
-	for _, i := range d.name.next(n, int64(len(l.names))) {
+	for _, i := range d.name.next(max(n, s), int64(len(l.names))) {
 		out = append(out, guess{join(d.dir, l.names[i]), l.sizes[i]})
 	}
-	return out
+	return out, s
+}
+
+// spread is how many files the readers of rn (d's name-order run) spread
+// over, in a directory of n files: 0 for a lone reader (reach 0) or a run
+// not sure yet; else reach+1 (from the slowest reader's position to the
+// furthest a reader went beyond it), as far as the run follows its
+// readers (a quarter of the directory from 64 files on, its young limit
+// below) and at most MaxFiles. The readers take the files of that stretch
+// nobody accessed yet next, and the window holds at least as many. Only
+// name order measures it: a name has up to maxOccurrences positions in the
+// order seen before and that run takes whichever fits, so in random order
+// its reach grows by chance.
+func (r *ReadAhead) spread(rn *run, n int) int {
+	if !rn.valid || !rn.sure || rn.reach == 0 {
+		return 0
+	}
+	lim := r.limits(n)
+	return int(min(rn.reach+1, max(lim.ahead, lim.wide), MaxFiles))
 }
 
 // predictHistory walks d's log forward from the history run's low,

@@ -23,8 +23,10 @@
 // events and drops accesses rather than wait), never ask the cache to
 // evict anything (MayEvict only says what a read-ahead load may displace),
 // never call the cache from a hook the cache calls under its lock, and
-// never plan more than Options.Files files and Options.Bytes bytes at
-// once (a replay with read-ahead off: one file at a time). It does not
+// never plan more than Options.Bytes bytes at once, nor more files than
+// Options.Files, or the files several readers of a directory spread over
+// where that is more (MaxFiles in all; a replay with read-ahead off: one
+// file at a time). It does not
 // import staging: the cache calls it and hands it triggers.Core.
 // INTEGRATION.md says where each call goes.
 package readahead

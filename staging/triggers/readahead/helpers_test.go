@@ -146,7 +146,7 @@ func (c *fakeCache) check() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	files, bytes := r.budget()
-	n, sum := 0, int64(0)
+	n, sum, spread := 0, int64(0), 0
 	for _, d := range r.dirs {
 		for _, it := range d.window {
 			if r.items[it.Rel] != it || it.owner != d {
@@ -155,6 +155,17 @@ func (c *fakeCache) check() {
 			n++
 			sum += it.Size
 		}
+		// A window of several readers covers their spread; any other
+		// holds at most its share of files.
+		size := len(d.listOrEmpty().names)
+		s := max(r.spread(&d.name, size), d.hist.carried)
+		if len(d.window) > max(files, s) {
+			c.t.Fatalf("%s's window holds %d files: over the bound of %d files and its readers' spread of %d", d.dir, len(d.window), files, s)
+		}
+		spread = max(spread, s)
+	}
+	if spread > 0 {
+		files = MaxFiles
 	}
 	var fb int64
 	for rel, it := range r.replay.flight {

@@ -9,7 +9,12 @@ import (
 // Options are the read-ahead and trace keys of the staging section of
 // config.yaml (staging.readahead_files, ...); errors name those keys.
 type Options struct {
-	// Files bounds the files planned at once (0: read-ahead off).
+	// Files is the files planned at once, shared among the directories
+	// that predict (0: read-ahead off). It is a floor, not a ceiling: a
+	// directory whose readers follow name order together, spread over more
+	// files than its share (DataLoader workers), gets as many, up to a
+	// quarter of the directory and MaxFiles in all. Bytes still bounds
+	// them all.
 	Files int `yaml:"readahead_files"`
 	// Bytes bounds their sizes added up. A file larger than Bytes is
 	// never read ahead.

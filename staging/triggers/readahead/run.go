@@ -26,6 +26,11 @@ type run struct {
 	// fit came lately (each fit takes one off).
 	alt    *run
 	strays int
+	// carried: the most files the readers were seen to spread over in
+	// name order while this run (of the order seen before) followed them;
+	// it carries that spread across the epoch's wrap-around, where name
+	// order restarts.
+	carried int
 }
 
 // limits are how far the accesses of readers following one order spread.

@@ -21,6 +21,10 @@ func (r *ReadAhead) budget() (files int, bytes int64) {
 // replan recomputes every window for what the detector predicts now,
 // shares the bound among the directories that predict (most recently
 // accessed first) and the replay, and returns the difference as a Plan.
+// A directory whose readers spread over more files than its share
+// (predict's spread) takes as many beyond it, without taking the
+// replay's share; MaxFiles bounds the files of all windows and the
+// replay's flight together.
 // r.mu must be held.
 func (r *ReadAhead) replan(at uint64) Plan {
 	p := Plan{Cancel: r.cancels}
@@ -29,12 +33,13 @@ func (r *ReadAhead) replan(at uint64) Plan {
 	type want struct {
 		d       *dirState
 		guesses []guess
+		spread  int // the files its readers spread over (0: one reader)
 	}
 	var active []want
 	if r.opts.Files > 0 {
 		for _, d := range r.dirs {
-			if g := r.predict(d, files); len(g) > 0 {
-				active = append(active, want{d, g})
+			if g, s := r.predict(d, files); len(g) > 0 {
+				active = append(active, want{d, g, s})
 			}
 		}
 	}
@@ -53,12 +58,17 @@ func (r *ReadAhead) replan(at uint64) Plan {
 	for _, d := range stopped {
 		r.setWindow(d, nil, at, &p)
 	}
-	usedFiles, usedBytes := 0, int64(0)
+	// usedFiles counts the files taken within the shares (what is left
+	// of files goes to the replay); allFiles counts every file taken.
+	usedFiles, allFiles, usedBytes := 0, 0, int64(0)
 	for i, w := range active {
-		nf := files / k
+		share := files / k
 		if i < files%k {
-			nf++
+			share++
 		}
+		// Readers spread over more files than the share: the window
+		// covers them. MaxFiles bounds the windows in all.
+		nf := min(max(share, w.spread), MaxFiles-allFiles)
 		var take []guess
 		var sum int64
 		for _, g := range w.guesses {
@@ -69,10 +79,11 @@ func (r *ReadAhead) replan(at uint64) Plan {
 			sum += g.size
 		}
 		r.setWindow(w.d, take, at, &p)
-		usedFiles += len(take)
+		usedFiles += min(len(take), share)
+		allFiles += len(take)
 		usedBytes += sum
 	}
-	r.pace(files-usedFiles, bytes-usedBytes, &p)
+	r.pace(min(files-usedFiles, MaxFiles-allFiles), bytes-usedBytes, &p)
 	p.Cancel = append(p.Cancel, r.cancels...) // directories forgotten meanwhile
 	r.cancels = nil
 	r.publish()

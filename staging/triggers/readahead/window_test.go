@@ -1,6 +1,7 @@
 package readahead
 
 import (
+	"math/rand/v2"
 	"slices"
 	"testing"
 )
@@ -239,5 +240,25 @@ func TestReplayTeachesTheOrder(t *testing.T) {
 	c.open(trace[:4]...)
 	if got, want := c.window(), sorted(trace[4:6]); !slices.Equal(got, want) {
 		t.Fatalf("window %q, want the trace's next two %q", got, want)
+	}
+}
+
+// A directory whose readers spread wider than its share takes the files
+// beyond its share without taking the replay's: with readahead_files 4,
+// a directory and a replay, the replay keeps 2 files in flight while 8
+// workers' window holds more than 4.
+func TestReplayKeepsItsShareBesideAWideWindow(t *testing.T) {
+	c := newFake(t, Defaults(), Tuning{}, map[string][]Entry{"d": shards(1000, 1), "r": shards(100, 1)})
+	order := dataLoaderAccesses(1000, 8, 1, 2, 4, rand.New(rand.NewPCG(1, 1000)))
+	c.open(seq("d", order[:200]...)...)
+	c.apply(c.ra.Replay(seq("r", span(0, 100)...), c.tick()))
+	for _, i := range order[200:300] {
+		c.open(name("d", i))
+		c.ra.mu.Lock()
+		flight, window := len(c.ra.replay.flight), len(c.ra.dirs["d"].window)
+		c.ra.mu.Unlock()
+		if flight != 2 || window <= 4 {
+			t.Fatalf("after d/%d: %d replayed files in flight, %d in d's window: want 2, and more than 4", i, flight, window)
+		}
 	}
 }

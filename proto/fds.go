@@ -69,8 +69,13 @@ type Reader struct {
 
 // NewReader reads lines of at most max bytes from c.
 func NewReader(c *net.UnixConn, max int) *Reader {
-	return &Reader{c: c, max: max, rbuf: make([]byte, 64<<10), oob: make([]byte, unix.CmsgSpace(MaxFDs*4))}
+	return &Reader{c: c, max: max, rbuf: make([]byte, minRead), oob: make([]byte, unix.CmsgSpace(MaxFDs*4))}
 }
+
+// A Reader's receive buffer starts at minRead bytes (most answers fit: a
+// connection made for one lease zeroes no more) and doubles, up to
+// maxRead, each time a read fills it.
+const minRead, maxRead = 4 << 10, 64 << 10
 
 // Next returns the next line (without its '\n') and its descriptors, which
 // the caller owns. With ErrTruncated it still returns the whole line and
@@ -107,6 +112,9 @@ func (r *Reader) Next() ([]byte, []int, error) {
 				r.trunc[idx] = true
 			}
 			r.buf = append(r.buf, r.rbuf[:n]...)
+			if n == len(r.rbuf) && n < maxRead {
+				r.rbuf = make([]byte, 2*n)
+			}
 		}
 		switch {
 		case err != nil:

@@ -193,6 +193,38 @@ func TestManyDescriptors(t *testing.T) {
 	}
 }
 
+// TestLongLinesWithDescriptors: lines longer than the reader's first
+// receive buffer, many times over, each with descriptors, and short ones
+// between them: every line comes whole with exactly its own.
+func TestLongLinesWithDescriptors(t *testing.T) {
+	a, b := pair(t)
+	null, _ := os.Open("/dev/null")
+	defer null.Close()
+	fd := int(null.Fd())
+	sizes := []int{10, minRead - 1, minRead, minRead + 1, 3 * minRead, 10, maxRead + 7, 5 * maxRead, 10}
+	line := func(i, n int) string {
+		head := fmt.Sprintf(`{"i":%d,"pad":"`, i)
+		return head + strings.Repeat("x", max(0, n-len(head)-2)) + `"}`
+	}
+	go func() {
+		for i, n := range sizes {
+			fds := make([]int, i%3)
+			for k := range fds {
+				fds[k] = fd
+			}
+			Send(a, []byte(line(i, n)+"\n"), fds)
+		}
+	}()
+	r := NewReader(b, 1<<20)
+	for i, n := range sizes {
+		got, fds, err := r.Next()
+		if err != nil || string(got) != line(i, n) || len(fds) != i%3 {
+			t.Fatalf("line %d (%d bytes): %d bytes, %d descriptors, %v; want %d descriptors", i, n, len(got), len(fds), err, i%3)
+		}
+		CloseFDs(fds)
+	}
+}
+
 // TestTruncatedDescriptors: a reader with no room for an answer's
 // descriptors (RLIMIT_NOFILE, in a child process) gets ErrTruncated with
 // the whole line, and the next line is read in step.

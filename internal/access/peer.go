@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -19,9 +20,10 @@ const pidfdThread = unix.O_EXCL
 // Peer returns the credentials of the process at the other end of the
 // connected Unix socket fd, as the kernel recorded them when it connected:
 // uid and gid (SO_PEERCRED: its effective ids), supplementary groups
-// (SO_PEERGROUPS), and its effective capabilities, read from
-// /proc/PID/status of the process the socket's pidfd names (SO_PEERPIDFD;
-// pidfd_open of SO_PEERCRED's pid before Linux 6.5). The capabilities are
+// (SO_PEERGROUPS), and its effective capabilities, those of the process
+// the socket's pidfd names (SO_PEERPIDFD; pidfd_open of SO_PEERCRED's pid
+// before Linux 6.5), read by capget with its ids from the pidfd
+// (PIDFD_GET_INFO; from /proc/PID/status before Linux 6.13). They are
 // taken only while that process's effective ids are SO_PEERCRED's, it
 // lives in the daemon's user namespace, and its pidfd shows it alive after
 // the read (so the pid was not reused meanwhile): otherwise the peer has
@@ -54,10 +56,70 @@ func Peer(fd int) (Cred, error) {
 		return c, nil // no pidfd: nothing proves whose /proc entry it would be
 	}
 	defer unix.Close(pidfd)
-	if p, err := procCred(uc.Pid, pidfd, effectiveIDs, uc.Uid, uc.Gid); err == nil {
-		c.Caps = p.Caps
+	caps, err := pidfdCaps(uc.Pid, pidfd, uc.Uid, uc.Gid)
+	if errors.Is(err, errNoPidfdInfo) {
+		var p Cred
+		p, err = procCred(uc.Pid, pidfd, effectiveIDs, uc.Uid, uc.Gid)
+		caps = p.Caps
+	}
+	if err == nil {
+		c.Caps = caps
 	}
 	return c, nil
+}
+
+// errNoPidfdInfo: the kernel answers no PIDFD_GET_INFO with credentials
+// (before Linux 6.13).
+var errNoPidfdInfo = errors.New("PIDFD_GET_INFO with credentials is not supported")
+
+// pidfdCaps is procCred's answer on a peer's capabilities (effective ids)
+// without reading /proc/PID/status, which costs more than the rest of a
+// connection's setup: the effective ids of the process pidfd names
+// (PIDFD_GET_INFO) must be uid and gid before and after its capabilities
+// are read (capget of pid), it must live in the daemon's user namespace,
+// and pidfd must still name a live process after the reads (so pid was
+// not reused meanwhile). errNoPidfdInfo where the kernel cannot say.
+func pidfdCaps(pid int32, pidfd int, uid, gid uint32) (uint64, error) {
+	ids := func() error {
+		info := unix.PidfdInfo{Mask: unix.PIDFD_INFO_CREDS}
+		err := unix.IoctlPidfdInfo(pidfd, &info)
+		switch {
+		case err == unix.ENOTTY || err == unix.EINVAL || err == unix.EOPNOTSUPP:
+			return errNoPidfdInfo
+		case err != nil:
+			return fmt.Errorf("PIDFD_GET_INFO of pid %d: %w", pid, err)
+		case info.Mask&unix.PIDFD_INFO_CREDS == 0:
+			return errNoPidfdInfo
+		case info.Euid != uid || info.Egid != gid:
+			return fmt.Errorf("pid %d: its effective ids (%d, %d) are no longer uid %d gid %d", pid, info.Euid, info.Egid, uid, gid)
+		}
+		return nil
+	}
+	if err := ids(); err != nil {
+		return 0, err
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3, Pid: pid}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return 0, fmt.Errorf("capget of pid %d: %w", pid, err)
+	}
+	caps := uint64(data[0].Effective) | uint64(data[1].Effective)<<32
+	if caps != 0 {
+		same, err := sameUserNS(pid)
+		if err != nil {
+			return 0, err
+		}
+		if !same {
+			caps = 0
+		}
+	}
+	if err := ids(); err != nil {
+		return 0, err
+	}
+	if err := unix.PidfdSendSignal(pidfd, 0, nil, 0); err != nil {
+		return 0, fmt.Errorf("pid %d exited while its capabilities were read: %w", pid, err)
+	}
+	return caps, nil
 }
 
 // peerGroups reads SO_PEERGROUPS: the supplementary groups the peer had
@@ -158,12 +220,23 @@ func idIs(line string, i int, id uint32) bool {
 	return len(f) == 4 && f[i] == strconv.FormatUint(uint64(id), 10)
 }
 
+// ownUserNS is the daemon's user namespace (a process of several threads
+// cannot move to another).
+var ownUserNS = sync.OnceValues(func() (unix.Stat_t, error) {
+	var st unix.Stat_t
+	if err := unix.Stat("/proc/self/ns/user", &st); err != nil {
+		return st, fmt.Errorf("own user namespace: %w", err)
+	}
+	return st, nil
+})
+
 // sameUserNS says whether pid lives in the daemon's user namespace.
 func sameUserNS(pid int32) (bool, error) {
-	var mine, theirs unix.Stat_t
-	if err := unix.Stat("/proc/self/ns/user", &mine); err != nil {
-		return false, fmt.Errorf("own user namespace: %w", err)
+	mine, err := ownUserNS()
+	if err != nil {
+		return false, err
 	}
+	var theirs unix.Stat_t
 	if err := unix.Stat(fmt.Sprintf("/proc/%d/ns/user", pid), &theirs); err != nil {
 		if errors.Is(err, unix.ENOENT) {
 			return false, fmt.Errorf("pid %d: gone: %w", pid, err)

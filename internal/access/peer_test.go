@@ -1,6 +1,7 @@
 package access
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -172,5 +173,92 @@ func TestPeerCapabilitiesGainedByExec(t *testing.T) {
 	got, err := Peer(int(f.Fd()))
 	if err != nil || got.UID != 65534 || got.Caps != 0 {
 		t.Fatalf("a peer that gained capabilities by exec after connecting: %v %v, want uid 65534 with no capability", got, err)
+	}
+}
+
+// TestPeerCapabilitiesOfALivePeer: a live uid-0 peer whose bounding set
+// lacks CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH has its own effective
+// capabilities, not the daemon's, read through its pidfd (PIDFD_GET_INFO
+// and capget), and /proc/PID/status (what kernels before Linux 6.13 are
+// asked) gives the same.
+func TestPeerCapabilitiesOfALivePeer(t *testing.T) {
+	needRoot(t)
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		t.Skip("SKIPPED: setpriv (util-linux) is needed to start a peer with fewer capabilities")
+	}
+	drop := "-dac_override,-dac_read_search"
+	if out, err := exec.Command(setpriv, "--bounding-set", drop, "--", "true").CombinedOutput(); err != nil {
+		t.Skipf("SKIPPED: setpriv cannot drop capabilities from the bounding set here: %v\n%s", err, out)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sleep, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "s")
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: p, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	cmd := exec.Command(setpriv, "--bounding-set", drop, "--", self)
+	cmd.Env = []string{"GDSFS_ACCESS_TEST_CONNECT=" + p, "GDSFS_ACCESS_TEST_EXEC=" + sleep}
+	cmd.ExtraFiles = []*os.File{w}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	if _, err := io.ReadAll(r); err != nil { // EOF: the peer has connected and executed sleep
+		t.Fatal(err)
+	}
+	c, err := ln.AcceptUnix()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	f, err := c.File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	fd := int(f.Fd())
+	want := Daemon().Caps &^ (1<<unix.CAP_DAC_OVERRIDE | 1<<unix.CAP_DAC_READ_SEARCH)
+	got, err := Peer(fd)
+	if err != nil || got.UID != 0 || got.Caps != want {
+		t.Fatalf("a live root peer without dac_override and dac_read_search: %v %v, want uid 0 with caps %#x", got, err, want)
+	}
+	uc, err := unix.GetsockoptUcred(fd, unix.SOL_SOCKET, unix.SO_PEERCRED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pidfd, err := unix.PidfdOpen(int(uc.Pid), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(pidfd)
+	byStatus, err := procCred(uc.Pid, pidfd, effectiveIDs, 0, 0)
+	if err != nil || byStatus.Caps != want {
+		t.Fatalf("/proc/%d/status: caps %#x (%v), want %#x", uc.Pid, byStatus.Caps, err, want)
+	}
+	byPidfd, err := pidfdCaps(uc.Pid, pidfd, 0, 0)
+	if errors.Is(err, errNoPidfdInfo) {
+		t.Logf("this kernel answers no PIDFD_GET_INFO: Peer read /proc/%d/status", uc.Pid)
+		return
+	}
+	if err != nil || byPidfd != want {
+		t.Fatalf("pidfd and capget: caps %#x (%v), want %#x", byPidfd, err, want)
+	}
+	if _, err := pidfdCaps(uc.Pid, pidfd, 65534, 0); err == nil || errors.Is(err, errNoPidfdInfo) {
+		t.Fatalf("pidfd and capget asked for uid 65534 of a root peer: %v, want an error naming its ids", err)
 	}
 }

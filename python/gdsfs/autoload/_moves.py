@@ -490,6 +490,7 @@ def _lease(e, ident):
     if lease.size != ident[0] or lease.generation != gen:
         lease.close()
         raise Fallback("file-changed", _serve.socket_of(lease))
+    _check_leased_file(e, ident, lease)
     old = []
     with _lock:
         if not lease._m.cache:  # the daemon is short of room: keep no other file
@@ -503,6 +504,30 @@ def _lease(e, ident):
             old.append(_leases.pop(next(iter(_leases))))
     _close(old)
     return kept
+
+
+def _check_leased_file(e, ident, lease):
+    """Fallback (the lease closed) unless the lease, asked for by path,
+    holds e's file: the kernel may answer a stat of the path from its cache
+    for a while after SOURCE's file was replaced (renamed over), so
+    _identity's check cannot tell, while the daemon staged the file the
+    path names in SOURCE. The daemon can: its user.gdsfs.state of the node
+    the path reaches is an error (ESTALE, ENOENT) once SOURCE's path names
+    another file; where the kernel looked the name up again, the node is
+    the new file's, which _identity tells from e's. Checked after the
+    lease was taken, so a file replaced before the lease is caught too."""
+    try:
+        os.getxattr(e.path, "user.gdsfs.state")
+        if _identity(e) != ident:
+            raise Fallback("file-changed")
+    except OSError as err:
+        lease.close()
+        _drop(e.key)
+        raise Fallback("file-replaced", _serve.socket_of(lease), str(err)) from None
+    except Fallback as f:
+        lease.close()
+        f.socket = f.socket or _serve.socket_of(lease)
+        raise
 
 
 def _drop(key, keep=None, path=None):

@@ -42,13 +42,14 @@ var connectTimeout = 10 * time.Second
 // untrusted counts the connections refused because of who listened.
 var untrusted atomic.Uint64
 
-// Untrusted is how many connections this process refused because the
-// socket's listener was neither root nor the mount's owner.
+// Untrusted is how many connections this process refused because of the
+// socket's listener (see UntrustedError).
 func Untrusted() uint64 { return untrusted.Load() }
 
-// UntrustedError is a lease socket served by a uid that is neither root
-// nor the mount's owner: nothing was sent to it. errors.Is(err,
-// syscall.EPERM) works on it.
+// UntrustedError is a lease socket served by a uid other than the mount's
+// owner (root for a mount root made), or, where no mount names one, by
+// neither root nor this process's euid: nothing was sent to it.
+// errors.Is(err, syscall.EPERM) works on it.
 type UntrustedError struct {
 	Socket string
 	Peer   uint32 // the listener's uid (SO_PEERCRED)
@@ -56,7 +57,7 @@ type UntrustedError struct {
 }
 
 func (e *UntrustedError) Error() string {
-	want := fmt.Sprintf("root or the mount's owner (uid %d)", e.Owner)
+	want := fmt.Sprintf("the mount's owner (uid %d)", e.Owner)
 	if e.Owner < 0 {
 		want = fmt.Sprintf("root or this process's uid (%d)", os.Geteuid())
 	}
@@ -68,13 +69,13 @@ func (e *UntrustedError) Unwrap() error { return syscall.EPERM }
 
 // Dial connects to a lease socket whose listener must be root or this
 // process's euid (see UntrustedError); Open, Stat and Wait instead want
-// root or the owner of the mount the path is on.
+// the owner of the mount the path is on.
 func Dial(socket string) (*Conn, error) { return dial(socket, -1) }
 
 // DialMount connects to the lease socket of the gdsfs mount path is on,
-// accepting as its listener root or that mount's owner (a root process
-// may so talk to the daemon of another user's mount), and returns the
-// path to send for path.
+// accepting as its listener that mount's owner only (a root process may
+// so talk to the daemon of another user's mount, never another daemon
+// root runs), and returns the path to send for path.
 func DialMount(path string) (c *Conn, rel string, err error) {
 	t, err := find(path)
 	if err != nil {
@@ -85,8 +86,8 @@ func DialMount(path string) (c *Conn, rel string, err error) {
 }
 
 // dial connects to socket and checks its listener's uid (SO_PEERCRED)
-// before anything is sent: root, or owner (this process's euid when
-// owner < 0).
+// before anything is sent: owner, or root or this process's euid when
+// owner < 0 (checkPeer).
 func dial(socket string, owner int) (*Conn, error) {
 	d := net.Dialer{Timeout: connectTimeout}
 	nc, err := d.Dial("unix", socket)
@@ -101,7 +102,11 @@ func dial(socket string, owner int) (*Conn, error) {
 	return &Conn{socket: socket, c: c, r: proto.NewReader(c, proto.MaxAnswer)}, nil
 }
 
-// checkPeer reads who listens on c and refuses anyone but root or owner.
+// checkPeer reads who listens on c and refuses anyone but owner (the
+// mount's owner: its daemon runs as that uid), or, for owner < 0, anyone
+// but root or this process's euid. Root is not taken for another uid's
+// mount: a root listener there is the daemon of another mount (root's),
+// which would lease the file of the same relative path in its own SOURCE.
 func checkPeer(c *net.UnixConn, socket string, owner int) error {
 	raw, err := c.SyscallConn()
 	if err != nil {
@@ -112,11 +117,11 @@ func checkPeer(c *net.UnixConn, socket string, owner int) error {
 	if cerr != nil || err != nil {
 		return fmt.Errorf("gdsfs socket %s: reading its listener's credentials: %w", socket, errors.Join(cerr, err))
 	}
-	want := owner
-	if want < 0 {
-		want = os.Geteuid()
+	ok := int64(cred.Uid) == int64(owner)
+	if owner < 0 {
+		ok = cred.Uid == 0 || int64(cred.Uid) == int64(os.Geteuid())
 	}
-	if cred.Uid != 0 && int64(cred.Uid) != int64(want) {
+	if !ok {
 		untrusted.Add(1)
 		return &UntrustedError{Socket: socket, Peer: cred.Uid, Owner: owner}
 	}

@@ -6,7 +6,7 @@
 // libcuda.so.1, loaded at run time without cgo) on a GPU, a host mapping
 // on the host backend. Shared-mode leases are mapped read-only. A path
 // under no gdsfs mount is never sent, and before anything is sent the
-// socket's listener (SO_PEERCRED) must be root or the mount's owner
+// socket's listener (SO_PEERCRED) must be the mount's owner
 // (UntrustedError otherwise; docs/security.md).
 //
 // Each file is held over its own connection (OpenMany: one per batch):

@@ -125,7 +125,7 @@ func resolve(path string) (string, error) {
 type target struct {
 	socket, rel string
 	mnt         string // the mount point the path is under
-	owner       int    // the mount's user_id (-1: unknown): the uid its daemon must run as, or root
+	owner       int    // the mount's user_id (-1: unknown): the uid its daemon must run as
 }
 
 // Locate finds the lease socket for path and the path to send: the

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -128,6 +129,52 @@ func TestPlantedSocketRefused(t *testing.T) {
 	}
 	if got := stop(); got != "got 0 0 0 0 0" {
 		t.Errorf("the planted daemon reports %q; want 5 connections that sent nothing", got)
+	}
+}
+
+// TestRootListenerRefusedForAnotherUsersMount: a mount owned by uid 65534
+// (one that user made) whose .gdsfs/socket names a socket root listens on
+// (the daemon of root's own mount, serving another SOURCE) gets nothing:
+// its daemon runs as its owner, and root's would lease the file of the
+// same relative path in its own SOURCE.
+func TestRootListenerRefusedForAnotherUsersMount(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("SKIPPED: a root listener for a mount of uid 65534 needs root")
+	}
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "roots.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan int)
+	go func() { // reads each connection's first line, answers nothing
+		n := 0
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				got <- n
+				return
+			}
+			line, _ := bufio.NewReader(c).ReadString('\n')
+			c.Close()
+			n += len(line)
+		}
+	}()
+	mnt := filepath.Join(dir, "mnt")
+	os.MkdirAll(filepath.Join(mnt, ".gdsfs"), 0o755)
+	os.WriteFile(filepath.Join(mnt, ".gdsfs", "socket"), []byte(sock+"\n"), 0o644)
+	t.Cleanup(MountinfoForTest([]byte(fmt.Sprintf("22 1 8:1 / / rw - ext4 /dev/sda1 rw\n40 22 0:99 / %s rw - fuse.gdsfs /src rw,user_id=65534,group_id=65534\n",
+		escapeMount(mnt)))))
+	DropCache()
+	_, err = Open(filepath.Join(mnt, "model.pt"))
+	var ue *UntrustedError
+	if !errors.As(err, &ue) || ue.Peer != 0 || ue.Owner != 65534 || !errors.Is(err, syscall.EPERM) {
+		t.Errorf("Open through root's socket for a mount of uid 65534: %v; want an UntrustedError", err)
+	}
+	l.Close()
+	if n := <-got; n != 0 {
+		t.Errorf("root's socket was sent %d bytes", n)
 	}
 }
 

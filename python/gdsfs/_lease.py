@@ -469,7 +469,7 @@ def open(path, *, socket=None, timeout=None, device=None, room_wait=None):  # no
     from an earlier lease is leased again in one round trip, with no
     descriptors, if it has not changed. socket: the lease socket of path's
     mount (default: env GDSFS_SOCKET, else the mount's .gdsfs/socket); its
-    listener must be root or the mount's owner (UntrustedDaemonError).
+    listener must be the mount's owner (UntrustedDaemonError).
     timeout: seconds for socket operations (default: wait as long as the
     daemon does, bounded by its ipc.acquire_timeout; connecting takes at
     most gdsfs._proto.CONNECT_TIMEOUT). device: where the lease should be ("GPU-...",

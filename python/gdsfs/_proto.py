@@ -42,15 +42,16 @@ class NotMountedError(OSError):
 
 
 class UntrustedDaemonError(PermissionError):
-    """The lease socket's listener is neither root nor the mount's owner:
-    nothing was sent to it (errno EPERM). Attributes: socket, peer_uid,
-    owner."""
+    """The lease socket's listener is not the mount's owner (the uid its
+    daemon runs as; root for a mount root made), or, where no mount names
+    one, neither root nor this process's uid: nothing was sent to it
+    (errno EPERM). Attributes: socket, peer_uid, owner."""
 
     def __init__(self, socket_path, peer_uid, owner):
         if owner is None:
             want = "root or this process's uid (%d)" % os.geteuid()
         else:
-            want = "root or the mount's owner (uid %d)" % owner
+            want = "the mount's owner (uid %d)" % owner
         super().__init__(_errno.EPERM, "gdsfs socket %s: served by uid %d, not %s: refused, nothing was sent"
                          % (socket_path, peer_uid, want))
         self.socket, self.peer_uid, self.owner = socket_path, peer_uid, owner
@@ -63,11 +64,15 @@ def untrusted():
 
 
 def _check_peer(s, path, owner):
-    """Refuse a listener other than root or owner (this process's euid when
-    owner is None), by the socket's SO_PEERCRED."""
+    """Refuse a listener other than owner (the mount's owner: its daemon
+    runs as that uid), or, when owner is None, other than root or this
+    process's euid, by the socket's SO_PEERCRED. Root is not taken for
+    another uid's mount: a root listener there is the daemon of another
+    mount (root's), which would lease the file of the same relative path
+    in its own SOURCE."""
     _, uid, _ = _UCRED.unpack(s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size))
-    want = os.geteuid() if owner is None else owner
-    if uid != 0 and uid != want:
+    ok = uid == owner if owner is not None else uid in (0, os.geteuid())
+    if not ok:
         with _untrusted_lock:
             _untrusted[0] += 1
         raise UntrustedDaemonError(path, uid, owner)
@@ -188,7 +193,7 @@ class Conn:
     releases are sent without waiting (their answers are read before the
     next request).
 
-    The listener must be root or owner (the mount's user_id; None: this
+    The listener must be owner (the mount's user_id; None: root or this
     process's euid), checked before anything is sent
     (UntrustedDaemonError). Connecting takes at most CONNECT_TIMEOUT (or
     timeout, if smaller); timeout then bounds each socket operation (None:

@@ -520,6 +520,50 @@ class TrustTests(unittest.TestCase):
         self.assertEqual(proc.stdout.readline().split(), [b"got"] + [b"0"] * 5,
                          "the planted daemon was sent something")
 
+    def test_root_listener_refused_for_another_users_mount(self):
+        """A mount owned by uid 65534 (one that user made, fuse.gdsfs by
+        its subtype) whose .gdsfs/socket names a socket root listens on
+        (the daemon of root's own mount, which serves another SOURCE):
+        nothing is sent to it. Its daemon runs as its owner; root's daemon
+        would lease the file of the same relative path in its own SOURCE,
+        bytes the plain read of the mount never shows."""
+        if os.geteuid() != 0:
+            self.skipTest(_support.loud("SKIPPED: a mount of uid 65534 served by root needs root"))
+        d = _support.tmpdir()
+        sock = os.path.join(d, "roots.sock")
+        srv = socket.socket(socket.AF_UNIX)
+        self.addCleanup(srv.close)
+        srv.bind(sock)
+        srv.listen(8)
+        got = []
+
+        def serve():  # reads each connection's first line, answers nothing
+            while True:
+                try:
+                    c, _ = srv.accept()
+                except OSError:
+                    return
+                with c:
+                    got.append(c.makefile("rb").readline())
+
+        t = threading.Thread(target=serve, daemon=True)
+        t.start()
+        mnt = os.path.realpath(os.path.join(d, "mnt"))
+        self.mount_at(mnt, sock, owner=_support.NOBODY)
+        f = os.path.join(mnt, "model.pt")
+        with self.assertRaises(gdsfs.UntrustedDaemonError) as cm:
+            gdsfs.open(f)
+        e = cm.exception
+        self.assertEqual((e.errno, e.peer_uid, e.owner), (errno.EPERM, 0, _support.NOBODY))
+        from gdsfs.autoload import _serve
+
+        with self.assertRaises(_serve.Fallback) as cm:
+            _serve.acquire(f)
+        self.assertEqual(cm.exception.reason, "untrusted-daemon")
+        srv.shutdown(socket.SHUT_RDWR)
+        t.join()
+        self.assertEqual([x for x in got if x], [], "the root listener was sent something")
+
     def test_planted_socket_gets_no_report(self):
         """A fallback the autoloader counts before any lease (requires
         grad, a dtype conversion) is not reported to a socket whose

@@ -100,8 +100,8 @@ def mount_target(path):
 
 
 def _report(socket_path, reason, owner=None):
-    """Send the report to socket_path, whose listener must be root or owner
-    (None: this process's euid), as for a lease."""
+    """Send the report to socket_path, whose listener must be owner
+    (None: root or this process's euid), as for a lease."""
     with _lock:
         if socket_path in _no_report:
             return

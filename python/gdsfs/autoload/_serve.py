@@ -129,8 +129,7 @@ def mount_is_gpu(path):
 
 
 def _ask_hello(sock, owner):
-    """Whether the daemon on sock (its listener root or owner, the mount's
-    owner) stages onto a GPU, by its hello; None when it cannot tell."""
+    """Whether the daemon on sock (its listener the mount's owner) stages onto a GPU, by its hello; None when it cannot tell."""
     try:
         conn = _proto.Conn(sock, _HELLO_TIMEOUT, owner=owner)
         try:

@@ -13,7 +13,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/gdsfs/gdsfs/gpu"
 	"github.com/gdsfs/gdsfs/internal/access"
 	"github.com/gdsfs/gdsfs/internal/units"
 	"github.com/gdsfs/gdsfs/proto"
@@ -21,25 +20,18 @@ import (
 )
 
 // held is one file handed out on a connection: its staging lease, which
-// ends when the connection closes.
+// ends when the connection closes. The server keeps no descriptor of it:
+// each answer that grants it exports the region again (Region.Export:
+// duplicates of the memfds, or of the descriptors a GPU region keeps
+// from its first export), closed once the answer is sent (conn.sending),
+// so what a peer holds costs the server none.
 type held struct {
 	lease   *staging.Lease
 	bytes   int64 // device bytes of its chunks
 	private bool  // the lease's own copy (ipc.sharing private)
-	// exp: its descriptors; nil for a file adopted from a predecessor
-	// until they are sent again (grant).
-	exp *export
-}
-
-// export is the descriptors of one region, made once and shared by every
-// connection that holds the region (the kernel gives each peer its own
-// references when they are sent). They are closed when the last holder
-// goes.
-type export struct {
-	region gpu.Region
-	fds    []int
-	files  []*os.File
-	refs   int // guarded by Server.expMu
+	// fresh: the descriptors hold exported, for the grant of the request
+	// that made it (nil once taken, or for a file held before)
+	fresh []*os.File
 }
 
 func (cn *conn) acquire(req proto.Request) (proto.Response, []int) {
@@ -96,12 +88,15 @@ func (cn *conn) grant(p string, gen uint64, device string, roomWait time.Duratio
 	if err != nil {
 		return proto.Grant{}, nil, err
 	}
-	if !reuse && h.exp == nil {
-		exp, err := s.export(h.lease.Region())
-		if err != nil {
-			return proto.Grant{}, nil, fmt.Errorf("export %s: %w", rel, err)
+	var files []*os.File
+	if !reuse {
+		files, h.fresh = h.fresh, nil
+		if files == nil {
+			if files, err = h.lease.Region().Export(); err != nil {
+				return proto.Grant{}, nil, fmt.Errorf("export %s: %w", rel, err)
+			}
 		}
-		h.exp = exp
+		cn.sending = append(cn.sending, files...)
 	}
 	id := s.nextLease.Add(1)
 	cn.leases[id] = h
@@ -121,7 +116,11 @@ func (cn *conn) grant(p string, gen uint64, device string, roomWait time.Duratio
 	for _, n := range h.lease.Chunks() {
 		g.Chunks = append(g.Chunks, proto.Chunk{Len: n})
 	}
-	return g, h.exp.fds, nil
+	fds := make([]int, len(files))
+	for i, f := range files {
+		fds[i] = int(f.Fd())
+	}
+	return g, fds, nil
 }
 
 // leaseHeld stages rel for the peer and holds it on this connection.
@@ -228,10 +227,10 @@ func (cn *conn) leaseRoom() error {
 }
 
 // hold records l as held by this connection: counted against the uid's
-// ipc.max_held_per_uid, exported once per region. Where the uid has no
-// room for it yet, it returns the channel to wait on (heldRoomLocked),
-// with the request queued in *ticket. One that cannot fit while this
-// connection is open (the file, with what the connection holds, passes
+// ipc.max_held_per_uid, exported for the grant (held.fresh). Where the
+// uid has no room for it yet, it returns the channel to wait on
+// (heldRoomLocked), with the request queued in *ticket. One that cannot
+// fit while this connection is open (the file, with what the connection holds, passes
 // the limit) is refused at once.
 func (cn *conn) hold(rel string, l *staging.Lease, ticket **heldTicket) (*held, <-chan struct{}, error) {
 	s := cn.s
@@ -263,52 +262,17 @@ func (cn *conn) hold(rel string, l *staging.Lease, ticket **heldTicket) (*held, 
 	}
 	s.useLocked(cn.cred.UID, func(u *use) { u.bytes += h.bytes; u.files++; u.hold += first })
 	s.mu.Unlock()
-	exp, err := s.export(l.Region())
+	files, err := l.Region().Export()
 	if err != nil {
 		s.mu.Lock()
 		s.useLocked(cn.cred.UID, func(u *use) { u.bytes -= h.bytes; u.files--; u.hold -= first })
 		s.mu.Unlock()
 		return nil, nil, fmt.Errorf("export %s: %w", rel, err)
 	}
-	h.exp = exp
+	h.fresh = files
 	cn.held[l.Region()] = h
 	cn.fresh = append(cn.fresh, l.Region())
 	return h, nil, nil
-}
-
-// export returns r's descriptors, made on first use.
-func (s *Server) export(r gpu.Region) (*export, error) {
-	s.expMu.Lock()
-	defer s.expMu.Unlock()
-	if e := s.exports[r]; e != nil {
-		e.refs++
-		return e, nil
-	}
-	files, err := r.Export()
-	if err != nil {
-		return nil, err
-	}
-	e := &export{region: r, files: files, refs: 1}
-	for _, f := range files {
-		e.fds = append(e.fds, int(f.Fd()))
-	}
-	s.exports[r] = e
-	return e, nil
-}
-
-func (s *Server) unexport(e *export) {
-	s.expMu.Lock()
-	e.refs--
-	last := e.refs == 0
-	if last {
-		delete(s.exports, e.region)
-	}
-	s.expMu.Unlock()
-	if last {
-		for _, f := range e.files {
-			f.Close()
-		}
-	}
 }
 
 // release ends a lease id. The bytes it named stay held (counted against

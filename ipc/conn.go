@@ -40,6 +40,9 @@ type conn struct {
 	ctx    context.Context
 	grants []uint64
 	fresh  []gpu.Region
+	// sending: the descriptors the answer being made carries, closed once
+	// it is sent (or taken back): the peer has its own then.
+	sending []*os.File
 	// abandoned: the server was handed over; the connection ends without
 	// ending what it held (the successor holds it).
 	abandoned bool
@@ -107,7 +110,9 @@ func (cn *conn) serve() {
 		if cn.cutShort(op, line) {
 			continue
 		}
-		if err := cn.answer(op, start, resp, fds); err != nil {
+		err = cn.answer(op, start, resp, fds)
+		cn.sent()
+		if err != nil {
 			return
 		}
 	}
@@ -167,10 +172,9 @@ func (cn *conn) close() {
 	for _, h := range cn.held {
 		bytes += h.bytes
 		h.lease.Release()
-		if h.exp != nil {
-			s.unexport(h.exp)
-		}
+		closeFiles(h.fresh)
 	}
+	cn.sent()
 	s.mu.Lock()
 	holding := 0
 	if len(cn.held) > 0 {
@@ -188,6 +192,18 @@ func (cn *conn) close() {
 	cn.held, cn.leases = nil, nil
 	if s.onClosed != nil {
 		s.onClosed()
+	}
+}
+
+// sent closes the descriptors of the answer just sent.
+func (cn *conn) sent() {
+	closeFiles(cn.sending)
+	cn.sending = cn.sending[:0]
+}
+
+func closeFiles(files []*os.File) {
+	for _, f := range files {
+		f.Close()
 	}
 }
 

@@ -231,14 +231,6 @@ func (s *Server) Abandon() {
 		cn.c.Close()
 	}
 	s.wg.Wait()
-	s.expMu.Lock()
-	for r, e := range s.exports {
-		for _, f := range e.files {
-			f.Close()
-		}
-		delete(s.exports, r)
-	}
-	s.expMu.Unlock()
 	s.root.Close()
 }
 

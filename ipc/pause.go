@@ -144,8 +144,9 @@ func (cn *conn) rollback() {
 		delete(cn.held, r)
 		bytes += h.bytes
 		h.lease.Release()
-		s.unexport(h.exp)
+		closeFiles(h.fresh)
 	}
+	cn.sent() // not sent: the answer is taken back
 	for _, id := range cn.grants {
 		delete(cn.leases, id)
 	}

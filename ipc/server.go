@@ -14,7 +14,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/gdsfs/gdsfs/gpu"
 	"github.com/gdsfs/gdsfs/internal/access"
 	"github.com/gdsfs/gdsfs/staging"
 )
@@ -55,7 +54,7 @@ type listener interface {
 
 // Server answers lease requests on a Unix socket.
 //
-// Lock order: mu, then nothing; expMu, then nothing (never both).
+// Lock order: mu, then nothing.
 type Server struct {
 	cfg   Config
 	root  *access.Root
@@ -110,9 +109,6 @@ type Server struct {
 	reqCtx    context.Context
 	reqCancel context.CancelCauseFunc
 
-	expMu   sync.Mutex
-	exports map[gpu.Region]*export // guarded by expMu
-
 	onClosed  func() // tests: called after a connection's end is accounted
 	onWaiting func() // tests: called each time a wait blocks
 }
@@ -164,7 +160,7 @@ func newServer(cfg Config) (*Server, error) {
 	s := &Server{
 		cfg: cfg, root: root, path: path,
 		log: cfg.Log.Named("ipc"), active: map[*conn]bool{}, uids: map[uint32]*use{}, changed: make(chan struct{}),
-		exports: map[gpu.Region]*export{}, heldQueue: map[uint32]*heldLine{},
+		heldQueue: map[uint32]*heldLine{},
 		heldLimit: cfg.Options.MaxHeldPerUID.Resolve(capacity),
 		headroom:  cfg.Options.CacheHeadroom.Resolve(capacity),
 	}

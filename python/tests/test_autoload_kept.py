@@ -14,6 +14,7 @@ import unittest
 import _support
 from _support import Mount, start_mount
 import _autoload_support as S
+from gdsfs import _proto
 from test_autoload_moves import MovesCase, _plain, _write
 
 
@@ -167,6 +168,39 @@ class TestFixedCosts(MovesCase):
         self.assertEqual(self.A.served(), {"torch.Tensor.to": 3}, self.A.fallbacks())
         self.assertEqual(self.A.fallbacks(), {})
         self.assertEqual(self.moves.leases_kept(), 1)
+
+    def test_kept_leases_give_way_to_a_move_refused_for_connections(self):
+        """The uid's ipc.max_connections_per_uid full of this process's
+        kept leases (one connection each): the move of another file that
+        is refused closes them, and the next moves are served, instead of
+        every file not kept yet being refused while the process lives."""
+        import numpy as np
+
+        torch = self.torch
+        m = start_mount(self, device="host", sets=("ipc.max_connections=8", "ipc.max_connections_per_uid=4"))
+        ts = []
+        for i in range(4):
+            np.save(os.path.join(m.src, "c%d.npy" % i), np.arange(256, dtype=np.float32) + i)
+            ts.append(torch.from_numpy(np.load(m.path("c%d.npy" % i), mmap_mode="r")))
+        from gdsfs.autoload import _serve
+
+        _serve._remember(m.mnt, False)  # a host mount: no hello connection to count
+        for t in ts[:3]:
+            self.assertSame(t.to(torch.float64), _plain(lambda: t.to(torch.float64)))
+        # the uid's fourth connection: it sees the daemon end the others
+        watch = _proto.Conn(m.sock)
+        self.addCleanup(watch.close)
+        watch.request({"op": "hello", "version": 1})  # answered: admitted, counted
+        for t in ts[3:]:
+            self.assertSame(t.to(torch.float64), _plain(lambda: t.to(torch.float64)))
+        self.assertEqual(self.A.served(), {"torch.Tensor.to": 3})
+        self.assertEqual(self.A.fallbacks(), {"refused:EMFILE": 1})
+        self.assertEqual(self.moves.leases_kept(), 0)
+        # the daemon ends the closed connections as it reads their end
+        resp, _ = watch.request({"op": "wait_stat", "key": "ipc_open_connections", "value": 0, "timeout_ms": 15000})
+        self.assertTrue(resp.get("ok"), resp)
+        self.assertSame(ts[3].to(torch.float64), _plain(lambda: ts[3].to(torch.float64)))
+        self.assertEqual(self.A.served(), {"torch.Tensor.to": 4})
 
 
 class TestKeptUnderPressure(MovesCase):

@@ -468,7 +468,8 @@ def _lease(e, ident):
     process keeps other leases, those are closed and it is asked once more:
     the kept leases never stand in the way of a file being moved now. A
     grant that says the daemon is short of room ("cache": false) closes the
-    other kept leases too."""
+    other kept leases too, and so does a refusal for the uid's connections
+    (EMFILE), after which this move falls back."""
     kept = _kept(e, ident)
     if kept is not None:
         return kept
@@ -477,6 +478,16 @@ def _lease(e, ident):
     try:
         lease = _serve.acquire(e.path)
     except Fallback as f:
+        if f.reason == "refused:EMFILE" and leases_kept():
+            # Each kept lease holds a connection, counted against the uid's
+            # ipc.max_connections_per_uid: kept, they would refuse every
+            # file not kept yet for as long as the process lives. They are
+            # closed; this move falls back (the daemon ends connections
+            # asynchronously, so at once asking again could still be
+            # refused), the next ones get a connection.
+            release()
+            registry.flush()
+            raise
         if f.reason not in ("refused:ENOSPC", "refused:EDQUOT") or not leases_kept():
             raise
         release()

@@ -13,6 +13,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/gdsfs/gdsfs/gpu"
 	"github.com/gdsfs/gdsfs/internal/access"
 	"github.com/gdsfs/gdsfs/internal/units"
 	"github.com/gdsfs/gdsfs/proto"
@@ -90,13 +91,26 @@ func (cn *conn) grant(p string, gen uint64, device string, roomWait time.Duratio
 	}
 	var files []*os.File
 	if !reuse {
-		files, h.fresh = h.fresh, nil
-		if files == nil {
-			if files, err = h.lease.Region().Export(); err != nil {
-				return proto.Grant{}, nil, fmt.Errorf("export %s: %w", rel, err)
+		// one export per region and answer: an item naming a file the
+		// answer already carries sends the same descriptors again (the
+		// kernel gives the peer its own each time)
+		r := h.lease.Region()
+		fresh := h.fresh
+		h.fresh = nil
+		if files = cn.answering[r]; files != nil {
+			closeFiles(fresh)
+		} else {
+			if files = fresh; files == nil {
+				if files, err = r.Export(); err != nil {
+					return proto.Grant{}, nil, fmt.Errorf("export %s: %w", rel, err)
+				}
 			}
+			if cn.answering == nil {
+				cn.answering = map[gpu.Region][]*os.File{}
+			}
+			cn.answering[r] = files
+			cn.sending = append(cn.sending, files...)
 		}
-		cn.sending = append(cn.sending, files...)
 	}
 	id := s.nextLease.Add(1)
 	cn.leases[id] = h

@@ -43,6 +43,9 @@ type conn struct {
 	// sending: the descriptors the answer being made carries, closed once
 	// it is sent (or taken back): the peer has its own then.
 	sending []*os.File
+	// answering: the descriptors in sending of each region, so an answer
+	// exports a region once however many of its items name it
+	answering map[gpu.Region][]*os.File
 	// abandoned: the server was handed over; the connection ends without
 	// ending what it held (the successor holds it).
 	abandoned bool
@@ -199,6 +202,7 @@ func (cn *conn) close() {
 func (cn *conn) sent() {
 	closeFiles(cn.sending)
 	cn.sending = cn.sending[:0]
+	clear(cn.answering)
 }
 
 func closeFiles(files []*os.File) {

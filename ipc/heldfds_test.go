@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/gdsfs/gdsfs/ipc"
 	"github.com/gdsfs/gdsfs/proto"
@@ -60,5 +61,60 @@ func TestHeldFilesKeepNoDescriptors(t *testing.T) {
 	// descriptor, a pipe): nothing per file
 	if got := openFDs(t) - before; got > 4 {
 		t.Errorf("holding %d files over one connection keeps %d more descriptors open", n, got)
+	}
+}
+
+// TestRepeatedPathExportedOnce: an acquire_many naming one file many
+// times makes the server duplicate its descriptors once, not once per
+// item: otherwise one request line of an unprivileged peer (up to
+// ipc.max_leases_per_uid items) has the server hold a descriptor per
+// item and chunk while the answer is sent, which a peer that does not
+// read keeps for ipc.request_timeout.
+func TestRepeatedPathExportedOnce(t *testing.T) {
+	const n = 200
+	counted := make(chan int, 1)
+	f := start(t, ipc.SharingShared, setup{
+		opts: func(o *ipc.Options) { o.MaxRequest = 64 << 10 },
+		observe: func(op string, d time.Duration, err error) {
+			if op == proto.OpAcquireMany {
+				// the answer is sent, its descriptors still the server's
+				// to close; the peer has read none of them yet
+				es, err := os.ReadDir("/proc/self/fd")
+				if err != nil {
+					es = nil // reported below as a count of 0
+				}
+				counted <- len(es)
+			}
+		},
+	})
+	f.write(t, "a", pattern(4096, 1))
+	stage := dial(t, f.cfg.Options.Socket)
+	if resp, files := stage.do(proto.Request{Op: proto.OpAcquire, Path: "a"}); !resp.OK || len(files) != 1 {
+		t.Fatalf("staging a: %+v, %d descriptors", resp, len(files))
+	}
+	stage.c.Close()
+	f.waitClosed(t, 1)
+	before := openFDs(t)
+	paths := make([]string, n)
+	for i := range paths {
+		paths[i] = "a"
+	}
+	c := dial(t, f.cfg.Options.Socket)
+	req := proto.Request{Op: proto.OpAcquireMany, Paths: paths}
+	if _, err := c.c.Write(req.Line()); err != nil {
+		t.Fatal(err)
+	}
+	during := <-counted
+	if during == 0 {
+		t.Fatal("could not count the descriptors open while the answer was sent")
+	}
+	resp, files := c.next()
+	if !resp.OK || len(files) != n {
+		t.Fatalf("acquire_many of a %d times: %+v, %d descriptors", n, resp, len(files))
+	}
+	// the connection's two ends, one copy of a's chunk, and slack for
+	// the runtime (an epoll descriptor, a pipe)
+	if got := during - before; got > 5 {
+		t.Errorf("an answer naming one file %d times had the server hold %d more descriptors", n, got)
 	}
 }

@@ -22,9 +22,9 @@ func (r *ReadAhead) budget() (files int, bytes int64) {
 // shares the bound among the directories that predict (most recently
 // accessed first) and the replay, and returns the difference as a Plan.
 // A directory whose readers spread over more files than its share
-// (predict's spread) takes as many beyond it, without taking the
-// replay's share; MaxFiles bounds the files of all windows and the
-// replay's flight together.
+// (predict's spread) takes as many beyond it, without taking another
+// directory's share or the replay's; MaxFiles bounds the files of all
+// windows and the replay's flight together.
 // r.mu must be held.
 func (r *ReadAhead) replan(at uint64) Plan {
 	p := Plan{Cancel: r.cancels}
@@ -60,15 +60,19 @@ func (r *ReadAhead) replan(at uint64) Plan {
 	}
 	// usedFiles counts the files taken within the shares (what is left
 	// of files goes to the replay); allFiles counts every file taken.
-	usedFiles, allFiles, usedBytes := 0, 0, int64(0)
+	// shared counts the shares given out so far: files-shared is
+	// reserved for the windows after this one and the replay.
+	usedFiles, allFiles, usedBytes, shared := 0, 0, int64(0), 0
 	for i, w := range active {
 		share := files / k
 		if i < files%k {
 			share++
 		}
+		shared += share
 		// Readers spread over more files than the share: the window
-		// covers them. MaxFiles bounds the windows in all.
-		nf := min(max(share, w.spread), MaxFiles-allFiles)
+		// covers them, out of what MaxFiles leaves beside every other
+		// share (one directory's readers never take another's).
+		nf := min(max(share, w.spread), MaxFiles-allFiles-(files-shared))
 		var take []guess
 		var sum int64
 		for _, g := range w.guesses {

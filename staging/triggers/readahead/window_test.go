@@ -262,3 +262,24 @@ func TestReplayKeepsItsShareBesideAWideWindow(t *testing.T) {
 		}
 	}
 }
+
+// A directory whose readers spread over MaxFiles files takes no other
+// directory's share: with readahead_files 4, a lone reader's directory
+// predicting beside one read by 256 workers keeps its 2 files whichever
+// was accessed last.
+func TestWideWindowLeavesOthersTheirShare(t *testing.T) {
+	c := newFake(t, Defaults(), Tuning{}, map[string][]Entry{"d": shards(4096, 1), "v": shards(100, 1)})
+	order := dataLoaderAccesses(4096, MaxFiles, 1, 2, 4, rand.New(rand.NewPCG(1, 4096)))
+	c.open(seq("d", order[:2000]...)...)
+	c.open(seq("v", 0, 1, 2, 3)...)
+	for i := 4; i < 40; i++ {
+		c.open(name("v", i))
+		c.open(name("d", order[2000+i]))
+		c.ra.mu.Lock()
+		dw, vw := len(c.ra.dirs["d"].window), len(c.ra.dirs["v"].window)
+		c.ra.mu.Unlock()
+		if vw < 2 || dw <= 4 {
+			t.Fatalf("after v/%d and d's next: v's window holds %d files, d's %d: want at least 2 (v's share), and more than 4", i, vw, dw)
+		}
+	}
+}

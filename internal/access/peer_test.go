@@ -262,3 +262,63 @@ func TestPeerCapabilitiesOfALivePeer(t *testing.T) {
 		t.Fatalf("pidfd and capget asked for uid 65534 of a root peer: %v, want an error naming its ids", err)
 	}
 }
+
+// TestPeerCapabilitiesInAChildUserNamespace: a live peer that is root,
+// uid 0 mapped to the daemon's uid 0, with every capability in a user
+// namespace of its own has none here: capget answers its capabilities
+// in that namespace, which grant nothing in the daemon's.
+func TestPeerCapabilitiesInAChildUserNamespace(t *testing.T) {
+	needRoot(t)
+	unshare, err := exec.LookPath("unshare")
+	if err != nil {
+		t.Skip("SKIPPED: unshare (util-linux) is needed to start a peer in a user namespace")
+	}
+	args := []string{"--user", "--map-user=0", "--map-group=0", "--"}
+	if out, err := exec.Command(unshare, append(args, "true")...).CombinedOutput(); err != nil {
+		t.Skipf("SKIPPED: unshare cannot make a user namespace mapping root here: %v\n%s", err, out)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sleep, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "s")
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: p, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	cmd := exec.Command(unshare, append(args, self)...)
+	cmd.Env = []string{"GDSFS_ACCESS_TEST_CONNECT=" + p, "GDSFS_ACCESS_TEST_EXEC=" + sleep}
+	cmd.ExtraFiles = []*os.File{w}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	if _, err := io.ReadAll(r); err != nil { // EOF: the peer has connected and executed sleep
+		t.Fatal(err)
+	}
+	c, err := ln.AcceptUnix()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	f, err := c.File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	got, err := Peer(int(f.Fd()))
+	if err != nil || got.UID != 0 || got.Caps != 0 {
+		t.Fatalf("a root peer with every capability in its own user namespace: %v %v, want uid 0 with no capability", got, err)
+	}
+}

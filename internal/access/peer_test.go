@@ -58,17 +58,7 @@ func accepted(t *testing.T, cmd *exec.Cmd) int {
 		}
 		t.Cleanup(func() { c.Close() })
 	}
-	c, err := ln.AcceptUnix()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	f, err := c.File()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { f.Close() })
-	return int(f.Fd())
+	return acceptFD(t, ln)
 }
 
 // TestPeerCapabilities: a live peer with the daemon's ids has its
@@ -176,20 +166,36 @@ func TestPeerCapabilitiesGainedByExec(t *testing.T) {
 	}
 }
 
-// TestPeerCapabilitiesOfALivePeer: a live uid-0 peer whose bounding set
-// lacks CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH has its own effective
-// capabilities, not the daemon's, read through its pidfd (PIDFD_GET_INFO
-// and capget), and /proc/PID/status (what kernels before Linux 6.13 are
-// asked) gives the same.
-func TestPeerCapabilitiesOfALivePeer(t *testing.T) {
-	needRoot(t)
-	setpriv, err := exec.LookPath("setpriv")
+// acceptFD accepts a connection on ln and returns its descriptor, closed
+// at the test's end.
+func acceptFD(t *testing.T, ln *net.UnixListener) int {
+	t.Helper()
+	c, err := ln.AcceptUnix()
 	if err != nil {
-		t.Skip("SKIPPED: setpriv (util-linux) is needed to start a peer with fewer capabilities")
+		t.Fatal(err)
 	}
-	drop := "-dac_override,-dac_read_search"
-	if out, err := exec.Command(setpriv, "--bounding-set", drop, "--", "true").CombinedOutput(); err != nil {
-		t.Skipf("SKIPPED: setpriv cannot drop capabilities from the bounding set here: %v\n%s", err, out)
+	t.Cleanup(func() { c.Close() })
+	f, err := c.File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return int(f.Fd())
+}
+
+// livePeer returns the daemon's end of a connection from a peer that this
+// test binary starts under the command wrap (a program and its arguments,
+// to which the binary is appended) and that then executes sleep, so it
+// stays alive. The test is skipped, saying so, where wrap cannot run here.
+func livePeer(t *testing.T, wrap ...string) int {
+	t.Helper()
+	prog, err := exec.LookPath(wrap[0])
+	if err != nil {
+		t.Skipf("SKIPPED: %s (util-linux) is needed to start the peer", wrap[0])
+	}
+	args := wrap[1:]
+	if out, err := exec.Command(prog, append(args, "true")...).CombinedOutput(); err != nil {
+		t.Skipf("SKIPPED: %v cannot run here: %v\n%s", wrap, err, out)
 	}
 	self, err := os.Executable()
 	if err != nil {
@@ -210,7 +216,7 @@ func TestPeerCapabilitiesOfALivePeer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	cmd := exec.Command(setpriv, "--bounding-set", drop, "--", self)
+	cmd := exec.Command(prog, append(args, self)...)
 	cmd.Env = []string{"GDSFS_ACCESS_TEST_CONNECT=" + p, "GDSFS_ACCESS_TEST_EXEC=" + sleep}
 	cmd.ExtraFiles = []*os.File{w}
 	if err := cmd.Start(); err != nil {
@@ -221,17 +227,17 @@ func TestPeerCapabilitiesOfALivePeer(t *testing.T) {
 	if _, err := io.ReadAll(r); err != nil { // EOF: the peer has connected and executed sleep
 		t.Fatal(err)
 	}
-	c, err := ln.AcceptUnix()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	f, err := c.File()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	fd := int(f.Fd())
+	return acceptFD(t, ln)
+}
+
+// TestPeerCapabilitiesOfALivePeer: a live uid-0 peer whose bounding set
+// lacks CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH has its own effective
+// capabilities, not the daemon's, read through its pidfd (PIDFD_GET_INFO
+// and capget), and /proc/PID/status (what kernels before Linux 6.13 are
+// asked) gives the same.
+func TestPeerCapabilitiesOfALivePeer(t *testing.T) {
+	needRoot(t)
+	fd := livePeer(t, "setpriv", "--bounding-set", "-dac_override,-dac_read_search", "--")
 	want := Daemon().Caps &^ (1<<unix.CAP_DAC_OVERRIDE | 1<<unix.CAP_DAC_READ_SEARCH)
 	got, err := Peer(fd)
 	if err != nil || got.UID != 0 || got.Caps != want {
@@ -269,55 +275,7 @@ func TestPeerCapabilitiesOfALivePeer(t *testing.T) {
 // in that namespace, which grant nothing in the daemon's.
 func TestPeerCapabilitiesInAChildUserNamespace(t *testing.T) {
 	needRoot(t)
-	unshare, err := exec.LookPath("unshare")
-	if err != nil {
-		t.Skip("SKIPPED: unshare (util-linux) is needed to start a peer in a user namespace")
-	}
-	args := []string{"--user", "--map-user=0", "--map-group=0", "--"}
-	if out, err := exec.Command(unshare, append(args, "true")...).CombinedOutput(); err != nil {
-		t.Skipf("SKIPPED: unshare cannot make a user namespace mapping root here: %v\n%s", err, out)
-	}
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sleep, err := exec.LookPath("sleep")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := filepath.Join(t.TempDir(), "s")
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: p, Net: "unix"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	cmd := exec.Command(unshare, append(args, self)...)
-	cmd.Env = []string{"GDSFS_ACCESS_TEST_CONNECT=" + p, "GDSFS_ACCESS_TEST_EXEC=" + sleep}
-	cmd.ExtraFiles = []*os.File{w}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	w.Close()
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	if _, err := io.ReadAll(r); err != nil { // EOF: the peer has connected and executed sleep
-		t.Fatal(err)
-	}
-	c, err := ln.AcceptUnix()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	f, err := c.File()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	got, err := Peer(int(f.Fd()))
+	got, err := Peer(livePeer(t, "unshare", "--user", "--map-user=0", "--map-group=0", "--"))
 	if err != nil || got.UID != 0 || got.Caps != 0 {
 		t.Fatalf("a root peer with every capability in its own user namespace: %v %v, want uid 0 with no capability", got, err)
 	}

@@ -56,7 +56,7 @@ func Peer(fd int) (Cred, error) {
 		return c, nil // no pidfd: nothing proves whose /proc entry it would be
 	}
 	defer unix.Close(pidfd)
-	caps, err := pidfdCaps(uc.Pid, pidfd, uc.Uid, uc.Gid)
+	caps, err := pidfdCaps(uc.Pid, pidfd, effectiveIDs, uc.Uid, uc.Gid)
 	if errors.Is(err, errNoPidfdInfo) {
 		var p Cred
 		p, err = procCred(uc.Pid, pidfd, effectiveIDs, uc.Uid, uc.Gid)
@@ -72,15 +72,16 @@ func Peer(fd int) (Cred, error) {
 // (before Linux 6.13).
 var errNoPidfdInfo = errors.New("PIDFD_GET_INFO with credentials is not supported")
 
-// pidfdCaps is procCred's answer on a peer's capabilities (effective ids)
-// without reading /proc/PID/status, which costs more than the rest of a
-// connection's setup: the effective ids of the process pidfd names
-// (PIDFD_GET_INFO) must be uid and gid before and after its capabilities
-// are read (capget of pid), it must live in the daemon's user namespace,
-// and pidfd must still name a live process after the reads (so pid was
-// not reused meanwhile). errNoPidfdInfo where the kernel cannot say.
-func pidfdCaps(pid int32, pidfd int, uid, gid uint32) (uint64, error) {
-	ids := func() error {
+// pidfdCaps is procCred's answer on capabilities without reading
+// /proc/PID/status, which costs more than the rest of a connection's
+// setup or of a FUSE look-up: the ids in column ids (effectiveIDs or
+// fsIDs) of the process or thread pidfd names (PIDFD_GET_INFO) must be uid
+// and gid before and after its capabilities are read (capget of pid), it
+// must live in the daemon's user namespace, and pidfd must still name a
+// live process after the reads (so pid was not reused meanwhile).
+// errNoPidfdInfo where the kernel cannot say.
+func pidfdCaps(pid int32, pidfd int, ids int, uid, gid uint32) (uint64, error) {
+	idsHold := func() error {
 		info := unix.PidfdInfo{Mask: unix.PIDFD_INFO_CREDS}
 		err := unix.IoctlPidfdInfo(pidfd, &info)
 		switch {
@@ -90,12 +91,17 @@ func pidfdCaps(pid int32, pidfd int, uid, gid uint32) (uint64, error) {
 			return fmt.Errorf("PIDFD_GET_INFO of pid %d: %w", pid, err)
 		case info.Mask&unix.PIDFD_INFO_CREDS == 0:
 			return errNoPidfdInfo
-		case info.Euid != uid || info.Egid != gid:
-			return fmt.Errorf("pid %d: its effective ids (%d, %d) are no longer uid %d gid %d", pid, info.Euid, info.Egid, uid, gid)
+		}
+		u, g := info.Euid, info.Egid
+		if ids == fsIDs {
+			u, g = info.Fsuid, info.Fsgid
+		}
+		if u != uid || g != gid {
+			return fmt.Errorf("pid %d: its ids (%d, %d) are no longer uid %d gid %d", pid, u, g, uid, gid)
 		}
 		return nil
 	}
-	if err := ids(); err != nil {
+	if err := idsHold(); err != nil {
 		return 0, err
 	}
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3, Pid: pid}
@@ -113,7 +119,7 @@ func pidfdCaps(pid int32, pidfd int, uid, gid uint32) (uint64, error) {
 			caps = 0
 		}
 	}
-	if err := ids(); err != nil {
+	if err := idsHold(); err != nil {
 		return 0, err
 	}
 	if err := unix.PidfdSendSignal(pidfd, 0, nil, 0); err != nil {

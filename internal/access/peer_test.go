@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"syscall"
 	"testing"
 
@@ -256,7 +258,7 @@ func TestPeerCapabilitiesOfALivePeer(t *testing.T) {
 	if err != nil || byStatus.Caps != want {
 		t.Fatalf("/proc/%d/status: caps %#x (%v), want %#x", uc.Pid, byStatus.Caps, err, want)
 	}
-	byPidfd, err := pidfdCaps(uc.Pid, pidfd, 0, 0)
+	byPidfd, err := pidfdCaps(uc.Pid, pidfd, effectiveIDs, 0, 0)
 	if errors.Is(err, errNoPidfdInfo) {
 		t.Logf("this kernel answers no PIDFD_GET_INFO: Peer read /proc/%d/status", uc.Pid)
 		return
@@ -264,7 +266,7 @@ func TestPeerCapabilitiesOfALivePeer(t *testing.T) {
 	if err != nil || byPidfd != want {
 		t.Fatalf("pidfd and capget: caps %#x (%v), want %#x", byPidfd, err, want)
 	}
-	if _, err := pidfdCaps(uc.Pid, pidfd, 65534, 0); err == nil || errors.Is(err, errNoPidfdInfo) {
+	if _, err := pidfdCaps(uc.Pid, pidfd, effectiveIDs, 65534, 0); err == nil || errors.Is(err, errNoPidfdInfo) {
 		t.Fatalf("pidfd and capget asked for uid 65534 of a root peer: %v, want an error naming its ids", err)
 	}
 }
@@ -278,5 +280,36 @@ func TestPeerCapabilitiesInAChildUserNamespace(t *testing.T) {
 	got, err := Peer(livePeer(t, "unshare", "--user", "--map-user=0", "--map-group=0", "--"))
 	if err != nil || got.UID != 0 || got.Caps != 0 {
 		t.Fatalf("a root peer with every capability in its own user namespace: %v %v, want uid 0 with no capability", got, err)
+	}
+}
+
+// TestFromPID: a FUSE caller with the daemon's ids and every capability it
+// has (this test's own thread) has those capabilities; a root caller with
+// fewer has its own, and its supplementary groups as /proc/PID/status
+// gives them; a caller whose fs ids are not the request's has none.
+func TestFromPID(t *testing.T) {
+	needRoot(t)
+	runtime.LockOSThread()
+	c, err := FromPID(int32(unix.Gettid()), 0, 0)
+	runtime.UnlockOSThread()
+	if err != nil || c.UID != 0 || c.Caps != Daemon().Caps {
+		t.Fatalf("this thread: %v %v, want uid 0 with caps %#x", c, err, Daemon().Caps)
+	}
+	fd := livePeer(t, "setpriv", "--bounding-set", "-dac_override,-dac_read_search", "--")
+	uc, err := unix.GetsockoptUcred(fd, unix.SOL_SOCKET, unix.SO_PEERCRED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Daemon().Caps &^ (1<<unix.CAP_DAC_OVERRIDE | 1<<unix.CAP_DAC_READ_SEARCH)
+	byStatus, err := procCred(uc.Pid, -1, fsIDs, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err = FromPID(uc.Pid, 0, 0)
+	if err != nil || c.UID != 0 || c.Caps != want || !slices.Equal(c.Groups, byStatus.Groups) {
+		t.Fatalf("a root caller without dac_override and dac_read_search: %v %v, want caps %#x and groups %v", c, err, want, byStatus.Groups)
+	}
+	if c, err := FromPID(uc.Pid, 65534, 65534); err == nil || c.Caps != 0 || len(c.Groups) != 0 {
+		t.Fatalf("a root caller named as uid 65534: %v %v, want an error, no capability and no group", c, err)
 	}
 }

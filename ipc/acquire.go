@@ -24,7 +24,7 @@ import (
 // ends when the connection closes. The server keeps no descriptor of it:
 // each answer that grants it exports the region again (Region.Export:
 // duplicates of the memfds, or of the descriptors a GPU region keeps
-// from its first export), closed once the answer is sent (conn.sending),
+// from its first export), closed once the answer is sent (conn.answering),
 // so what a peer holds costs the server none.
 type held struct {
 	lease   *staging.Lease
@@ -109,7 +109,6 @@ func (cn *conn) grant(p string, gen uint64, device string, roomWait time.Duratio
 				cn.answering = map[gpu.Region][]*os.File{}
 			}
 			cn.answering[r] = files
-			cn.sending = append(cn.sending, files...)
 		}
 	}
 	id := s.nextLease.Add(1)

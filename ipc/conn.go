@@ -40,11 +40,10 @@ type conn struct {
 	ctx    context.Context
 	grants []uint64
 	fresh  []gpu.Region
-	// sending: the descriptors the answer being made carries, closed once
-	// it is sent (or taken back): the peer has its own then.
-	sending []*os.File
-	// answering: the descriptors in sending of each region, so an answer
-	// exports a region once however many of its items name it
+	// answering: the descriptors the answer being made carries, by
+	// region (an answer exports a region once however many of its items
+	// name it), closed once it is sent (or taken back): the peer has its
+	// own then.
 	answering map[gpu.Region][]*os.File
 	// abandoned: the server was handed over; the connection ends without
 	// ending what it held (the successor holds it).
@@ -200,8 +199,9 @@ func (cn *conn) close() {
 
 // sent closes the descriptors of the answer just sent.
 func (cn *conn) sent() {
-	closeFiles(cn.sending)
-	cn.sending = cn.sending[:0]
+	for _, files := range cn.answering {
+		closeFiles(files)
+	}
 	clear(cn.answering)
 }
 

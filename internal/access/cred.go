@@ -42,9 +42,10 @@ func Daemon() Cred {
 // while that thread's fs ids are the header's and it lives in the daemon's
 // user namespace); for a caller with the daemon's ids and every
 // capability the daemon has, its capabilities alone, through its pidfd
-// (pidfdCaps): Do serves it as the daemon, groups unused. A thread that cannot be read (it exited, or lives in a
-// PID namespace the daemon cannot see: pid 0) keeps no supplementary group
-// and no capability: it can only get fewer rights than it has, never more.
+// (pidfdCaps): Do serves it as the daemon, groups unused. A thread that
+// cannot be read (it exited, or lives in a PID namespace the daemon cannot
+// see: pid 0) keeps no supplementary group and no capability: it can only
+// get fewer rights than it has, never more.
 func FromPID(pid int32, uid, gid uint32) (Cred, error) {
 	c := Cred{UID: uid, GID: gid}
 	if pid <= 0 {
@@ -59,13 +60,12 @@ func FromPID(pid int32, uid, gid uint32) (Cred, error) {
 	} else {
 		defer unix.Close(pidfd)
 	}
-	if pidfd >= 0 {
+	if me := Daemon(); pidfd >= 0 && uid == me.UID && gid == me.GID {
 		// A caller with the daemon's ids and every capability it has (a
 		// root job) is served as the daemon itself (Do), whose own groups
 		// count: its supplementary groups are not needed, and
 		// /proc/TID/status, most of a look-up's cost, is not read.
-		me := Daemon()
-		if caps, err := pidfdCaps(pid, pidfd, fsIDs, uid, gid); err == nil && uid == me.UID && gid == me.GID && caps&me.Caps == me.Caps {
+		if caps, err := pidfdCaps(pid, pidfd, fsIDs, uid, gid); err == nil && caps&me.Caps == me.Caps {
 			c.Caps = caps
 			return c, nil
 		}

@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gdsfs/gdsfs/internal/testkit/testfiles"
 	"github.com/gdsfs/gdsfs/internal/units"
 )
 
@@ -41,17 +42,6 @@ func TestOpenPerUID(t *testing.T) {
 			t.Errorf("%d of %d: %d, %v; want %d", tc.set, tc.limit, got, err, tc.want)
 		}
 	}
-}
-
-// daemonFDs counts this process's open descriptors (the daemon's, in a
-// test that mounts in-process).
-func daemonFDs(t *testing.T) int {
-	t.Helper()
-	es, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(es)
 }
 
 // TestKeptBounded: files unlinked through the mount while reached (an
@@ -102,13 +92,13 @@ func TestKeptBounded(t *testing.T) {
 			t.Fatalf("%d files still open through the mount 10s after the last close", srv.OpenFiles())
 		}
 	}
-	before := daemonFDs(t) // the test's own O_PATH descriptors are in both counts
+	before := testfiles.OpenFDs(t) // the test's own O_PATH descriptors are in both counts
 	for i := range bound + extra {
 		if err := os.Remove(filepath.Join(mnt, fmt.Sprintf("f%d", i))); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if grew := daemonFDs(t) - before; grew != bound {
+	if grew := testfiles.OpenFDs(t) - before; grew != bound {
 		t.Errorf("the daemon holds %d more descriptors after %d unlinks of reached files, want %d (fuse.max_open_per_uid)",
 			grew, bound+extra, bound)
 	}

@@ -6,19 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gdsfs/gdsfs/internal/testkit/testfiles"
 	"github.com/gdsfs/gdsfs/ipc"
 	"github.com/gdsfs/gdsfs/proto"
 )
-
-// openFDs is the number of descriptors this process has open.
-func openFDs(t *testing.T) int {
-	t.Helper()
-	es, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(es)
-}
 
 // TestHeldFilesKeepNoDescriptors: the descriptors of a grant are the
 // peer's once sent; the server keeps none per file a connection holds
@@ -40,7 +31,7 @@ func TestHeldFilesKeepNoDescriptors(t *testing.T) {
 	}
 	stage.c.Close()
 	f.waitClosed(t, 1)
-	before := openFDs(t) // the staged files' own, and no connection
+	before := testfiles.OpenFDs(t) // the staged files' own, and no connection
 	c := dial(t, f.cfg.Options.Socket)
 	resp, files := c.do(proto.Request{Op: proto.OpAcquireMany, Paths: paths})
 	if !resp.OK || len(files) != n {
@@ -59,7 +50,7 @@ func TestHeldFilesKeepNoDescriptors(t *testing.T) {
 	}
 	// the connection's two ends, and slack for the runtime (an epoll
 	// descriptor, a pipe): nothing per file
-	if got := openFDs(t) - before; got > 4 {
+	if got := testfiles.OpenFDs(t) - before; got > 4 {
 		t.Errorf("holding %d files over one connection keeps %d more descriptors open", n, got)
 	}
 }
@@ -94,7 +85,7 @@ func TestRepeatedPathExportedOnce(t *testing.T) {
 	}
 	stage.c.Close()
 	f.waitClosed(t, 1)
-	before := openFDs(t)
+	before := testfiles.OpenFDs(t)
 	paths := make([]string, n)
 	for i := range paths {
 		paths[i] = "a"

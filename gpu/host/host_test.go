@@ -3,7 +3,6 @@ package host
 import (
 	"bytes"
 	"errors"
-	"math/rand/v2"
 	"os"
 	"testing"
 
@@ -11,16 +10,8 @@ import (
 
 	"github.com/gdsfs/gdsfs/client/chunkmap"
 	"github.com/gdsfs/gdsfs/gpu"
+	"github.com/gdsfs/gdsfs/internal/testkit/testfiles"
 )
-
-func pattern(n int, seed uint64) []byte {
-	r := rand.New(rand.NewPCG(seed, 1))
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = byte(r.Uint32())
-	}
-	return b
-}
 
 // fill copies data into r through a worker, alternating bounce buffers.
 func fill(t *testing.T, d *Device, r gpu.Region, data []byte) {
@@ -48,7 +39,7 @@ func fill(t *testing.T, d *Device, r gpu.Region, data []byte) {
 
 func TestRegionRoundTrip(t *testing.T) {
 	d := Open(gpu.Options{ChunkSize: 3 * 4096})
-	data := pattern(5*4096+123, 1)
+	data := testfiles.RandomBytes(5*4096+123, 1)
 	r, err := d.Alloc(int64(len(data)))
 	if err != nil {
 		t.Fatal(err)
@@ -102,7 +93,7 @@ func TestRegionRoundTrip(t *testing.T) {
 
 func TestCopyAndBounds(t *testing.T) {
 	d := Open(gpu.Options{ChunkSize: 1 << 20})
-	data := pattern(10000, 2)
+	data := testfiles.RandomBytes(10000, 2)
 	src, _ := d.Alloc(int64(len(data)))
 	dst, _ := d.Alloc(int64(len(data)))
 	small, _ := d.Alloc(10)
@@ -156,7 +147,7 @@ func TestHostDevicesPeerCopy(t *testing.T) {
 		t.Fatalf("host devices are not peers: %s", why)
 	}
 	const size = 300000
-	data := pattern(size, 9)
+	data := testfiles.RandomBytes(size, 9)
 	src, err := a.Alloc(size)
 	if err != nil {
 		t.Fatal(err)
@@ -193,7 +184,7 @@ func TestHostDevicesPeerCopy(t *testing.T) {
 // region is refused.
 func TestImport(t *testing.T) {
 	d := Open(gpu.Options{ChunkSize: 3 * 4096})
-	data := pattern(5*4096+123, 2)
+	data := testfiles.RandomBytes(5*4096+123, 2)
 	r, err := d.Alloc(int64(len(data)))
 	if err != nil {
 		t.Fatal(err)

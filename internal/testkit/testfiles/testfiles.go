@@ -1,6 +1,7 @@
 // Package testfiles holds the file helpers tests of several packages
 // share: deterministic random contents, writing a file beneath a
-// directory, and mapping a file the way a loader does. Only tests import
+// directory, mapping a file the way a loader does, and counting the
+// process's descriptors. Only tests import
 // it.
 package testfiles
 
@@ -60,4 +61,15 @@ func MapFile(t *testing.T, path string, size int) (unmap func()) {
 	}
 	t.Cleanup(unmap)
 	return unmap
+}
+
+// OpenFDs is the number of descriptors this process has open (the
+// daemon's, in a test that serves in-process).
+func OpenFDs(t *testing.T) int {
+	t.Helper()
+	es, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(es)
 }

@@ -478,20 +478,18 @@ def _lease(e, ident):
     try:
         lease = _serve.acquire(e.path)
     except Fallback as f:
-        if f.reason == "refused:EMFILE" and leases_kept():
-            # Each kept lease holds a connection, counted against the uid's
-            # ipc.max_connections_per_uid: kept, they would refuse every
-            # file not kept yet for as long as the process lives. They are
-            # closed; this move falls back (the daemon ends connections
-            # asynchronously, so at once asking again could still be
-            # refused), the next ones get a connection.
-            release()
-            registry.flush()
-            raise
-        if f.reason not in ("refused:ENOSPC", "refused:EDQUOT") or not leases_kept():
+        if f.reason not in ("refused:EMFILE", "refused:ENOSPC", "refused:EDQUOT") or not leases_kept():
             raise
         release()
-        registry.flush()  # the mappings gdsfs.open keeps hold their bytes too
+        registry.flush()  # the mappings gdsfs.open keeps hold their bytes and connections too
+        if f.reason == "refused:EMFILE":
+            # Each kept lease holds a connection, counted against the uid's
+            # ipc.max_connections_per_uid: kept, they would refuse every
+            # file not kept yet for as long as the process lives. Closed,
+            # the next moves get a connection; this one falls back (the
+            # daemon ends connections asynchronously, so asking again at
+            # once could still be refused).
+            raise
         lease = _serve.acquire(e.path)
     if len(_gens) > 4096:  # files leased once, long ago
         with _lock:

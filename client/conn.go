@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -29,7 +30,8 @@ type Conn struct {
 	mu      sync.Mutex // serialises request/answer pairs; guards the fields below
 	c       *net.UnixConn
 	r       *proto.Reader
-	pending int         // release answers not yet read
+	pending []string    // ops of the releases and drops whose answers are not read yet
+	noDrop  atomic.Bool // the daemon answered drop as an unknown op
 	epoch   uint64      // of the last answer
 	dead    error       // why the connection is unusable
 	failed  atomic.Bool // dead != nil, readable without mu
@@ -223,18 +225,28 @@ func (c *Conn) answerLeftLocked() (proto.Response, bool) {
 	return resp, err == nil && !resp.OK
 }
 
-// drainLocked reads the answers of releases sent earlier. c.mu must be
-// held.
+// drainLocked reads the answers of releases and drops sent earlier. A
+// drop answered as an unknown op (a daemon older than drop) marks the
+// connection noDrop. c.mu must be held.
 func (c *Conn) drainLocked() error {
-	for ; c.pending > 0; c.pending-- {
+	for len(c.pending) > 0 {
+		op := c.pending[0]
+		c.pending = c.pending[1:]
 		line, fds, err := c.r.Next()
 		proto.CloseFDs(fds)
 		if err != nil {
-			return fmt.Errorf("reading a release answer: %w", err)
+			return fmt.Errorf("reading a %s answer: %w", op, err)
 		}
-		if resp, err := proto.DecodeResponse(line); err != nil {
+		resp, err := proto.DecodeResponse(line)
+		switch {
+		case err != nil:
 			return err
-		} else if resp.Err() != nil && resp.Errno != "ESTALE" && resp.Errno != "EINVAL" {
+		case resp.OK:
+		case op == proto.OpDrop:
+			if resp.Errno == "EINVAL" && strings.Contains(resp.Error, "unknown op") {
+				c.noDrop.Store(true)
+			}
+		case resp.Errno != "ESTALE" && resp.Errno != "EINVAL":
 			return fmt.Errorf("release answered: %w", resp.Err())
 		}
 	}
@@ -245,31 +257,43 @@ func (c *Conn) drainLocked() error {
 // next request). It never blocks the caller: when the connection is busy
 // the release is sent from another goroutine.
 func (c *Conn) release(id, epoch uint64) {
+	c.notice(proto.Request{Op: proto.OpRelease, Lease: id, Epoch: epoch})
+}
+
+// drop stops the daemon holding a generation on a device that this
+// connection was granted and this process unmapped, without waiting for
+// the answer (as release).
+func (c *Conn) drop(generation uint64, device string) {
+	if !c.noDrop.Load() {
+		c.notice(proto.Request{Op: proto.OpDrop, Generation: generation, Device: device})
+	}
+}
+
+func (c *Conn) notice(req proto.Request) {
 	if c.mu.TryLock() {
-		c.releaseLocked(id, epoch)
+		c.noticeLocked(req)
 		c.mu.Unlock()
 		return
 	}
 	go func() {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		c.releaseLocked(id, epoch)
+		c.noticeLocked(req)
 	}()
 }
 
-func (c *Conn) releaseLocked(id, epoch uint64) {
+func (c *Conn) noticeLocked(req proto.Request) {
 	if c.dead != nil {
 		return // closing ended it
 	}
-	req := proto.Request{Op: proto.OpRelease, Lease: id, Epoch: epoch}
 	c.c.SetWriteDeadline(time.Now().Add(5 * time.Second))
 	_, err := c.c.Write(req.Line())
 	c.c.SetWriteDeadline(time.Time{})
 	if err != nil {
-		c.failLocked(err) // closing ends the lease as well
+		c.failLocked(err) // closing ends the lease (and the hold) as well
 		return
 	}
-	c.pending++
+	c.pending = append(c.pending, req.Op)
 }
 
 // Stat asks the state of a file without staging it.

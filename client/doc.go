@@ -9,11 +9,14 @@
 // socket's listener (SO_PEERCRED) must be the mount's owner
 // (UntrustedError otherwise; docs/security.md).
 //
-// Each file is held over its own connection (OpenMany: one per batch):
-// the daemon counts the bytes against its capacity until that connection
-// closes. Closing a lease never waits for the daemon. Where the daemon
-// allows it, a closed lease's mapping and connection are kept, so the
-// next Open of an unchanged file is one round trip with no descriptors.
+// Leases go over a small pool of connections per daemon (a fresh lease on
+// one no other request is using, a new one where all are busy; a repeat
+// lease on the one holding its mapping): the daemon counts a file's bytes
+// against its capacity until the client drops them (after unmapping) or
+// the connection closes, which happens once it holds nothing and serves
+// no request. Closing a lease never waits for the daemon. Where the
+// daemon allows it, a closed lease's mapping is kept, so the next Open of
+// an unchanged file is one round trip with no descriptors.
 //
 // Wait and WaitStat block until the daemon says a file reached a state or
 // a lease counter a value (the daemon answers on the change; nothing is

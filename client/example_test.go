@@ -101,6 +101,6 @@ func ExampleDialMount() {
 	}
 	fmt.Println(rel, string(buf))
 	// Output:
-	// protocol 1 [acquire acquire_many hello release report stat wait wait_stat]
+	// protocol 1 [acquire acquire_many drop hello release report stat wait wait_stat]
 	// hello.txt hello
 }

@@ -26,7 +26,8 @@ type scripted struct {
 	ln     *net.UnixListener
 	handle func(n int, req proto.Request) reply
 	greet  func(n int) reply // sent as connection n is accepted (nil: nothing)
-	got    chan seen         // every request, in order
+	got    chan seen         // every request but drops, in order
+	drops  chan seen         // the drops, answered by the fake itself
 
 	mu    sync.Mutex // guards conns
 	conns []chan struct{}
@@ -57,7 +58,7 @@ func newScripted(t *testing.T, handle func(n int, req proto.Request) reply) *scr
 // is accepted, before any request.
 func newScriptedAccept(t *testing.T, accept func(n int) reply, handle func(n int, req proto.Request) reply) *scripted {
 	dir, _ := filepath.EvalSymlinks(t.TempDir())
-	s := &scripted{t: t, root: dir, sock: filepath.Join(dir, "fake.sock"), handle: handle, greet: accept, got: make(chan seen, 256)}
+	s := &scripted{t: t, root: dir, sock: filepath.Join(dir, "fake.sock"), handle: handle, greet: accept, got: make(chan seen, 256), drops: make(chan seen, 256)}
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: s.sock, Net: "unix"})
 	if err != nil {
 		t.Fatal(err)
@@ -115,6 +116,11 @@ func (s *scripted) serve(n int, c *net.UnixConn, eof chan struct{}) {
 		if err != nil {
 			s.t.Errorf("fake daemon: the client sent %q: %v", line, err)
 			return
+		}
+		if req.Op == proto.OpDrop {
+			s.drops <- seen{n, req}
+			proto.Send(c, js(map[string]any{"ok": true, "epoch": 7}), nil)
+			continue
 		}
 		s.got <- seen{n, req}
 		a := s.handle(n, req)

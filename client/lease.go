@@ -173,37 +173,58 @@ func retry(err error) bool {
 	return true // not an answer: the connection failed
 }
 
-// openFresh leases path on a new connection.
+// openFresh leases path on a connection of the process's pool for its
+// daemon (registry.leaseHolder). A remembered socket no daemon answers
+// on, or a pooled connection the daemon closed meanwhile (it restarted),
+// is tried once more afresh.
 func openFresh(path string, loc location) (*Lease, error) {
-	c, err := dial(loc.socket, loc.owner)
-	if err != nil && loc.remembered {
-		// The daemon restarted or the mount moved: look again, once.
-		forget()
-		dev := loc.device
-		if loc, err = locateCached(path); err == nil {
-			loc.device = dev
-			c, err = dial(loc.socket, loc.owner)
+	for again := false; ; again = true {
+		h, isNew, err := reg.leaseHolder(loc)
+		if err != nil && loc.remembered && !again {
+			// The daemon restarted or the mount moved: look again, once.
+			forget()
+			dev, wait := loc.device, loc.roomWaitMS
+			if loc, err = locateCached(path); err == nil {
+				loc.device, loc.roomWaitMS = dev, wait
+				continue
+			}
 		}
+		if err != nil {
+			return nil, err
+		}
+		c := h.c
+		resp, files, err := c.roundTrip(proto.Request{Op: proto.OpAcquire, Path: loc.rel, Device: loc.device, RoomWaitMS: loc.roomWaitMS})
+		if err != nil {
+			reg.checkin(h)
+			var pe *proto.Error
+			if !again && !isNew && c.broken() && !errors.As(err, &pe) {
+				continue
+			}
+			dropIfPressed(err, loc.socket)
+			return nil, err
+		}
+		f, err := reg.adopt(h, loc, &resp.Grant, files)
+		if err != nil {
+			giveBack(c, &resp.Grant, resp.Epoch)
+			reg.checkin(h)
+			return nil, fmt.Errorf("gdsfs acquire %s: map: %w", path, err)
+		}
+		reg.checkin(h)
+		if !resp.Cache {
+			reg.flushIdle(loc.socket) // the daemon is short of room
+		}
+		return &Lease{f: f, conn: c, id: resp.Lease, epoch: resp.Epoch, grant: resp.Grant}, nil
 	}
-	if err != nil {
-		return nil, err
+}
+
+// giveBack releases a grant this process did not map and drops what it
+// holds on c (bytes a lease on c still uses stay: the daemon answers
+// EBUSY).
+func giveBack(c *Conn, g *proto.Grant, epoch uint64) {
+	c.release(g.Lease, epoch)
+	if g.Generation != 0 && g.Device != "" {
+		c.drop(g.Generation, g.Device)
 	}
-	resp, files, err := c.roundTrip(proto.Request{Op: proto.OpAcquire, Path: loc.rel, Device: loc.device, RoomWaitMS: loc.roomWaitMS})
-	if err != nil {
-		c.Close()
-		dropIfPressed(err, loc.socket)
-		return nil, err
-	}
-	h := &holder{c: c, owned: true}
-	f, err := reg.adopt(h, loc, &resp.Grant, files)
-	if err != nil {
-		c.Close()
-		return nil, fmt.Errorf("gdsfs acquire %s: map: %w", path, err)
-	}
-	if !resp.Cache {
-		reg.flushIdle(loc.socket) // the daemon is short of room
-	}
-	return &Lease{f: f, conn: c, id: resp.Lease, epoch: resp.Epoch, grant: resp.Grant}, nil
 }
 
 // Stat asks the daemon holding path for its state without staging it

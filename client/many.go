@@ -47,8 +47,8 @@ func (b *batch) fail(err error) ([]*Lease, error) {
 // OpenMany leases many files in as few round trips as it can: the files
 // this process keeps mapped are leased again together on the connections
 // holding them (one acquire_many each, no descriptors when unchanged), the
-// rest in one acquire_many per daemon on a new connection, which then
-// holds that batch until its last lease closes. It is all or nothing: if
+// rest in one acquire_many per daemon on a connection of the process's
+// pool for it (see holder). It is all or nothing: if
 // any file fails, the leases already made are closed and the error names
 // the file.
 //
@@ -166,7 +166,8 @@ func (b *batch) repeatOne(h *holder, it item, a *proto.Item, epoch uint64, files
 	return nil, fmt.Errorf("%s: %w", b.paths[it.i], a.Err())
 }
 
-// releaseGranted releases the files of an answer that were granted.
+// releaseGranted releases the files of an answer that were granted (a
+// repeat's: their mappings are discarded, which drops them).
 func releaseGranted(c *Conn, items []proto.Item, epoch uint64) {
 	for i := range items {
 		if items[i].OK {
@@ -175,12 +176,15 @@ func releaseGranted(c *Conn, items []proto.Item, epoch uint64) {
 	}
 }
 
-// openBatch leases items on one new connection, filling out.
+// openBatch leases items on a connection of the process's pool for their
+// daemon, filling out.
 func openBatch(paths []string, items []item, out []*Lease) error {
-	c, err := dial(items[0].loc.socket, items[0].loc.owner)
+	h, _, err := reg.leaseHolder(items[0].loc)
 	if err != nil {
 		return err
 	}
+	defer reg.checkin(h)
+	c := h.c
 	req := proto.Request{Op: proto.OpAcquireMany, Device: items[0].loc.device, RoomWaitMS: items[0].loc.roomWaitMS}
 	for _, it := range items {
 		req.Paths = append(req.Paths, it.loc.rel)
@@ -188,14 +192,17 @@ func openBatch(paths []string, items []item, out []*Lease) error {
 	resp, files, err := c.roundTrip(req)
 	if err == nil && len(resp.Files) != len(items) {
 		closeAll(files)
+		for i := range resp.Files {
+			if resp.Files[i].OK {
+				giveBack(c, &resp.Files[i].Grant, resp.Epoch)
+			}
+		}
 		err = &Error{Code: proto.EPROTO, Msg: fmt.Sprintf("gdsfs acquire_many: %d answers for %d files", len(resp.Files), len(items))}
 	}
 	if err != nil {
-		c.Close()
 		dropIfPressed(err, items[0].loc.socket)
 		return err
 	}
-	h := &holder{c: c, owned: true}
 	var firstErr error
 	for k, it := range items {
 		a := &resp.Files[k]
@@ -206,24 +213,21 @@ func openBatch(paths []string, items []item, out []*Lease) error {
 			if firstErr == nil {
 				firstErr = fmt.Errorf("%s: %w", paths[it.i], a.Err())
 			} else if a.OK {
-				c.release(a.Lease, resp.Epoch) // the connection stays open while earlier files are leased
+				giveBack(c, &a.Grant, resp.Epoch) // earlier files stay leased
 			}
 			continue
 		}
 		f, err := reg.adopt(h, it.loc, &a.Grant, got)
 		if err != nil {
-			c.release(a.Lease, resp.Epoch)
+			giveBack(c, &a.Grant, resp.Epoch)
 			firstErr = fmt.Errorf("gdsfs acquire %s: map: %w", paths[it.i], err)
 			continue
 		}
 		out[it.i] = &Lease{f: f, conn: c, id: a.Lease, epoch: resp.Epoch, grant: a.Grant}
 	}
 	closeAll(files)
-	reg.mu.Lock()
-	none := h.refs == 0
-	reg.mu.Unlock()
-	if none {
-		c.Close()
+	if firstErr != nil {
+		dropIfPressed(firstErr, items[0].loc.socket)
 	}
 	return firstErr
 }

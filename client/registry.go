@@ -2,8 +2,10 @@ package client
 
 import (
 	"container/list"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"syscall"
 
@@ -24,24 +26,29 @@ type mapped struct {
 	elem  *list.Element // in reg.idle while kept with no user
 }
 
-// holder is a connection and the mappings it holds: the daemon holds
-// their bytes until it closes, which happens when the last goes (for
-// connections the registry opened).
+// holder is a connection, the mappings it holds and the requests using
+// it. The daemon holds a mapping's bytes until the connection closes or
+// the client drops them. Fresh leases (Open, and OpenMany's batches) are
+// made on a connection of the process's pool for that daemon that no
+// other request is using, a new one where all are busy; repeat leases on
+// the connection holding their mapping. A mapping undone while its
+// connection stays open is dropped on it; a registry-opened connection
+// is closed when it holds no mapping and no request uses it. So a process
+// holds about as many connections as it makes requests at once, and an
+// idle one none.
 type holder struct {
 	c     *Conn
-	refs  int  // guarded by reg
-	owned bool // opened by the registry: closed with its last mapping
+	pool  string // its pool's key (poolKey), "" for none
+	refs  int    // guarded by reg
+	busy  int    // requests using it; guarded by reg
+	owned bool   // opened by the registry: closed with its last mapping
 }
 
 // maxIdle bounds the mappings kept with no lease using them, maxConns the
-// registry-opened connections holding mappings (each leased file or batch
-// keeps one open while any of its mappings is kept): past either the
-// oldest kept mappings are undone. Connections are few: every process of
-// a uid shares the daemon's ipc.max_connections_per_uid (1024 by
-// default), and an idle process must not hold a share of it. An epoch of
-// batches (OpenMany, one connection each) stays mapped. (A lease is never
-// made on a connection that holds other files: what a connection was
-// granted stays held until it closes.)
+// registry-opened connections holding mappings: past either the oldest
+// kept mappings are undone. Connections are few: every process of a uid
+// shares the daemon's ipc.max_connections_per_uid (1024 by default), and
+// an idle process must not hold a share of it.
 const (
 	maxIdle  = 4096
 	maxConns = 16
@@ -52,10 +59,11 @@ var reg registry
 
 type registry struct {
 	mu      sync.Mutex
-	files   map[string]*mapped // current mapping per location
-	idle    list.List          // of *mapped kept with no user; front = most recent
-	conns   int                // owned holders with mappings
-	located map[string]located // by resolved directory
+	files   map[string]*mapped   // current mapping per location
+	idle    list.List            // of *mapped kept with no user; front = most recent
+	conns   int                  // owned holders with mappings
+	pools   map[string][]*holder // by poolKey: the connections fresh leases are made on
+	located map[string]located   // by resolved directory
 }
 
 // location is where a path is leased from, and on which device.
@@ -130,6 +138,72 @@ func forget() {
 	reg.mu.Unlock()
 }
 
+// poolKey names the pool of connections to socket whose listener was
+// checked to be owner.
+func poolKey(socket string, owner int) string {
+	return fmt.Sprintf("%s\x00%d", socket, owner)
+}
+
+// leaseHolder returns a connection for a fresh lease at loc, marked busy
+// (checkin gives it back), and whether it is new: the first of the pool's
+// connections that no request uses, else a new one, which joins the
+// pool. A connection whose daemon does not know drop is not used again
+// for fresh leases.
+func (r *registry) leaseHolder(loc location) (*holder, bool, error) {
+	key := poolKey(loc.socket, loc.owner)
+	r.mu.Lock()
+	for _, h := range r.pools[key] {
+		if h.busy == 0 && !h.c.broken() && !h.c.noDrop.Load() {
+			h.busy = 1
+			r.mu.Unlock()
+			return h, false, nil
+		}
+	}
+	r.mu.Unlock()
+	c, err := dial(loc.socket, loc.owner)
+	if err != nil {
+		return nil, false, err
+	}
+	h := &holder{c: c, pool: key, busy: 1, owned: true}
+	r.mu.Lock()
+	if r.pools == nil {
+		r.pools = map[string][]*holder{}
+	}
+	r.pools[key] = append(r.pools[key], h)
+	r.mu.Unlock()
+	return h, true, nil
+}
+
+// checkin ends a request's use of h, closing it if it holds no mapping.
+func (r *registry) checkin(h *holder) {
+	r.mu.Lock()
+	h.busy--
+	closing := h.busy == 0 && h.refs == 0
+	if closing {
+		r.forgetLocked(h)
+	}
+	r.mu.Unlock()
+	if closing {
+		h.c.Close()
+	}
+}
+
+// forgetLocked takes h out of its pool.
+func (r *registry) forgetLocked(h *holder) {
+	hs := r.pools[h.pool]
+	for i, o := range hs {
+		if o == h {
+			hs = append(hs[:i:i], hs[i+1:]...)
+			break
+		}
+	}
+	if len(hs) == 0 {
+		delete(r.pools, h.pool)
+	} else {
+		r.pools[h.pool] = hs
+	}
+}
+
 // take returns the current mapping for key, counted as used, if there is
 // one worth a repeat lease.
 func (r *registry) take(key string) *mapped {
@@ -175,7 +249,7 @@ func (r *registry) adopt(h *holder, loc location, g *proto.Grant, files []*os.Fi
 	r.files[f.key] = f
 	closing := r.unrefLocked(drop)
 	r.mu.Unlock()
-	undo(drop, closing)
+	undo(drop, closing, nil)
 	return f, nil
 }
 
@@ -192,7 +266,7 @@ func (r *registry) discard(f *mapped) {
 	}
 	closing := r.unrefLocked(drop)
 	r.mu.Unlock()
-	undo(drop, closing)
+	undo(drop, closing, nil)
 }
 
 // finish ends lease l: the mapping is kept for a repeat lease when the
@@ -221,25 +295,10 @@ func (r *registry) finish(l *Lease) error {
 		}
 	}
 	r.mu.Unlock()
-	release := true
-	for _, h := range closing {
-		if h.c == l.conn {
-			release = false
-		}
-	}
-	if release {
+	if !slices.ContainsFunc(closing, func(h *holder) bool { return h.c == l.conn }) {
 		l.conn.release(l.id, l.epoch)
 	}
-	var err error
-	for _, v := range drop {
-		if e := v.m.Close(); e != nil && v == f {
-			err = e
-		}
-	}
-	for _, h := range closing {
-		h.c.Close()
-	}
-	return err
+	return undo(drop, closing, f)
 }
 
 // removeLocked takes f out of the registry (not its connection count).
@@ -261,22 +320,36 @@ func (r *registry) unrefLocked(drop []*mapped) []*holder {
 	for _, f := range drop {
 		f.conn.refs--
 		if f.conn.refs == 0 && f.conn.owned {
-			closing = append(closing, f.conn)
 			r.conns--
+			if f.conn.busy == 0 {
+				closing = append(closing, f.conn)
+				r.forgetLocked(f.conn)
+			}
 		}
 	}
 	return closing
 }
 
 // undo unmaps, then closes the connections (the daemon then ends what
-// they held).
-func undo(drop []*mapped, closing []*holder) {
+// they held) or, on a registry-opened connection that stays open, drops
+// what was unmapped. It returns the unmapping error of first, if any.
+func undo(drop []*mapped, closing []*holder, first *mapped) error {
+	var err error
 	for _, f := range drop {
-		f.m.Close()
+		if e := f.m.Close(); e != nil {
+			if f == first {
+				err = e
+			}
+			continue // still mapped: the daemon goes on holding it
+		}
+		if f.conn.owned && !slices.Contains(closing, f.conn) {
+			f.conn.c.drop(f.g.Generation, f.g.Device)
+		}
 	}
 	for _, h := range closing {
 		h.c.Close()
 	}
+	return err
 }
 
 // flushIdle undoes the kept mappings of socket's daemon (all when socket
@@ -295,7 +368,7 @@ func (r *registry) flushIdle(socket string) {
 	}
 	closing := r.unrefLocked(drop)
 	r.mu.Unlock()
-	undo(drop, closing)
+	undo(drop, closing, nil)
 }
 
 // DropCache undoes every mapping kept for repeat leases (leases still

@@ -27,7 +27,9 @@ import (
 // from its first export), closed once the answer is sent (conn.answering),
 // so what a peer holds costs the server none.
 type held struct {
-	lease   *staging.Lease
+	lease *staging.Lease
+	// gen: the generation the peer was granted it as (drop names it)
+	gen     uint64
 	bytes   int64 // device bytes of its chunks
 	private bool  // the lease's own copy (ipc.sharing private)
 	// fresh: the descriptors hold exported, for the grant of the request
@@ -167,7 +169,7 @@ func (cn *conn) leaseHeld(rel string, gen uint64, device string, roomWait time.D
 		case gen != 0 && gen != l.Generation():
 			l.Release()
 			return nil, false, proto.Errorf(proto.ESTALE,
-				"%s changed since generation %d (now %d): unmap it, close this connection and acquire on a new one", rel, gen, l.Generation())
+				"%s changed since generation %d (now %d): unmap it, drop it and acquire afresh", rel, gen, l.Generation())
 		case h != nil:
 			l.Release() // this connection already holds these bytes
 			return h, gen != 0, nil
@@ -247,7 +249,7 @@ func (cn *conn) leaseRoom() error {
 // the limit) is refused at once.
 func (cn *conn) hold(rel string, l *staging.Lease, ticket **heldTicket) (*held, <-chan struct{}, error) {
 	s := cn.s
-	h := &held{lease: l, private: s.cfg.Options.Sharing == SharingPrivate}
+	h := &held{lease: l, gen: l.Generation(), private: s.cfg.Options.Sharing == SharingPrivate}
 	for _, n := range l.Chunks() {
 		h.bytes += n
 	}
@@ -301,6 +303,54 @@ func (cn *conn) release(req proto.Request) proto.Response {
 	cn.s.mu.Lock()
 	cn.s.useLocked(cn.cred.UID, func(u *use) { u.leases-- })
 	cn.s.mu.Unlock()
+	return cn.ok()
+}
+
+// drop stops holding the bytes of a generation on a device that this
+// connection was granted and that no lease on it still names (the peer
+// unmapped them): they count against the capacity and the uid's limits no
+// more, and may be evicted. Every such region is dropped (private copies
+// of one file are several); one a lease on the connection still names is
+// EBUSY, a generation the connection does not hold EINVAL.
+func (cn *conn) drop(req proto.Request) proto.Response {
+	s := cn.s
+	named := map[*held]bool{}
+	for _, h := range cn.leases {
+		named[h] = true
+	}
+	var bytes int64
+	found, busy := 0, 0
+	for r, h := range cn.held {
+		if h.gen != req.Generation || h.lease.Device() != req.Device {
+			continue
+		}
+		found++
+		if named[h] {
+			busy++
+			continue
+		}
+		delete(cn.held, r)
+		bytes += h.bytes
+		h.lease.Release()
+		closeFiles(h.fresh)
+	}
+	switch {
+	case found == 0:
+		return cn.fail(proto.Errorf(proto.EINVAL, "this connection holds no generation %d on %s", req.Generation, req.Device))
+	case busy == found:
+		return cn.fail(proto.Errorf(proto.EBUSY, "generation %d on %s is still leased on this connection: release its leases first", req.Generation, req.Device))
+	}
+	emptied := 0
+	if len(cn.held) == 0 {
+		emptied = 1
+	}
+	s.mu.Lock()
+	s.useLocked(cn.cred.UID, func(u *use) {
+		u.bytes -= bytes
+		u.files -= found - busy
+		u.hold -= emptied
+	})
+	s.mu.Unlock()
 	return cn.ok()
 }
 

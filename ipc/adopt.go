@@ -187,7 +187,7 @@ func (cn *conn) adoptHeld(hs HeldState) *held {
 			zap.String("path", hs.Path), zap.Uint32("uid", cn.cred.UID), zap.Uint64s("leases", hs.Leases), zap.Error(err))
 		return unpinned
 	}
-	h := &held{lease: l, bytes: hs.Bytes, private: hs.Private}
+	h := &held{lease: l, gen: hs.Generation, bytes: hs.Bytes, private: hs.Private}
 	var key gpu.Region = l.Region()
 	if hs.Private || cn.held[key] != nil {
 		key = &adoptedCopy{l.Region()} // no acquire reuses it

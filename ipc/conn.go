@@ -298,6 +298,8 @@ func (cn *conn) handle(line []byte) (string, proto.Response, []int) {
 		return req.Op, resp, fds
 	case proto.OpRelease:
 		return req.Op, cn.release(req), nil
+	case proto.OpDrop:
+		return req.Op, cn.drop(req), nil
 	case proto.OpStat:
 		return req.Op, cn.stat(req), nil
 	case proto.OpReport:

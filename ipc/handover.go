@@ -185,7 +185,7 @@ func (cn *conn) state(fd int) ConnState {
 	for _, h := range cn.held {
 		dev, ino := h.lease.Inode()
 		cs.Held = append(cs.Held, HeldState{
-			Path: h.lease.Path(), Dev: dev, Ino: ino, Size: h.lease.Size(), Generation: h.lease.Generation(),
+			Path: h.lease.Path(), Dev: dev, Ino: ino, Size: h.lease.Size(), Generation: h.gen,
 			Device: h.lease.Device(), Private: h.private, Bytes: h.bytes, Leases: ids[h],
 		})
 	}

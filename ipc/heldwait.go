@@ -152,7 +152,7 @@ func (cn *conn) waitHeld(rel string, t *heldTicket, wake <-chan struct{}, b held
 }
 
 // heldTimeout is the EDQUOT of a request that waited out its bound for
-// its uid's connections to close.
+// its uid's held bytes to be dropped or their connections to close.
 func (cn *conn) heldTimeout(rel string, t *heldTicket, b heldBound) error {
 	s := cn.s
 	s.refused.Add(1)
@@ -162,7 +162,7 @@ func (cn *conn) heldTimeout(rel string, t *heldTicket, b heldBound) error {
 		used = u.bytes
 	}
 	s.mu.Unlock()
-	return proto.Errorf(proto.EDQUOT, "%s: uid %d holds %s over open connections; %s more passes ipc.max_held_per_uid (%s); waited %s (%s) for its connections to close",
+	return proto.Errorf(proto.EDQUOT, "%s: uid %d holds %s over open connections; %s more passes ipc.max_held_per_uid (%s); waited %s (%s) for its held bytes to be dropped or their connections to close",
 		rel, cn.cred.UID, units.HumanBytes(used), units.HumanBytes(t.bytes), units.HumanBytes(s.heldLimit),
 		time.Since(b.start).Round(time.Millisecond), b.name)
 }

@@ -25,8 +25,9 @@ type Options struct {
 	// MaxConnections; never more than half of it, so no uid can hold
 	// every connection: ConnectionsPerUID), leases not released, and
 	// bytes handed out over open connections (a size or a share of the
-	// capacity). An acquire past MaxHeldPerUID waits for the uid's
-	// connections to close (heldwait.go), up to AcquireTimeout.
+	// capacity). An acquire past MaxHeldPerUID waits for the uid's held
+	// bytes to be dropped or their connections to close (heldwait.go), up
+	// to AcquireTimeout.
 	MaxConnectionsPerUID units.AutoCount `yaml:"max_connections_per_uid"`
 	MaxLeasesPerUID      int             `yaml:"max_leases_per_uid"`
 	MaxHeldPerUID        units.Share     `yaml:"max_held_per_uid"`

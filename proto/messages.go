@@ -34,6 +34,7 @@ const (
 	OpAcquire     = "acquire"
 	OpAcquireMany = "acquire_many"
 	OpRelease     = "release"
+	OpDrop        = "drop"
 	OpStat        = "stat"
 	OpReport      = "report"
 	OpWait        = "wait"
@@ -41,7 +42,7 @@ const (
 )
 
 // Ops lists the operations of this version, as hello answers them.
-var Ops = []string{OpAcquire, OpAcquireMany, OpHello, OpRelease, OpReport, OpStat, OpWait, OpWaitStat}
+var Ops = []string{OpAcquire, OpAcquireMany, OpDrop, OpHello, OpRelease, OpReport, OpStat, OpWait, OpWaitStat}
 
 // A file's states, as stat and wait answer them (a failed one is
 // "failed: REASON"). A file queued for staging reads as loading.
@@ -273,6 +274,7 @@ func (r *Request) Check() error {
 		OpAcquire:     {"path", "generation", "device", "room_wait_ms"},
 		OpAcquireMany: {"paths", "generations", "device", "room_wait_ms"},
 		OpRelease:     {"lease", "epoch"},
+		OpDrop:        {"generation", "device"},
 		OpStat:        {"path"},
 		OpReport:      {"event", "reason"},
 		OpWait:        {"path", "until", "timeout_ms"},
@@ -313,6 +315,10 @@ func (r *Request) Check() error {
 	case OpRelease:
 		if r.Lease == 0 {
 			return bad("no lease id")
+		}
+	case OpDrop:
+		if r.Generation == 0 || r.Device == "" {
+			return bad("want the generation and device of a grant on this connection")
 		}
 	case OpReport:
 		if r.Event != EventFallback {

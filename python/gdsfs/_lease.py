@@ -13,7 +13,7 @@ import weakref
 from ._proto import Conn, daemon_error, room_wait_fields
 from ._device import resolve as _resolve_device
 from ._mount import find
-from ._registry import Holder, registry, _is_gpu
+from ._registry import registry, _is_gpu
 
 log = logging.getLogger("gdsfs")
 
@@ -439,28 +439,49 @@ def _repeat(m, sock, rel, path, dev, room):
     return Lease(nm, conn, resp, path)
 
 
+def _give_back(conn, grant, epoch):
+    """Release a grant this process did not map, and drop what it holds
+    on conn (bytes a lease on conn still uses stay: the daemon answers
+    EBUSY)."""
+    conn.release(grant.get("lease", 0), epoch)
+    if grant.get("generation") and grant.get("device"):
+        conn.drop(grant["generation"], grant["device"])
+
+
 def _fresh(path, socket, timeout, dev, room, located=None):
-    """Lease path on a new connection; located: what _locate said of it
-    just before."""
+    """Lease path on a connection of the process's pool for its daemon;
+    located: what _locate said of it just before. A connection of the
+    pool the daemon closed meanwhile (it restarted), or a remembered socket
+    no daemon answers on, is tried once more afresh."""
     sock, rel, owner, remembered = located or _locate(path, socket)
-    try:
-        conn = Conn(sock, timeout, owner)
-    except OSError as e:
-        if not remembered or e.errno not in _STALE:
+    for again in (False, True):
+        try:
+            holder, new = registry.lease_holder((sock, owner, timeout), lambda: Conn(sock, timeout, owner))
+        except OSError as e:
+            if again or not remembered or e.errno not in _STALE:
+                raise
+            _located.clear()  # the daemon restarted or the mount moved: look again, once
+            sock, rel, owner, _ = _locate(path, socket)
+            continue
+        conn = holder.conn
+        try:
+            resp, fds = conn.request(_acquire(rel, dev, **room), path=path)
+        except BaseException as e:
+            registry.checkin(holder)
+            if not again and not new and conn.closed and not getattr(e, "gdsfs_answer", False):
+                continue
+            _drop_if_pressed(e, sock)
             raise
-        _located.clear()  # the daemon restarted or the mount moved: look again, once
-        sock, rel, owner, _ = _locate(path, socket)
-        conn = Conn(sock, timeout, owner)
-    try:
-        resp, fds = conn.request(_acquire(rel, dev, **room), path=path)
-        m = registry.adopt(Holder(conn), (sock, rel, dev), resp, fds, path)
-    except BaseException as e:
-        conn.close()
-        _drop_if_pressed(e, sock)
-        raise
-    if not resp.get("cache"):
-        registry.flush(sock)  # the daemon is short of room
-    return Lease(m, conn, resp, path)
+        try:
+            m = registry.adopt(holder, (sock, rel, dev), resp, fds, path)
+        except BaseException:
+            _give_back(conn, resp, resp.get("epoch"))
+            raise
+        finally:
+            registry.checkin(holder)
+        if not resp.get("cache"):
+            registry.flush(sock)  # the daemon is short of room
+        return Lease(m, conn, resp, path)
 
 
 def open(path, *, socket=None, timeout=None, device=None, room_wait=None):  # noqa: A001 (gdsfs.open)

@@ -3,8 +3,8 @@
 import errno as _errno
 
 from ._proto import MAX_FDS, Conn, _close_fds, daemon_error, grant_fds, room_wait_fields  # noqa: F401 (MAX_FDS: see PROTOCOL)
-from ._registry import Holder, registry
-from ._lease import Lease, _drop_if_pressed, _locate, _resolve_device, _retry
+from ._registry import registry
+from ._lease import Lease, _drop_if_pressed, _give_back, _locate, _resolve_device, _retry
 
 MAX_BATCH = 1024  # paths per acquire_many (proto.MaxBatch)
 
@@ -13,8 +13,8 @@ def open_many(paths, *, socket=None, timeout=None, device=None, room_wait=None):
     """Lease many files at once; returns their leases in order. Files this
     process keeps mapped are leased again together on the connections that
     hold them (one acquire_many each, no descriptors when unchanged); the
-    rest in one acquire_many per daemon on a new connection, which holds
-    that batch until its last lease is closed. All or nothing: if any file
+    rest in one acquire_many per daemon, on a connection of the process's
+    pool for it (see _registry). All or nothing: if any file
     fails, the leases already made are closed and its error is raised.
     device, room_wait: as gdsfs.open's, for every file."""
     dev = _resolve_device(device)
@@ -125,15 +125,15 @@ def _repeat_group(paths, holder, items, out, taken, dev, room):
 
 
 def _batch(paths, sock, owner, items, out, timeout, dev, room):
-    """Lease items on one new connection."""
-    conn = Conn(sock, timeout, owner)
+    """Lease items on a connection of the process's pool for sock."""
+    holder, _ = registry.lease_holder((sock, owner, timeout), lambda: Conn(sock, timeout, owner))
+    conn = holder.conn
     try:
         resp, fds = conn.request(_many([it[2] for it in items], dev, **room))
     except BaseException as e:
-        conn.close()
+        registry.checkin(holder)
         _drop_if_pressed(e, sock)
         raise
-    holder = Holder(conn)
     files = resp.get("files") or []
     first = None
     try:
@@ -145,23 +145,23 @@ def _batch(paths, sock, owner, items, out, timeout, dev, room):
             if first is not None:
                 _close_fds(got)
                 if a.get("ok") and not conn.closed:
-                    conn.release(a.get("lease", 0), resp.get("epoch"))  # open while earlier files are leased
+                    _give_back(conn, a, resp.get("epoch"))  # open while earlier files are leased
                 continue
             if not a.get("ok"):
                 first = daemon_error(a, paths[i])
                 continue
             try:
                 m = registry.adopt(holder, (sock, rel, dev), a, got, paths[i])
-            except Exception as e:  # mapping failed: release it, and the rest below
-                conn.release(a.get("lease", 0), resp.get("epoch"))
+            except Exception as e:  # mapping failed: give it back, and the rest below
+                _give_back(conn, a, resp.get("epoch"))
                 first = e
                 continue
             out[i] = Lease(m, conn, dict(a, epoch=resp.get("epoch")), paths[i])
     finally:
         _close_fds(fds)
-        if holder.refs == 0:
-            conn.close()
+        registry.checkin(holder)
     if first is not None:
+        _drop_if_pressed(first, sock)
         raise first
     if not all(a.get("cache") for a in files):
         registry.flush(sock)

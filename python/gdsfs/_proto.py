@@ -4,6 +4,7 @@ possibly over several recvmsg calls).
 """
 
 import array
+import collections
 import errno as _errno
 import json
 import os
@@ -187,11 +188,21 @@ def _close_fds(fds):
             pass
 
 
+def _unknown_op(raw):
+    """Whether an answer line refuses its request's op as unknown."""
+    try:
+        resp = json.loads(raw.decode())
+    except ValueError:
+        return False
+    return (isinstance(resp, dict) and not resp.get("ok") and resp.get("errno") == "EINVAL"
+            and "unknown op" in str(resp.get("error", "")))
+
+
 class Conn:
     """One connection to a daemon's lease socket. The daemon holds every
     file granted on it until it closes. Requests are answered in turn;
-    releases are sent without waiting (their answers are read before the
-    next request).
+    releases and drops are sent without waiting (their answers are read
+    before the next request).
 
     The listener must be owner (the mount's user_id; None: root or this
     process's euid), checked before anything is sent
@@ -204,7 +215,8 @@ class Conn:
         self.pid = os.getpid()
         self.epoch = None
         self._buf = b""
-        self._pending = 0  # release answers not yet read
+        self._pending = collections.deque()  # ops of the releases and drops whose answers are not read yet
+        self.no_drop = False  # the daemon does not know drop
         self._lock = threading.Lock()
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # close-on-exec
         try:
@@ -326,41 +338,55 @@ class Conn:
         return raw, fds, truncated
 
     def _drain(self, op):
-        """Read the answers of releases sent earlier."""
+        """Read the answers of releases and drops sent earlier. A drop
+        answered as an unknown op (a daemon older than drop) marks the
+        connection no_drop: what it was granted stays held until it
+        closes."""
         while self._pending:
             raw, fds, _ = self._read_line(op)
             _close_fds(fds)
-            self._pending -= 1
+            if self._pending.popleft() == "drop" and _unknown_op(raw):
+                self.no_drop = True
 
     def release(self, lease, epoch):
         """End a lease id without waiting for the daemon (never blocks the
         caller: with the connection busy, a thread sends it)."""
+        self._notice({"op": "release", "lease": lease, "epoch": epoch})
+
+    def drop(self, generation, device):
+        """Stop the daemon holding a generation on a device that this
+        connection was granted and this process unmapped, without waiting
+        for the daemon (as release)."""
+        if not self.no_drop:
+            self._notice({"op": "drop", "generation": generation, "device": device})
+
+    def _notice(self, req):
         if self._lock.acquire(blocking=False):
             try:
-                self._release_locked(lease, epoch)
+                self._notice_locked(req)
             finally:
                 self._lock.release()
             return
-        t = threading.Thread(target=self._release_later, args=(lease, epoch), daemon=True)
+        t = threading.Thread(target=self._notice_later, args=(req,), daemon=True)
         t.start()
 
-    def _release_later(self, lease, epoch):
+    def _notice_later(self, req):
         with self._lock:
-            self._release_locked(lease, epoch)
+            self._notice_locked(req)
 
-    def _release_locked(self, lease, epoch):
+    def _notice_locked(self, req):
         s = self._sock
         if s is None:
             return  # closing ended it
-        line = (json.dumps({"op": "release", "lease": lease, "epoch": epoch}, separators=(",", ":")) + "\n").encode()
+        line = (json.dumps(req, separators=(",", ":")) + "\n").encode()
         try:
             n = s.send(line, socket.MSG_DONTWAIT)
             if n != len(line):
                 raise BlockingIOError(_errno.EAGAIN, "short write")
         except OSError:
-            self.close()  # closing ends the lease as well
+            self.close()  # closing ends the lease (and the hold) as well
             return
-        self._pending += 1
+        self._pending.append(req["op"])
 
     def _answer_left(self):
         """An error answer already waiting on a socket the peer closed."""

@@ -3,9 +3,14 @@ kept after the last lease closes while the daemon allows it (the
 repeat-lease fast path), and the connections that hold them.
 
 The daemon holds every file granted on a connection until the connection
-closes (proto/PROTOCOL.md), so each file (or batch from open_many) is
-leased over a connection of its own, closed when the last mapping it holds
-is undone.
+closes or the client drops it (proto/PROTOCOL.md). Fresh leases (gdsfs.open,
+and open_many's batches) are made on a connection of the process's pool
+for that daemon that no other request is using, a new one where all are
+busy; repeat leases on the connection holding their mapping. A mapping
+undone while its connection holds others is dropped on it; a connection is
+closed when the last mapping it holds is undone and no request uses it.
+So a process holds about as many connections as it makes requests at
+once, and an idle one none.
 """
 
 import collections
@@ -19,13 +24,10 @@ from ._proto import _close_fds
 log = logging.getLogger("gdsfs")
 
 # Mappings kept with no lease using them, and connections this process
-# holds (each leased file or batch keeps one open while any of its
-# mappings is kept): past either bound the oldest kept mappings are
-# undone. Connections are few: every process of a uid shares the daemon's
-# ipc.max_connections_per_uid (1024 by default), and an idle process must
-# not hold a share of it. An epoch of batches (open_many, one connection
-# each) stays mapped. (A lease is never made on a connection holding other
-# files: what a connection was granted stays held until it closes.)
+# holds with mappings on them: past either bound the oldest kept mappings
+# are undone. Connections are few: every process of a uid shares the
+# daemon's ipc.max_connections_per_uid (1024 by default), and an idle
+# process must not hold a share of it.
 MAX_IDLE = 4096
 MAX_CONNS = 16
 
@@ -40,14 +42,16 @@ def _is_host(device):
 
 
 class Holder:
-    """A connection and how many mappings it holds."""
+    """A connection, how many mappings it holds and how many requests
+    use it."""
 
-    __slots__ = ("conn", "refs", "owned")
+    __slots__ = ("conn", "refs", "owned", "busy")
 
     def __init__(self, conn, owned=True):
         self.conn = conn
         self.refs = 0
-        self.owned = owned  # closed with its last mapping
+        self.owned = owned  # closed with its last mapping, once no request uses it
+        self.busy = 0
 
 
 class Mapped:
@@ -100,6 +104,7 @@ class Registry:
         self.files = {}  # key -> current Mapped
         self.idle = collections.OrderedDict()  # Mapped -> None, most recent last
         self.conns = 0  # registry-opened connections holding mappings
+        self.pools = {}  # (socket, owner, timeout) -> the Holders fresh leases are made on
 
     def after_fork_in_child(self):
         """In a forked child: close this process's copies of the parent's
@@ -115,6 +120,7 @@ class Registry:
         self.files = {}
         self.idle = collections.OrderedDict()
         self.conns = 0
+        self.pools = {}
 
     def _forked_locked(self):
         """In a forked child the parent's mappings and connections are not
@@ -124,6 +130,44 @@ class Registry:
             self.files = {}
             self.idle = collections.OrderedDict()
             self.conns = 0
+            self.pools = {}
+
+    def lease_holder(self, where, connect):
+        """A connection for a fresh lease to where (socket, owner, timeout),
+        marked busy (checkin gives it back), and whether it is new: the
+        first of where's connections that no request uses, else a new one
+        (connect()), which joins them. A connection whose daemon does not
+        know drop is not used again for fresh leases."""
+        with self.lock:
+            self._forked_locked()
+            for h in self.pools.get(where, ()):
+                if h.busy == 0 and not h.conn.closed and not h.conn.no_drop:
+                    h.busy = 1
+                    return h, False
+        h = Holder(connect())
+        h.busy = 1
+        with self.lock:
+            self._forked_locked()
+            self.pools.setdefault(where, []).append(h)
+        return h, True
+
+    def checkin(self, holder):
+        """A request on holder ended: close it if it holds no mapping."""
+        with self.lock:
+            holder.busy -= 1
+            closing = holder.busy == 0 and holder.refs <= 0
+            if closing:
+                self._forget_locked(holder)
+        if closing:
+            holder.conn.close()
+
+    def _forget_locked(self, holder):
+        for k, hs in list(self.pools.items()):
+            rest = [h for h in hs if h is not holder]
+            if rest:
+                self.pools[k] = rest
+            else:
+                del self.pools[k]
 
     def take(self, key):
         """The current mapping of key, counted as used, if one is worth a
@@ -225,16 +269,20 @@ class Registry:
         for m in drop:
             m.holder.refs -= 1
             if m.holder.refs <= 0 and m.holder.owned:
-                closing.append(m.holder)
                 if m.pid == os.getpid():  # not a mapping inherited over fork
                     self.conns -= 1
+                if m.holder.busy == 0:
+                    closing.append(m.holder)
+                    self._forget_locked(m.holder)
         return closing
 
 
 def _undo(drop, closing):
     """Unmap, then close the connections (the daemon then ends what they
-    held). Returns the unmapping errors."""
+    held) or, on a connection that stays open, drop what was unmapped.
+    Returns the unmapping errors."""
     errs = []
+    pid = os.getpid()
     for m in drop:
         mp, m.mapping = m.mapping, None
         if mp is not None:
@@ -242,6 +290,9 @@ def _undo(drop, closing):
                 mp.close()
             except Exception as e:
                 errs.append(e)
+                continue  # still mapped: the daemon goes on holding it
+        if m.pid == pid and not any(h is m.holder for h in closing):
+            m.holder.conn.drop(m.generation, m.device)
     for h in closing:
         h.conn.close()
     return errs

@@ -113,9 +113,8 @@ class TestFixedCosts(MovesCase):
         c = Counts()
         with c.counting() as n:
             epoch()
-        # one acquire per file, each on its own connection (a connection
-        # holds what it was granted until it closes), and one hello
-        self.assertEqual((n["request"], n["connect"]), (N + 1, N + 1), n)
+        # one acquire per file, all on one connection, and one hello
+        self.assertEqual((n["request"], n["connect"]), (N + 1, 2), n)
         c = Counts()
         with c.counting() as n:
             epoch()
@@ -126,8 +125,8 @@ class TestFixedCosts(MovesCase):
         with c.counting() as n:
             epoch()
         # the old version's mapping kept by gdsfs.open is asked first
-        # (ESTALE), then the new one is leased on a new connection
-        self.assertEqual((n["request"], n["connect"]), (2, 1), n)
+        # (ESTALE), then the new one is leased on the same connection
+        self.assertEqual((n["request"], n["connect"]), (2, 0), n)
         self.assertEqual(self.A.served(), {"torch.Tensor.to": 3 * N}, self.A.fallbacks())
         self.assertEqual(self.moves.leases_kept(), N, "the changed shard's old lease is still kept")
         self.assertEqual(m.wait_leases(N), N)
@@ -170,11 +169,15 @@ class TestFixedCosts(MovesCase):
         self.assertEqual(self.moves.leases_kept(), 1)
 
     def test_kept_leases_give_way_to_a_move_refused_for_connections(self):
-        """The uid's ipc.max_connections_per_uid full of this process's
-        kept leases (one connection each): the move of another file that
-        is refused closes them, and the next moves are served, instead of
-        every file not kept yet being refused while the process lives."""
+        """The uid at ipc.max_connections_per_uid with this process's kept
+        leases on one connection, busy with another request (as another
+        thread's would be): the move of another file, refused for a new
+        connection, closes the kept leases, and once that request is done
+        the connection, holding nothing, closes and the next move is
+        served, instead of every file not kept yet being refused while the
+        process lives."""
         import numpy as np
+        from gdsfs import _registry
 
         torch = self.torch
         m = start_mount(self, device="host", sets=("ipc.max_connections=8", "ipc.max_connections_per_uid=4"))
@@ -185,22 +188,29 @@ class TestFixedCosts(MovesCase):
         from gdsfs.autoload import _serve
 
         _serve._remember(m.mnt, False)  # a host mount: no hello connection to count
-        for t in ts[:3]:
+        for t in ts[:2]:
             self.assertSame(t.to(torch.float64), _plain(lambda: t.to(torch.float64)))
-        # the uid's fourth connection: it sees the daemon end the others
-        watch = _proto.Conn(m.sock)
-        self.addCleanup(watch.close)
-        watch.request({"op": "hello", "version": 1})  # answered: admitted, counted
-        for t in ts[3:]:
-            self.assertSame(t.to(torch.float64), _plain(lambda: t.to(torch.float64)))
-        self.assertEqual(self.A.served(), {"torch.Tensor.to": 3})
+        pool = [h for k, hs in _registry.registry.pools.items() if k[0] == m.sock for h in hs]
+        self.assertEqual(len(pool), 1, "the kept leases are not on one connection")
+        with _registry.registry.lock:
+            pool[0].busy += 1  # in use by another request
+        # the uid's other three connections: it is at its limit
+        watch = []
+        for _ in range(3):
+            c = _proto.Conn(m.sock)
+            self.addCleanup(c.close)
+            c.request({"op": "hello", "version": 1})  # answered: admitted, counted
+            watch.append(c)
+        self.assertSame(ts[2].to(torch.float64), _plain(lambda: ts[2].to(torch.float64)))
         self.assertEqual(self.A.fallbacks(), {"refused:EMFILE": 1})
         self.assertEqual(self.moves.leases_kept(), 0)
-        # the daemon ends the closed connections as it reads their end
-        resp, _ = watch.request({"op": "wait_stat", "key": "ipc_open_connections", "value": 0, "timeout_ms": 15000})
+        _registry.registry.checkin(pool[0])  # its request is done: it holds nothing, so it closes
+        # the daemon ends the closed connection as it reads its end
+        resp, _ = watch[0].request({"op": "wait_stat", "key": "ipc_open_connections", "value": 3, "timeout_ms": 15000})
         self.assertTrue(resp.get("ok"), resp)
         self.assertSame(ts[3].to(torch.float64), _plain(lambda: ts[3].to(torch.float64)))
-        self.assertEqual(self.A.served(), {"torch.Tensor.to": 4})
+        self.assertEqual(self.A.served(), {"torch.Tensor.to": 3})
+        self.assertEqual(self.moves.leases_kept(), 1)
 
 
 class TestKeptUnderPressure(MovesCase):

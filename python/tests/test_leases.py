@@ -107,55 +107,96 @@ class FastPathTests(unittest.TestCase):
         self.assertEqual(self.m.wait_leases(0), 0)
 
     def test_epoch_over_more_files_than_were_kept(self):
-        """A second pass over 320 files (more than 256, so a client keeping
-        fewer mappings would make every lease of an epoch over them a fresh
-        one) is leased again from kept mappings, on the batches'
-        connections."""
+        """A second pass over 320 files in 40 batches (more batches than
+        the connections a process keeps, and more files than 256, so a
+        client keeping fewer would make every lease of an epoch over them a
+        fresh one) is leased again from kept mappings, all on the one
+        connection the batches were leased on."""
         datas = [blob(100 + i, 200 + i) for i in range(320)]
         paths = [self.m.write("e%03d.bin" % i, d) for i, d in enumerate(datas)]
         before = self.m.stats()["ipc_connections"]
         for rnd in range(2):
-            for k in range(0, len(paths), 32):
-                leases = gdsfs.open_many(paths[k:k + 32])
-                for l, d in zip(leases, datas[k:k + 32]):
+            for k in range(0, len(paths), 8):
+                leases = gdsfs.open_many(paths[k:k + 8])
+                for l, d in zip(leases, datas[k:k + 8]):
                     self.assertEqual(l.read(), d)
                     if rnd:
                         self.assertTrue(l.reused, "pass 2, %s: not leased from the kept mapping" % l.path)
                     l.close()
-        self.assertEqual(self.m.stats()["ipc_connections"], before + 10, "one connection per batch")
+        self.assertEqual(self.m.stats()["ipc_connections"], before + 1, "one connection for every batch")
         gdsfs.disconnect()
         self.assertEqual(self.m.wait_stat("lease_held_bytes", 0), 0)
 
+    def test_unmapped_files_are_dropped_from_the_batch_connection(self):
+        """Kept mappings past the client's bound are unmapped and dropped
+        on the connection that stays open for the rest: the daemon holds
+        only what is still mapped."""
+        from gdsfs import _registry
+
+        paths = [self.m.write("dr%d.bin" % i, blob(70 + i, 400 + i)) for i in range(10)]
+        old = _registry.MAX_IDLE
+        _registry.MAX_IDLE = 4
+        self.addCleanup(setattr, _registry, "MAX_IDLE", old)
+        for l in gdsfs.open_many(paths):
+            l.close()
+        self.assertEqual(self.m.wait_stat("lease_held_files", 4), 4, "unmapped files still held")
+        self.assertEqual(self.m.stats()["ipc_open_connections"], 1)
+        again = gdsfs.open_many(paths[-4:])
+        self.assertTrue(all(l.reused for l in again), "the kept mappings were dropped too")
+        for l in again:
+            l.close()
+        gdsfs.disconnect()
+        self.assertEqual(self.m.wait_stat("lease_held_files", 0), 0)
+
+    def _each_on_a_connection_of_its_own(self, paths):
+        """Lease and close each path while every connection of the pool is
+        in use (marked busy, as another thread's request would), so each is
+        leased on a new connection; returns the holders, still busy (the
+        caller gives them back with registry.checkin)."""
+        from gdsfs import _registry
+
+        busy = []
+        for p in paths:
+            with gdsfs.open(p) as l:
+                h = l._m.holder
+            with _registry.registry.lock:
+                h.busy += 1
+            busy.append(h)
+        return busy
+
     def test_kept_connections_are_bounded(self):
         """Kept mappings hold their connections; past the client's bound
-        the oldest are let go, so a process leasing file after file does
-        not pile up connections."""
+        the oldest are let go, so a process whose requests ran on many
+        connections at once does not keep them all."""
         from gdsfs import _registry
 
         paths = [self.m.write("k%d.bin" % i, blob(50 + i, 300 + i)) for i in range(6)]
-        before = self.m.stats()["ipc_connections"]
         old = _registry.MAX_CONNS
         _registry.MAX_CONNS = 3
         self.addCleanup(setattr, _registry, "MAX_CONNS", old)
-        for p in paths:
-            with gdsfs.open(p):
-                pass
+        busy = self._each_on_a_connection_of_its_own(paths)
+        self.assertEqual(len({id(h.conn) for h in busy}), 6)
+        for h in busy:
+            _registry.registry.checkin(h)
         self.assertEqual(self.m.wait_stat("ipc_open_connections", 3), 3)
         with gdsfs.open(paths[-1]) as l:
             self.assertTrue(l.reused, "the newest kept mapping is still there")
 
-    def test_few_connections_kept_by_default(self):
-        """A process that leased file after file and closed each keeps only
-        a few connections (MAX_CONNS, 16), not a share of the uid's
-        ipc.max_connections_per_uid."""
+    def test_file_after_file_on_one_connection(self):
+        """A process that leased file after file and closed each keeps them
+        mapped on one connection, not a share of the uid's
+        ipc.max_connections_per_uid, and leases them again from it."""
         from gdsfs import _registry
 
-        self.assertLessEqual(_registry.MAX_CONNS, 16)
         paths = [self.m.write("few%d.bin" % i, blob(64 + i, 900 + i)) for i in range(_registry.MAX_CONNS + 8)]
         for p in paths:
             with gdsfs.open(p):
                 pass
-        self.assertEqual(self.m.wait_stat("ipc_open_connections", _registry.MAX_CONNS), _registry.MAX_CONNS)
+        self.assertEqual(self.m.stats()["ipc_open_connections"], 1)
+        self.assertEqual(self.m.stats()["lease_held_files"], len(paths))
+        for p in paths:
+            with gdsfs.open(p) as l:
+                self.assertTrue(l.reused, p)
 
     def test_forked_child_does_not_pin_kept_leases(self):
         """A forked child closes its copies of the parent's connections:
@@ -208,23 +249,27 @@ class FastPathTests(unittest.TestCase):
     def test_kept_mappings_dropped_at_the_connection_limit(self):
         """A lease refused because the uid is at
         ipc.max_connections_per_uid makes the client drop the mappings it
-        kept for repeat leases, closing their connections."""
+        kept for repeat leases; their connections close once no request
+        uses them."""
         from gdsfs import _registry
         from _support import Mount
 
         m = Mount(sets=["ipc.max_connections_per_uid=4"])
         self.addCleanup(m.stop)
         paths = [m.write("lim%d.bin" % i, blob(4096, 980 + i)) for i in range(5)]
-        kept = []
-        for p in paths[:4]:
-            with gdsfs.open(p) as l:
-                kept.append(l._m)
+        busy = self._each_on_a_connection_of_its_own(paths[:4])
+        kept = [_registry.registry.files[k] for k in list(_registry.registry.files) if k[0] == m.sock]
+        self.assertEqual(len(kept), 4)
         with self.assertRaises(OSError) as cm:
             gdsfs.open(paths[4])
         self.assertEqual(cm.exception.errno, errno.EMFILE, cm.exception)
-        self.assertEqual([(k.holder.conn.closed, k.mapping) for k in kept], [(True, None)] * 4,
-                         "kept mappings and their connections were left")
+        self.assertEqual([k.mapping for k in kept], [None] * 4, "kept mappings were left")
         self.assertFalse([k for k in _registry.registry.idle if k.holder.conn.path == m.sock])
+        for h in busy:
+            _registry.registry.checkin(h)
+        self.assertEqual([k.holder.conn.closed for k in kept], [True] * 4, "connections holding nothing were left open")
+        with gdsfs.open(paths[4]) as l:
+            self.assertEqual(l.read(), blob(4096, 984))
 
     def test_batch_mapping_failure_releases_the_rest(self):
         """A batch whose second file fails to map releases that grant and

@@ -29,8 +29,9 @@ type scripted struct {
 	got    chan seen         // every request but drops, in order
 	drops  chan seen         // the drops, answered by the fake itself
 
-	mu    sync.Mutex // guards conns
+	mu    sync.Mutex // guards conns and ops
 	conns []chan struct{}
+	ops   map[int][]string // per connection, the ops read, drops too, in order
 }
 
 // reply is what the fake sends back: line as is, with fds attached;
@@ -117,6 +118,12 @@ func (s *scripted) serve(n int, c *net.UnixConn, eof chan struct{}) {
 			s.t.Errorf("fake daemon: the client sent %q: %v", line, err)
 			return
 		}
+		s.mu.Lock()
+		if s.ops == nil {
+			s.ops = map[int][]string{}
+		}
+		s.ops[n] = append(s.ops[n], req.Op)
+		s.mu.Unlock()
 		if req.Op == proto.OpDrop {
 			s.drops <- seen{n, req}
 			proto.Send(c, js(map[string]any{"ok": true, "epoch": 7}), nil)
@@ -154,6 +161,13 @@ func (s *scripted) closed(n int) {
 			s.t.Fatalf("the client kept connection %d open (and what the daemon granted on it)", n)
 		}
 	}
+}
+
+// opsOn lists the ops read on connection n, in order.
+func (s *scripted) opsOn(n int) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.ops[n]...)
 }
 
 // next returns the next request the fake read.

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/gdsfs/gdsfs/client"
+	"github.com/gdsfs/gdsfs/internal/units"
 	"github.com/gdsfs/gdsfs/ipc"
 )
 
@@ -33,8 +34,9 @@ func TestDropOfStaleMappingKeepsTheKeptOne(t *testing.T) {
 	if _, err := client.Open("/mnt/gds/a"); !errors.Is(err, syscall.EDQUOT) {
 		t.Fatalf("a third lease: %v, want EDQUOT", err)
 	}
-	b.Close()                            // kept
-	a2, err := client.Open("/mnt/gds/a") // afresh, on the pool's one connection
+	b.Close() // kept
+	// afresh, on the pool's one connection
+	a2, err := client.Open("/mnt/gds/a")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,5 +62,51 @@ func TestDropOfStaleMappingKeepsTheKeptOne(t *testing.T) {
 	defer a3.Close()
 	if !a3.Reused() {
 		t.Fatal("a again: a full grant; the kept mapping of a was no longer held by the daemon")
+	}
+}
+
+// TestDropUnderOneDeviceNameKeepsTheOther: one file leased under two
+// spellings of its device (none named, and the device the daemon placed
+// it on) is two mappings of the process on its pooled connection, of one
+// held generation there. Undoing the one the daemon did not let it keep
+// must not make the daemon let go of the bytes the other, kept, still
+// maps.
+func TestDropUnderOneDeviceNameKeepsTheOther(t *testing.T) {
+	f := start(t, ipc.SharingShared, setup{opts: func(o *ipc.Options) {
+		o.MaxHeldPerUID = units.Share{Bytes: 1 << 20}
+		o.CacheHeadroom = units.Share{Bytes: 512 << 10} // kept while the uid holds 512 KiB or less
+	}})
+	useSocket(t, f)
+	f.write(t, "a", pattern(64<<10, 1))
+	f.write(t, "c", pattern(512<<10, 2))
+	anyDev, err := client.Open("/mnt/gds/a", client.OnDevice(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.Open("/mnt/gds/c") // on the same connection: past the headroom
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	named, err := client.Open("/mnt/gds/a", client.OnDevice(anyDev.Device()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if named.Generation() != anyDev.Generation() || named.Device() != anyDev.Device() {
+		t.Fatalf("two leases of a: generation %d on %s, then %d on %s", anyDev.Generation(), anyDev.Device(), named.Generation(), named.Device())
+	}
+	if st := f.srv.Stats(); st.OpenConnections != 1 || st.HeldFiles != 2 {
+		t.Fatalf("%d connections holding %d files; want 1 holding 2", st.OpenConnections, st.HeldFiles)
+	}
+	anyDev.Close() // kept (granted with room to keep it)
+	named.Close()  // not kept: undone
+	// on the same connection: reads the answers of what was sent before
+	again, err := client.Open("/mnt/gds/a", client.OnDevice(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	if !again.Reused() {
+		t.Fatalf("a again: a full grant; the kept mapping of a was no longer held by the daemon (%d files held)", f.srv.Stats().HeldFiles)
 	}
 }

@@ -28,6 +28,9 @@ type scripted struct {
 	greet  func(n int) reply // sent as connection n is accepted (nil: nothing)
 	got    chan seen         // every request but drops, in order
 	drops  chan seen         // the drops, answered by the fake itself
+	// noDrop: the fake is a daemon older than drop: it answers drop as an
+	// unknown op (set before the first connection)
+	noDrop bool
 
 	mu    sync.Mutex // guards conns and ops
 	conns []chan struct{}
@@ -126,6 +129,10 @@ func (s *scripted) serve(n int, c *net.UnixConn, eof chan struct{}) {
 		s.mu.Unlock()
 		if req.Op == proto.OpDrop {
 			s.drops <- seen{n, req}
+			if s.noDrop {
+				proto.Send(c, js(map[string]any{"ok": false, "epoch": 7, "errno": "EINVAL", "error": `unknown op "drop" (want one of [acquire acquire_many hello release report stat wait wait_stat])`}), nil)
+				continue
+			}
 			proto.Send(c, js(map[string]any{"ok": true, "epoch": 7}), nil)
 			continue
 		}

@@ -35,6 +35,9 @@ type Conn struct {
 	epoch   uint64      // of the last answer
 	dead    error       // why the connection is unusable
 	failed  atomic.Bool // dead != nil, readable without mu
+
+	qmu    sync.Mutex      // guards queued
+	queued []proto.Request // releases and drops not sent yet, in the order they were made
 }
 
 // connectTimeout bounds connecting to a lease socket (a listener that
@@ -164,6 +167,7 @@ func (c *Conn) roundTrip(req proto.Request) (proto.Response, []*os.File, error) 
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.flushLocked() // the releases and drops made before it go first
 	if c.dead != nil {
 		return proto.Response{}, nil, &Error{Code: syscall.ENOTCONN, Msg: fmt.Sprintf("gdsfs %s: connection unusable: %v", req.Op, c.dead)}
 	}
@@ -269,17 +273,35 @@ func (c *Conn) drop(generation uint64, device string) {
 	}
 }
 
+// notice queues req and sends the queue, in order, once it has the
+// connection: at once when no request uses it, else from another
+// goroutine (or before the next request). A drop so never overtakes the
+// release made before it (the daemon refuses to drop what a lease names).
 func (c *Conn) notice(req proto.Request) {
+	c.qmu.Lock()
+	c.queued = append(c.queued, req)
+	c.qmu.Unlock()
 	if c.mu.TryLock() {
-		c.noticeLocked(req)
+		c.flushLocked()
 		c.mu.Unlock()
 		return
 	}
 	go func() {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		c.noticeLocked(req)
+		c.flushLocked()
 	}()
+}
+
+// flushLocked sends the queued notices. c.mu must be held.
+func (c *Conn) flushLocked() {
+	c.qmu.Lock()
+	q := c.queued
+	c.queued = nil
+	c.qmu.Unlock()
+	for _, req := range q {
+		c.noticeLocked(req)
+	}
 }
 
 func (c *Conn) noticeLocked(req proto.Request) {

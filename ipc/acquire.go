@@ -29,7 +29,12 @@ import (
 type held struct {
 	lease *staging.Lease
 	// gen: the generation the peer was granted it as (drop names it)
-	gen     uint64
+	gen uint64
+	// key: its key in conn.held
+	key gpu.Region
+	// maps: full grants of it on the connection the peer has not dropped
+	// (its mappings); held while this is above 0 or a lease names it
+	maps    int
 	bytes   int64 // device bytes of its chunks
 	private bool  // the lease's own copy (ipc.sharing private)
 	// fresh: the descriptors hold exported, for the grant of the request
@@ -93,6 +98,8 @@ func (cn *conn) grant(p string, gen uint64, device string, roomWait time.Duratio
 	}
 	var files []*os.File
 	if !reuse {
+		h.maps++
+		cn.mapped = append(cn.mapped, h)
 		// one export per region and answer: an item naming a file the
 		// answer already carries sends the same descriptors again (the
 		// kernel gives the peer its own each time)
@@ -285,7 +292,8 @@ func (cn *conn) hold(rel string, l *staging.Lease, ticket **heldTicket) (*held, 
 		return nil, nil, fmt.Errorf("export %s: %w", rel, err)
 	}
 	h.fresh = files
-	cn.held[l.Region()] = h
+	h.key = l.Region()
+	cn.held[h.key] = h
 	cn.fresh = append(cn.fresh, l.Region())
 	return h, nil, nil
 }
@@ -299,58 +307,73 @@ func (cn *conn) release(req proto.Request) proto.Response {
 	if _, ok := cn.leases[req.Lease]; !ok {
 		return cn.fail(proto.Errorf(proto.EINVAL, "no lease %d on this connection", req.Lease))
 	}
+	h := cn.leases[req.Lease]
 	delete(cn.leases, req.Lease)
 	cn.s.mu.Lock()
 	cn.s.useLocked(cn.cred.UID, func(u *use) { u.leases-- })
 	cn.s.mu.Unlock()
+	if h != unpinned && h.maps == 0 && cn.held[h.key] == h && !cn.named(h) {
+		cn.letGo(h) // dropped while this lease was open
+	}
 	return cn.ok()
 }
 
-// drop stops holding the bytes of a generation on a device that this
-// connection was granted and that no lease on it still names (the peer
-// unmapped them): they count against the capacity and the uid's limits no
-// more, and may be evicted. Every such region is dropped (private copies
-// of one file are several); one a lease on the connection still names is
-// EBUSY, a generation the connection does not hold EINVAL.
-func (cn *conn) drop(req proto.Request) proto.Response {
-	s := cn.s
-	named := map[*held]bool{}
-	for _, h := range cn.leases {
-		named[h] = true
-	}
-	var bytes int64
-	found, busy := 0, 0
-	for r, h := range cn.held {
-		if h.gen != req.Generation || h.lease.Device() != req.Device {
-			continue
+// named says whether a lease on the connection names h.
+func (cn *conn) named(h *held) bool {
+	for _, o := range cn.leases {
+		if o == h {
+			return true
 		}
-		found++
-		if named[h] {
-			busy++
-			continue
-		}
-		delete(cn.held, r)
-		bytes += h.bytes
-		h.lease.Release()
-		closeFiles(h.fresh)
 	}
-	switch {
-	case found == 0:
-		return cn.fail(proto.Errorf(proto.EINVAL, "this connection holds no generation %d on %s", req.Generation, req.Device))
-	case busy == found:
-		return cn.fail(proto.Errorf(proto.EBUSY, "generation %d on %s is still leased on this connection: release its leases first", req.Generation, req.Device))
-	}
+	return false
+}
+
+// letGo stops holding h: no longer counted, and evictable.
+func (cn *conn) letGo(h *held) {
+	delete(cn.held, h.key)
+	h.lease.Release()
+	closeFiles(h.fresh)
+	h.fresh = nil
 	emptied := 0
 	if len(cn.held) == 0 {
 		emptied = 1
 	}
-	s.mu.Lock()
-	s.useLocked(cn.cred.UID, func(u *use) {
-		u.bytes -= bytes
-		u.files -= found - busy
+	cn.s.mu.Lock()
+	cn.s.useLocked(cn.cred.UID, func(u *use) {
+		u.bytes -= h.bytes
+		u.files--
 		u.hold -= emptied
 	})
-	s.mu.Unlock()
+	cn.s.mu.Unlock()
+}
+
+// drop says the peer unmapped one grant of a generation on a device that
+// this connection holds: one of its mappings is gone. The bytes are let
+// go (no longer counted against the capacity and the uid's limits, and
+// evictable) once no grant of them is mapped and no lease on the
+// connection names them, at once or at the release of the last such
+// lease. Where several regions match (private copies of one file), one
+// no lease names is taken first. A generation the connection does not
+// hold is EINVAL.
+func (cn *conn) drop(req proto.Request) proto.Response {
+	var pick *held
+	for _, h := range cn.held {
+		if h.gen != req.Generation || h.lease.Device() != req.Device {
+			continue
+		}
+		if pick == nil || (cn.named(pick) && !cn.named(h)) {
+			pick = h
+		}
+	}
+	if pick == nil {
+		return cn.fail(proto.Errorf(proto.EINVAL, "this connection holds no generation %d on %s", req.Generation, req.Device))
+	}
+	if pick.maps > 0 {
+		pick.maps--
+	}
+	if pick.maps == 0 && !cn.named(pick) {
+		cn.letGo(pick)
+	}
 	return cn.ok()
 }
 

@@ -187,12 +187,13 @@ func (cn *conn) adoptHeld(hs HeldState) *held {
 			zap.String("path", hs.Path), zap.Uint32("uid", cn.cred.UID), zap.Uint64s("leases", hs.Leases), zap.Error(err))
 		return unpinned
 	}
-	h := &held{lease: l, gen: hs.Generation, bytes: hs.Bytes, private: hs.Private}
-	var key gpu.Region = l.Region()
-	if hs.Private || cn.held[key] != nil {
-		key = &adoptedCopy{l.Region()} // no acquire reuses it
+	// a state without Maps (an older daemon's): the peer maps it once
+	h := &held{lease: l, gen: hs.Generation, maps: max(hs.Maps, 1), bytes: hs.Bytes, private: hs.Private}
+	h.key = l.Region()
+	if hs.Private || cn.held[h.key] != nil {
+		h.key = &adoptedCopy{l.Region()} // no acquire reuses it
 	}
-	cn.held[key] = h
+	cn.held[h.key] = h
 	return h
 }
 

@@ -40,6 +40,7 @@ type conn struct {
 	ctx    context.Context
 	grants []uint64
 	fresh  []gpu.Region
+	mapped []*held // full grants it made, each one more mapping (held.maps)
 	// answering: the descriptors the answer being made carries, by
 	// region (an answer exports a region once however many of its items
 	// name it), closed once it is sent (or taken back): the peer has its

@@ -7,12 +7,12 @@ import (
 	"github.com/gdsfs/gdsfs/proto"
 )
 
-// TestDropEndsTheHoldOfOneFile: on a connection holding two files, drop
-// of one whose lease was released stops holding it (counted no more; a
-// repeat acquire naming its generation gets a full grant), leaves the
-// other held, refuses a generation still leased (EBUSY) and one the
-// connection does not hold (EINVAL), and with the last file dropped the
-// connection holds nothing.
+// TestDropEndsTheHoldOfOneFile: on a connection holding two files, a
+// drop of one stops holding it (counted no more; a repeat acquire naming
+// its generation gets a full grant) once its lease is released too,
+// whichever comes first; the other stays held; a generation the
+// connection does not hold is refused (EINVAL); with the last file
+// dropped the connection holds nothing.
 func TestDropEndsTheHoldOfOneFile(t *testing.T) {
 	f := newFixture(t, ipc.SharingShared)
 	f.write(t, "a", pattern(256<<10, 1))
@@ -27,19 +27,20 @@ func TestDropEndsTheHoldOfOneFile(t *testing.T) {
 		t.Fatalf("before drop: %d files held on %d connections; want 2 on 1", st.HeldFiles, st.HoldingConnections)
 	}
 
-	if resp, _ := r.do(proto.Request{Op: proto.OpDrop, Generation: a.Generation, Device: a.Device}); resp.OK || resp.Errno != "EBUSY" {
-		t.Fatalf("drop of a leased file: %+v, want EBUSY", resp)
+	// dropped while leased: held until the lease is released
+	if resp, _ := r.do(proto.Request{Op: proto.OpDrop, Generation: a.Generation, Device: a.Device}); !resp.OK {
+		t.Fatalf("drop of a leased file: %+v", resp)
 	}
+	if st := f.srv.Stats(); st.HeldFiles != 2 {
+		t.Fatalf("a dropped while leased: %d files held, want 2", st.HeldFiles)
+	}
+	heldB := f.srv.Stats().HeldBytes
 	if resp, _ := r.do(proto.Request{Op: proto.OpRelease, Lease: a.Lease, Epoch: a.Epoch}); !resp.OK {
 		t.Fatalf("release: %+v", resp)
 	}
-	heldB := f.srv.Stats().HeldBytes
-	if resp, _ := r.do(proto.Request{Op: proto.OpDrop, Generation: a.Generation, Device: a.Device}); !resp.OK {
-		t.Fatalf("drop: %+v", resp)
-	}
 	st := f.srv.Stats()
 	if st.HeldFiles != 1 || st.HoldingConnections != 1 || st.HeldBytes >= heldB {
-		t.Fatalf("after drop: %d files, %d bytes held on %d connections; want 1 file, fewer than %d bytes, 1 connection",
+		t.Fatalf("a released after its drop: %d files, %d bytes held on %d connections; want 1 file, fewer than %d bytes, 1 connection",
 			st.HeldFiles, st.HeldBytes, st.HoldingConnections, heldB)
 	}
 	if resp, _ := r.do(proto.Request{Op: proto.OpDrop, Generation: a.Generation, Device: a.Device}); resp.OK || resp.Errno != "EINVAL" {
@@ -50,6 +51,7 @@ func TestDropEndsTheHoldOfOneFile(t *testing.T) {
 		t.Fatalf("repeat acquire after drop: %+v with %d descriptors; want a full grant", again, len(fds))
 	}
 
+	// released, then dropped: let go at the drop
 	for _, g := range []proto.Response{again, b} {
 		r.do(proto.Request{Op: proto.OpRelease, Lease: g.Lease, Epoch: g.Epoch})
 		if resp, _ := r.do(proto.Request{Op: proto.OpDrop, Generation: g.Generation, Device: g.Device}); !resp.OK {
@@ -58,6 +60,36 @@ func TestDropEndsTheHoldOfOneFile(t *testing.T) {
 	}
 	if st := f.srv.Stats(); st.HeldFiles != 0 || st.HeldBytes != 0 || st.HoldingConnections != 0 {
 		t.Fatalf("all dropped: %d files, %d bytes held on %d connections; want none", st.HeldFiles, st.HeldBytes, st.HoldingConnections)
+	}
+}
+
+// TestDropCountsGrants: a file granted twice in full on one connection
+// (two mappings of the peer) is held until both are dropped.
+func TestDropCountsGrants(t *testing.T) {
+	f := newFixture(t, ipc.SharingShared)
+	f.write(t, "a", pattern(64<<10, 1))
+	r := dial(t, f.srv.Path())
+	var gs []proto.Response
+	for range 2 {
+		g, fds := r.do(proto.Request{Op: proto.OpAcquire, Path: "a"})
+		if !g.OK || g.Reuse || len(fds) == 0 {
+			t.Fatalf("acquire: %+v with %d descriptors, want a full grant", g, len(fds))
+		}
+		r.do(proto.Request{Op: proto.OpRelease, Lease: g.Lease, Epoch: g.Epoch})
+		gs = append(gs, g)
+	}
+	r.do(proto.Request{Op: proto.OpDrop, Generation: gs[0].Generation, Device: gs[0].Device})
+	if st := f.srv.Stats(); st.HeldFiles != 1 {
+		t.Fatalf("one of two grants dropped: %d files held, want 1", st.HeldFiles)
+	}
+	if g, _ := r.do(proto.Request{Op: proto.OpAcquire, Path: "a", Generation: gs[0].Generation}); !g.OK || !g.Reuse {
+		t.Fatalf("repeat acquire with one grant still mapped: %+v, want reuse", g)
+	} else {
+		r.do(proto.Request{Op: proto.OpRelease, Lease: g.Lease, Epoch: g.Epoch})
+	}
+	r.do(proto.Request{Op: proto.OpDrop, Generation: gs[1].Generation, Device: gs[1].Device})
+	if st := f.srv.Stats(); st.HeldFiles != 0 {
+		t.Fatalf("both grants dropped: %d files held, want 0", st.HeldFiles)
 	}
 }
 

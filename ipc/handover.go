@@ -80,6 +80,7 @@ type HeldState struct {
 	Device     string
 	Private    bool  // a copy of its own (ipc.sharing private)
 	Bytes      int64 // counted against the uid's ipc.max_held_per_uid
+	Maps       int   // its grants the peer has not dropped
 	Leases     []uint64
 }
 
@@ -186,7 +187,7 @@ func (cn *conn) state(fd int) ConnState {
 		dev, ino := h.lease.Inode()
 		cs.Held = append(cs.Held, HeldState{
 			Path: h.lease.Path(), Dev: dev, Ino: ino, Size: h.lease.Size(), Generation: h.gen,
-			Device: h.lease.Device(), Private: h.private, Bytes: h.bytes, Leases: ids[h],
+			Device: h.lease.Device(), Private: h.private, Bytes: h.bytes, Maps: h.maps, Leases: ids[h],
 		})
 	}
 	return cs

@@ -103,7 +103,7 @@ func (cn *conn) armRead(deadline time.Time) error {
 
 // begin starts handling a request: its context, nothing granted yet.
 func (cn *conn) begin() {
-	cn.grants, cn.fresh = cn.grants[:0], cn.fresh[:0]
+	cn.grants, cn.fresh, cn.mapped = cn.grants[:0], cn.fresh[:0], cn.mapped[:0]
 	cn.s.mu.Lock()
 	cn.ctx = cn.s.reqCtx
 	cn.s.mu.Unlock()
@@ -145,6 +145,9 @@ func (cn *conn) rollback() {
 		bytes += h.bytes
 		h.lease.Release()
 		closeFiles(h.fresh)
+	}
+	for _, h := range cn.mapped {
+		h.maps-- // not sent: the peer maps none of it
 	}
 	cn.sent() // not sent: the answer is taken back
 	for _, id := range cn.grants {

@@ -126,14 +126,18 @@ def _repeat_group(paths, holder, items, out, taken, dev, room):
 
 def _batch(paths, sock, owner, items, out, timeout, dev, room):
     """Lease items on a connection of the process's pool for sock."""
-    holder, _ = registry.lease_holder((sock, owner, timeout), lambda: Conn(sock, timeout, owner))
-    conn = holder.conn
-    try:
-        resp, fds = conn.request(_many([it[2] for it in items], dev, **room))
-    except BaseException as e:
-        registry.checkin(holder)
-        _drop_if_pressed(e, sock)
-        raise
+    for again in (False, True):
+        holder, new = registry.lease_holder((sock, owner, timeout), lambda: Conn(sock, timeout, owner))
+        conn = holder.conn
+        try:
+            resp, fds = conn.request(_many([it[2] for it in items], dev, **room))
+            break
+        except BaseException as e:
+            registry.checkin(holder)
+            if not again and not new and conn.closed and not getattr(e, "gdsfs_answer", False):
+                continue  # a pooled connection the daemon closed meanwhile (it restarted): once more afresh
+            _drop_if_pressed(e, sock)
+            raise
     files = resp.get("files") or []
     first = None
     try:

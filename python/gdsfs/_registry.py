@@ -114,6 +114,9 @@ class Registry:
         held = {}
         for m in list(self.files.values()) + list(self.idle):
             held[id(m.holder)] = m.holder
+        for hs in self.pools.values():  # those a request of another thread used at the fork too
+            for h in hs:
+                held[id(h)] = h
         for h in held.values():
             h.conn.close()
         self.pid = os.getpid()

@@ -127,6 +127,25 @@ class FastPathTests(unittest.TestCase):
         gdsfs.disconnect()
         self.assertEqual(self.m.wait_stat("lease_held_bytes", 0), 0)
 
+    def test_fresh_leases_after_the_pooled_connection_ended(self):
+        """The connection a process keeps mappings on ended from the
+        daemon's side (as at a restart): the next fresh lease, one file or
+        a batch, is made on a new connection instead of failing."""
+        import socket as socket_mod
+        from gdsfs import _registry
+
+        paths = [self.m.write("pe%d.bin" % i, blob(4096 + i, 600 + i)) for i in range(3)]
+        for l in gdsfs.open_many(paths[:1]):
+            l.close()  # kept on the pooled connection
+        for call, p in ((lambda p: gdsfs.open_many([p])[0], paths[1]), (gdsfs.open, paths[2])):
+            pool = [h for hs in _registry.registry.pools.values() for h in hs if not h.conn.closed]
+            self.assertEqual(len(pool), 1)
+            pool[0].conn._sock.shutdown(socket_mod.SHUT_RDWR)  # the daemon sees it end
+            l = call(p)
+            self.assertEqual(l.read(), blob(4096 + paths.index(p), 600 + paths.index(p)))
+            self.assertIsNot(l._m.holder, pool[0])
+            l.close()
+
     def test_unmapped_files_are_dropped_from_the_batch_connection(self):
         """Kept mappings past the client's bound are unmapped and dropped
         on the connection that stays open for the rest: the daemon holds

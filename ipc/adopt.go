@@ -187,8 +187,11 @@ func (cn *conn) adoptHeld(hs HeldState) *held {
 			zap.String("path", hs.Path), zap.Uint32("uid", cn.cred.UID), zap.Uint64s("leases", hs.Leases), zap.Error(err))
 		return unpinned
 	}
-	// a state without Maps (an older daemon's): the peer maps it once
-	h := &held{lease: l, gen: hs.Generation, maps: max(hs.Maps, 1), bytes: hs.Bytes, private: hs.Private}
+	maps := 1 // a state without Maps (an older daemon's): the peer maps it once
+	if hs.Maps != nil {
+		maps = max(*hs.Maps, 0)
+	}
+	h := &held{lease: l, gen: hs.Generation, maps: maps, bytes: hs.Bytes, private: hs.Private}
 	h.key = l.Region()
 	if hs.Private || cn.held[h.key] != nil {
 		h.key = &adoptedCopy{l.Region()} // no acquire reuses it

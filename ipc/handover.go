@@ -80,8 +80,11 @@ type HeldState struct {
 	Device     string
 	Private    bool  // a copy of its own (ipc.sharing private)
 	Bytes      int64 // counted against the uid's ipc.max_held_per_uid
-	Maps       int   // its grants the peer has not dropped
-	Leases     []uint64
+	// Maps: its grants the peer has not dropped (0 for a file dropped
+	// while a lease names it); nil in an older daemon's state, which
+	// did not count them: one
+	Maps   *int
+	Leases []uint64
 }
 
 // unpinned is the file of a lease id whose file is no longer held.
@@ -185,9 +188,10 @@ func (cn *conn) state(fd int) ConnState {
 	}
 	for _, h := range cn.held {
 		dev, ino := h.lease.Inode()
+		maps := h.maps
 		cs.Held = append(cs.Held, HeldState{
 			Path: h.lease.Path(), Dev: dev, Ino: ino, Size: h.lease.Size(), Generation: h.gen,
-			Device: h.lease.Device(), Private: h.private, Bytes: h.bytes, Maps: h.maps, Leases: ids[h],
+			Device: h.lease.Device(), Private: h.private, Bytes: h.bytes, Maps: &maps, Leases: ids[h],
 		})
 	}
 	return cs

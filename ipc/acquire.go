@@ -353,15 +353,24 @@ func (cn *conn) letGo(h *held) {
 // evictable) once no grant of them is mapped and no lease on the
 // connection names them, at once or at the release of the last such
 // lease. Where several regions match (private copies of one file), one
-// no lease names is taken first. A generation the connection does not
-// hold is EINVAL.
+// with a grant not dropped is taken, one no lease names first. A
+// generation the connection does not hold is EINVAL.
 func (cn *conn) drop(req proto.Request) proto.Response {
 	var pick *held
+	rank := func(h *held) int {
+		switch {
+		case h.maps > 0 && !cn.named(h):
+			return 2
+		case h.maps > 0:
+			return 1
+		}
+		return 0
+	}
 	for _, h := range cn.held {
 		if h.gen != req.Generation || h.lease.Device() != req.Device {
 			continue
 		}
-		if pick == nil || (cn.named(pick) && !cn.named(h)) {
+		if pick == nil || rank(h) > rank(pick) {
 			pick = h
 		}
 	}

@@ -145,7 +145,7 @@ func repeat(f *mapped, loc location) (*Lease, error) {
 	// New bytes on this connection: map them.
 	nf, err := reg.adopt(f.conn, loc, &resp.Grant, files)
 	if err != nil {
-		f.conn.c.release(resp.Lease, resp.Epoch)
+		giveBack(f.conn.c, &resp.Grant, resp.Epoch)
 		return nil, err
 	}
 	reg.discard(f)
@@ -217,9 +217,8 @@ func openFresh(path string, loc location) (*Lease, error) {
 	}
 }
 
-// giveBack releases a grant this process did not map and drops what it
-// holds on c (bytes a lease on c still uses stay: the daemon answers
-// EBUSY).
+// giveBack releases a full grant this process did not map and drops it
+// on c (bytes a lease or another grant on c still uses stay held).
 func giveBack(c *Conn, g *proto.Grant, epoch uint64) {
 	c.release(g.Lease, epoch)
 	if g.Generation != 0 && g.Device != "" {

@@ -158,7 +158,7 @@ func (b *batch) repeatOne(h *holder, it item, a *proto.Item, epoch uint64, files
 		nf, err := reg.adopt(h, it.loc, &a.Grant, files)
 		reg.discard(it.f)
 		if err != nil {
-			h.c.release(a.Lease, epoch)
+			giveBack(h.c, &a.Grant, epoch)
 			return nil, fmt.Errorf("gdsfs acquire %s: map: %w", b.paths[it.i], err)
 		}
 		return &Lease{f: nf, conn: h.c, id: a.Lease, epoch: epoch, grant: a.Grant}, nil
@@ -167,12 +167,17 @@ func (b *batch) repeatOne(h *holder, it item, a *proto.Item, epoch uint64, files
 	return nil, fmt.Errorf("%s: %w", b.paths[it.i], a.Err())
 }
 
-// releaseGranted releases the files of an answer that were granted (a
-// repeat's: their mappings are discarded, which drops them).
+// releaseGranted gives back the files of a repeat's answer that were
+// granted: a reuse is released (its mapping is discarded, which drops
+// it), a full grant released and dropped (the daemon counts it as one
+// more mapping).
 func releaseGranted(c *Conn, items []proto.Item, epoch uint64) {
 	for i := range items {
-		if items[i].OK {
+		switch {
+		case items[i].OK && items[i].Reuse:
 			c.release(items[i].Lease, epoch)
+		case items[i].OK:
+			giveBack(c, &items[i].Grant, epoch)
 		}
 	}
 }

@@ -433,16 +433,15 @@ def _repeat(m, sock, rel, path, dev, room):
     try:
         nm = registry.adopt(m.holder, (sock, rel, dev), resp, fds, path)
     except BaseException:
-        conn.release(resp.get("lease", 0), resp.get("epoch"))
+        _give_back(conn, resp, resp.get("epoch"))
         raise
     registry.discard(m)
     return Lease(nm, conn, resp, path)
 
 
 def _give_back(conn, grant, epoch):
-    """Release a grant this process did not map, and drop what it holds
-    on conn (bytes a lease on conn still uses stay: the daemon answers
-    EBUSY)."""
+    """Release a full grant this process did not map, and drop it on conn
+    (bytes a lease or another grant on conn still uses stay held)."""
     conn.release(grant.get("lease", 0), epoch)
     if grant.get("generation") and grant.get("device"):
         conn.drop(grant["generation"], grant["device"])
@@ -510,9 +509,9 @@ def open(path, *, socket=None, timeout=None, device=None, room_wait=None):  # no
     if m is not None:
         try:
             return _repeat(m, sock, rel, path, dev, room)
-        except OSError as e:
+        except BaseException as e:
             registry.discard(m)
-            if not _retry(e):
+            if not isinstance(e, OSError) or not _retry(e):
                 raise
         located = None  # the repeat failed: look again
     return _fresh(path, socket, timeout, dev, room, located)

@@ -71,6 +71,17 @@ def _many(rels, dev, **extra):
     return req
 
 
+def _give_back_rest(conn, answers, epoch):
+    """Give back the granted items of a repeat's answer not turned into
+    leases: a reuse is released, a full grant released and dropped."""
+    for a in answers:
+        if a.get("ok") and not conn.closed:
+            if a.get("reuse"):
+                conn.release(a.get("lease", 0), epoch)
+            else:
+                _give_back(conn, a, epoch)
+
+
 def _repeat_group(paths, holder, items, out, taken, dev, room):
     """Lease items again on the connection holding their mappings; return
     the items to lease afresh (changed files, or a broken connection)."""
@@ -81,6 +92,7 @@ def _repeat_group(paths, holder, items, out, taken, dev, room):
         files = resp.get("files") or []
         if len(files) != len(items):
             _close_fds(fds)
+            _give_back_rest(conn, files, resp.get("epoch"))
             raise OSError(_errno.EPROTO, "gdsfs acquire_many: %d answers for %d files" % (len(files), len(items)))
     except OSError as e:
         for it in items:
@@ -90,7 +102,7 @@ def _repeat_group(paths, holder, items, out, taken, dev, room):
             raise
         return items
     again = []
-    for it, a in zip(items, files):
+    for k, (it, a) in enumerate(zip(items, files)):
         i, sock, rel, m = it
         n = grant_fds(a)
         got, fds = fds[:n], fds[n:]
@@ -102,7 +114,8 @@ def _repeat_group(paths, holder, items, out, taken, dev, room):
             try:
                 nm = registry.adopt(holder, (sock, rel, dev), a, got, paths[i])
             except BaseException:
-                conn.release(a.get("lease", 0), resp.get("epoch"))
+                _give_back(conn, a, resp.get("epoch"))
+                _give_back_rest(conn, files[k + 1:], resp.get("epoch"))
                 registry.discard(m)
                 _close_fds(fds)
                 raise
@@ -112,11 +125,13 @@ def _repeat_group(paths, holder, items, out, taken, dev, room):
         registry.discard(m)
         if a.get("ok"):  # a reuse of another generation: the daemon broke the protocol
             conn.release(a.get("lease", 0), resp.get("epoch"))
+            _give_back_rest(conn, files[k + 1:], resp.get("epoch"))
             _close_fds(fds)
             raise OSError(_errno.EPROTO, "gdsfs acquire %s: reuse of generation %s answered for %s"
                           % (paths[i], a.get("generation"), m.generation))
         err = daemon_error(a, paths[i])
         if not _retry(err):
+            _give_back_rest(conn, files[k + 1:], resp.get("epoch"))
             _close_fds(fds)
             raise err
         again.append((i, sock, rel, None))
@@ -142,6 +157,9 @@ def _batch(paths, sock, owner, items, out, timeout, dev, room):
     first = None
     try:
         if len(files) != len(items):
+            for a in files:
+                if a.get("ok") and not conn.closed:
+                    _give_back(conn, a, resp.get("epoch"))
             raise OSError(_errno.EPROTO, "gdsfs acquire_many: %d answers for %d files" % (len(files), len(items)))
         for (i, _, rel, _m), a in zip(items, files):
             n = grant_fds(a)

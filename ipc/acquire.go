@@ -98,8 +98,6 @@ func (cn *conn) grant(p string, gen uint64, device string, roomWait time.Duratio
 	}
 	var files []*os.File
 	if !reuse {
-		h.maps++
-		cn.mapped = append(cn.mapped, h)
 		// one export per region and answer: an item naming a file the
 		// answer already carries sends the same descriptors again (the
 		// kernel gives the peer its own each time)
@@ -119,6 +117,8 @@ func (cn *conn) grant(p string, gen uint64, device string, roomWait time.Duratio
 			}
 			cn.answering[r] = files
 		}
+		h.maps++ // exported: one more mapping of the peer's
+		cn.mapped = append(cn.mapped, h)
 	}
 	id := s.nextLease.Add(1)
 	cn.leases[id] = h

@@ -217,6 +217,7 @@ class Conn:
         self._buf = b""
         self._pending = collections.deque()  # ops of the releases and drops whose answers are not read yet
         self.no_drop = False  # the daemon does not know drop
+        self._queued = collections.deque()  # releases and drops made while the connection was busy, in order
         self._lock = threading.Lock()
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # close-on-exec
         try:
@@ -249,7 +250,14 @@ class Conn:
         returned, not raised; a broken connection raises ConnectionError (or
         the socket's own OSError). Descriptors the kernel dropped
         (MSG_CTRUNC), or a count other than the answer announces, close the
-        connection (ending what it granted) and raise."""
+        connection (ending what it granted) and raise. Releases and drops
+        queued while the connection was busy go first."""
+        try:
+            return self._roundtrip(req)
+        finally:
+            self._flush_if_free()
+
+    def _roundtrip(self, req):
         check_names(req)
         line = (json.dumps(req, separators=(",", ":")) + "\n").encode()
         op = req.get("op", "?")
@@ -258,6 +266,7 @@ class Conn:
             if s is None:
                 raise ConnectionError(_errno.ENOTCONN, "gdsfs %s: connection closed" % op)
             try:
+                self._send_queued_locked()
                 self._drain(op)
             except BaseException:
                 self.close()
@@ -361,18 +370,25 @@ class Conn:
             self._notice({"op": "drop", "generation": generation, "device": device})
 
     def _notice(self, req):
-        if self._lock.acquire(blocking=False):
+        """Send req (a release or drop) without waiting for its answer, in
+        the order notices were made: now if the connection is free, else
+        queued, and sent by whoever holds the connection when it is done
+        with it (never by a thread of its own, never blocking the caller)."""
+        self._queued.append(req)
+        self._flush_if_free()
+
+    def _flush_if_free(self):
+        while self._queued:
+            if not self._lock.acquire(blocking=False):
+                return  # the holder sends them once done (roundtrip)
             try:
-                self._notice_locked(req)
+                self._send_queued_locked()
             finally:
                 self._lock.release()
-            return
-        t = threading.Thread(target=self._notice_later, args=(req,), daemon=True)
-        t.start()
 
-    def _notice_later(self, req):
-        with self._lock:
-            self._notice_locked(req)
+    def _send_queued_locked(self):
+        while self._queued:
+            self._notice_locked(self._queued.popleft())
 
     def _notice_locked(self, req):
         s = self._sock

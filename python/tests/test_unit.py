@@ -440,6 +440,29 @@ c.close()
 """
 
 
+class NoticeOrderTests(unittest.TestCase):
+    def test_notices_made_while_busy_go_in_order_before_the_next_request(self):
+        """Releases and drops made while another thread's request holds the
+        connection are queued, not sent by threads of their own (which
+        could reorder them), and go out in the order they were made, ahead
+        of the next request."""
+        d = FakeDaemon(lambda req: [("send", answer({"ok": True, "epoch": 1}), [])])
+        self.addCleanup(d.close)
+        conn = gdsfs._proto.Conn(d.path)
+        self.addCleanup(conn.close)
+        threads = threading.active_count()
+        with conn._lock:  # busy with another request
+            conn.release(7, 1)
+            conn.drop(3, "host")
+            conn.release(8, 1)
+            self.assertEqual(threading.active_count(), threads, "a notice started a thread")
+        conn.request({"op": "hello", "version": 1})
+        conn.close()
+        self.assertTrue(d.wait())
+        self.assertEqual([(r["op"], r.get("lease"), r.get("generation")) for r in d.requests],
+                         [("release", 7, None), ("drop", None, 3), ("release", 8, None), ("hello", None, None)])
+
+
 class TrustTests(unittest.TestCase):
     """Who listens on the lease socket, where paths go, and how long a
     connect may take."""

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,8 +30,8 @@ type scripted struct {
 	got    chan seen         // every request but drops, in order
 	drops  chan seen         // the drops, answered by the fake itself
 	// noDrop: the fake is a daemon older than drop: it answers drop as an
-	// unknown op (set before the first connection)
-	noDrop bool
+	// unknown op
+	noDrop atomic.Bool
 
 	mu    sync.Mutex // guards conns and ops
 	conns []chan struct{}
@@ -129,7 +130,7 @@ func (s *scripted) serve(n int, c *net.UnixConn, eof chan struct{}) {
 		s.mu.Unlock()
 		if req.Op == proto.OpDrop {
 			s.drops <- seen{n, req}
-			if s.noDrop {
+			if s.noDrop.Load() {
 				proto.Send(c, js(map[string]any{"ok": false, "epoch": 7, "errno": "EINVAL", "error": `unknown op "drop" (want one of [acquire acquire_many hello release report stat wait wait_stat])`}), nil)
 				continue
 			}

@@ -20,7 +20,7 @@ func TestDaemonWithoutDrop(t *testing.T) {
 		}
 		return reply{line: js(grant(uint64(10+len(req.Path)), 1, 4096, 4096)), fds: []int{m.make(data, 4096)}}
 	})
-	f.noDrop = true
+	f.noDrop.Store(true)
 	a, err := Open(f.path("a"))
 	if err != nil {
 		t.Fatal(err)

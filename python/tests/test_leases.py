@@ -159,7 +159,7 @@ class FastPathTests(unittest.TestCase):
         for l in gdsfs.open_many(paths):
             l.close()
         self.assertEqual(self.m.wait_stat("lease_held_files", 4), 4, "unmapped files still held")
-        self.assertEqual(self.m.stats()["ipc_open_connections"], 1)
+        self.assertEqual(self.m.wait_stat("ipc_open_connections", 1), 1)  # the asking one left out
         again = gdsfs.open_many(paths[-4:])
         self.assertTrue(all(l.reused for l in again), "the kept mappings were dropped too")
         for l in again:
@@ -273,12 +273,15 @@ class FastPathTests(unittest.TestCase):
         from gdsfs import _registry
         from _support import Mount
 
-        m = Mount(sets=["ipc.max_connections_per_uid=4"])
+        m = Mount(sets=["ipc.max_connections_per_uid=5"])
         self.addCleanup(m.stop)
         paths = [m.write("lim%d.bin" % i, blob(4096, 980 + i)) for i in range(5)]
         busy = self._each_on_a_connection_of_its_own(paths[:4])
         kept = [_registry.registry.files[k] for k in list(_registry.registry.files) if k[0] == m.sock]
         self.assertEqual(len(kept), 4)
+        watch = gdsfs._proto.Conn(m.sock)  # the uid's fifth: at its limit
+        self.addCleanup(watch.close)
+        watch.request({"op": "hello", "version": 1})  # answered: admitted, counted
         with self.assertRaises(OSError) as cm:
             gdsfs.open(paths[4])
         self.assertEqual(cm.exception.errno, errno.EMFILE, cm.exception)
@@ -287,6 +290,9 @@ class FastPathTests(unittest.TestCase):
         for h in busy:
             _registry.registry.checkin(h)
         self.assertEqual([k.holder.conn.closed for k in kept], [True] * 4, "connections holding nothing were left open")
+        # the daemon ends them as it reads their end (the asking one left out)
+        resp, _ = watch.request({"op": "wait_stat", "key": "ipc_open_connections", "value": 0, "timeout_ms": 15000})
+        self.assertTrue(resp.get("ok"), resp)
         with gdsfs.open(paths[4]) as l:
             self.assertEqual(l.read(), blob(4096, 984))
 

@@ -304,10 +304,10 @@ func (cn *conn) release(req proto.Request) proto.Response {
 	if req.Epoch != 0 && req.Epoch != cn.s.epoch {
 		return cn.fail(proto.Errorf(proto.ESTALE, "lease %d is from another daemon instance (epoch %d); it ended with it", req.Lease, req.Epoch))
 	}
-	if _, ok := cn.leases[req.Lease]; !ok {
+	h, ok := cn.leases[req.Lease]
+	if !ok {
 		return cn.fail(proto.Errorf(proto.EINVAL, "no lease %d on this connection", req.Lease))
 	}
-	h := cn.leases[req.Lease]
 	delete(cn.leases, req.Lease)
 	cn.s.mu.Lock()
 	cn.s.useLocked(cn.cred.UID, func(u *use) { u.leases-- })

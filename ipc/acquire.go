@@ -328,12 +328,19 @@ func (cn *conn) named(h *held) bool {
 	return false
 }
 
-// letGo stops holding h: no longer counted, and evictable.
-func (cn *conn) letGo(h *held) {
-	delete(cn.held, h.key)
+// end gives back h's staging lease (evictable once no one else holds it)
+// and closes the descriptors exported for a grant not yet taken. The
+// caller takes h out of conn.held and uncounts its bytes.
+func (h *held) end() {
 	h.lease.Release()
 	closeFiles(h.fresh)
 	h.fresh = nil
+}
+
+// letGo stops holding h: no longer counted, and evictable.
+func (cn *conn) letGo(h *held) {
+	delete(cn.held, h.key)
+	h.end()
 	emptied := 0
 	if len(cn.held) == 0 {
 		emptied = 1

@@ -174,8 +174,7 @@ func (cn *conn) close() {
 	var bytes int64
 	for _, h := range cn.held {
 		bytes += h.bytes
-		h.lease.Release()
-		closeFiles(h.fresh)
+		h.end()
 	}
 	cn.sent()
 	s.mu.Lock()

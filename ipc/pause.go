@@ -143,8 +143,7 @@ func (cn *conn) rollback() {
 		h := cn.held[r]
 		delete(cn.held, r)
 		bytes += h.bytes
-		h.lease.Release()
-		closeFiles(h.fresh)
+		h.end()
 	}
 	for _, h := range cn.mapped {
 		h.maps-- // not sent: the peer maps none of it

@@ -174,46 +174,72 @@ func retry(err error) bool {
 }
 
 // openFresh leases path on a connection of the process's pool for its
-// daemon (registry.leaseHolder). A remembered socket no daemon answers
-// on, or a pooled connection the daemon closed meanwhile (it restarted),
-// is tried once more afresh.
+// daemon (see pooled). A remembered socket no daemon answers on, or a
+// pooled connection the daemon closed meanwhile (it restarted), is tried
+// once more afresh.
 func openFresh(path string, loc location) (*Lease, error) {
-	for again := false; ; again = true {
-		h, isNew, err := reg.leaseHolder(loc)
-		if err != nil && loc.remembered && !again {
-			// The daemon restarted or the mount moved: look again, once.
+	var relocate func() (location, error)
+	if loc.remembered {
+		dev, wait := loc.device, loc.roomWaitMS
+		relocate = func() (location, error) {
+			// The daemon restarted or the mount moved: look again.
 			forget()
-			dev, wait := loc.device, loc.roomWaitMS
-			if loc, err = locateCached(path); err == nil {
-				loc.device, loc.roomWaitMS = dev, wait
-				continue
-			}
+			at, err := locateCached(path)
+			at.device, at.roomWaitMS = dev, wait
+			return at, err
 		}
-		if err != nil {
-			return nil, err
-		}
-		c := h.c
-		resp, files, err := c.roundTrip(proto.Request{Op: proto.OpAcquire, Path: loc.rel, Device: loc.device, RoomWaitMS: loc.roomWaitMS})
-		if err != nil {
-			reg.checkin(h)
-			var pe *proto.Error
-			if !again && !isNew && c.broken() && !errors.As(err, &pe) {
-				continue
-			}
-			dropIfPressed(err, loc.socket)
-			return nil, err
-		}
-		f, err := reg.adopt(h, loc, &resp.Grant, files)
-		if err != nil {
-			giveBack(c, &resp.Grant, resp.Epoch)
-			reg.checkin(h)
-			return nil, fmt.Errorf("gdsfs acquire %s: map: %w", path, err)
-		}
+	}
+	h, resp, files, err := pooled(&loc, func(at location) proto.Request {
+		return proto.Request{Op: proto.OpAcquire, Path: at.rel, Device: at.device, RoomWaitMS: at.roomWaitMS}
+	}, relocate)
+	if h == nil {
+		return nil, err
+	}
+	c := h.c
+	if err != nil {
 		reg.checkin(h)
-		if !resp.Cache {
-			reg.flushIdle(loc.socket) // the daemon is short of room
+		dropIfPressed(err, loc.socket)
+		return nil, err
+	}
+	f, err := reg.adopt(h, loc, &resp.Grant, files)
+	if err != nil {
+		giveBack(c, &resp.Grant, resp.Epoch)
+		reg.checkin(h)
+		return nil, fmt.Errorf("gdsfs acquire %s: map: %w", path, err)
+	}
+	reg.checkin(h)
+	if !resp.Cache {
+		reg.flushIdle(loc.socket) // the daemon is short of room
+	}
+	return &Lease{f: f, conn: c, id: resp.Lease, epoch: resp.Epoch, grant: resp.Grant}, nil
+}
+
+// pooled sends the request req makes for *loc on a connection of the
+// process's pool for its daemon (registry.leaseHolder) and returns that
+// connection's holder, busy (the caller checks it in), with the answer;
+// nil and the error where no connection was had. One failure is tried
+// once more, only one: a pooled connection the daemon closed meanwhile
+// (it restarted), on a new connection; or, where relocate is not nil, a
+// failure to connect, at the location relocate gives (stored in *loc).
+func pooled(loc *location, req func(location) proto.Request, relocate func() (location, error)) (*holder, proto.Response, []*os.File, error) {
+	for again := false; ; again = true {
+		h, isNew, err := reg.leaseHolder(*loc)
+		if err != nil {
+			if again || relocate == nil {
+				return nil, proto.Response{}, nil, err
+			}
+			if *loc, err = relocate(); err != nil {
+				return nil, proto.Response{}, nil, err
+			}
+			continue
 		}
-		return &Lease{f: f, conn: c, id: resp.Lease, epoch: resp.Epoch, grant: resp.Grant}, nil
+		resp, files, err := h.c.roundTrip(req(*loc))
+		var pe *proto.Error
+		if err != nil && !again && !isNew && h.c.broken() && !errors.As(err, &pe) {
+			reg.checkin(h)
+			continue
+		}
+		return h, resp, files, err
 	}
 }
 

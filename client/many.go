@@ -1,7 +1,6 @@
 package client
 
 import (
-	"errors"
 	"fmt"
 	"os"
 
@@ -183,26 +182,16 @@ func releaseGranted(c *Conn, items []proto.Item, epoch uint64) {
 }
 
 // openBatch leases items on a connection of the process's pool for their
-// daemon, filling out.
+// daemon (see pooled), filling out.
 func openBatch(paths []string, items []item, out []*Lease) error {
 	req := proto.Request{Op: proto.OpAcquireMany, Device: items[0].loc.device, RoomWaitMS: items[0].loc.roomWaitMS}
 	for _, it := range items {
 		req.Paths = append(req.Paths, it.loc.rel)
 	}
-	h, isNew, err := reg.leaseHolder(items[0].loc)
-	if err != nil {
+	loc := items[0].loc
+	h, resp, files, err := pooled(&loc, func(location) proto.Request { return req }, nil)
+	if h == nil {
 		return err
-	}
-	resp, files, err := h.c.roundTrip(req)
-	var pe *proto.Error
-	if err != nil && !isNew && h.c.broken() && !errors.As(err, &pe) {
-		// a pooled connection the daemon closed meanwhile (it
-		// restarted): once more, on a new one
-		reg.checkin(h)
-		if h, _, err = reg.leaseHolder(items[0].loc); err != nil {
-			return err
-		}
-		resp, files, err = h.c.roundTrip(req)
 	}
 	defer reg.checkin(h)
 	c := h.c

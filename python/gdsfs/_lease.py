@@ -447,40 +447,63 @@ def _give_back(conn, grant, epoch):
         conn.drop(grant["generation"], grant["device"])
 
 
-def _fresh(path, socket, timeout, dev, room, located=None):
-    """Lease path on a connection of the process's pool for its daemon;
-    located: what _locate said of it just before. A connection of the
-    pool the daemon closed meanwhile (it restarted), or a remembered socket
-    no daemon answers on, is tried once more afresh."""
-    sock, rel, owner, remembered = located or _locate(path, socket)
+def _pooled(where, send, relocate=None):
+    """Take a connection of the process's pool for where (socket, owner,
+    timeout) (registry.lease_holder), marked busy, and return (its holder,
+    send(conn)); the caller checks the holder in. send failing checks it
+    in and raises (undoing kept mappings when the daemon is at a limit,
+    _drop_if_pressed). One failure is tried once more, only one: a pooled
+    connection the daemon closed meanwhile (it restarted), on a new
+    connection; or, where relocate is given, a connection no daemon
+    answered (_STALE), at the where relocate() returns."""
     for again in (False, True):
+        sock, owner, timeout = where
         try:
-            holder, new = registry.lease_holder((sock, owner, timeout), lambda: Conn(sock, timeout, owner))
+            holder, new = registry.lease_holder(where, lambda: Conn(sock, timeout, owner))
         except OSError as e:
-            if again or not remembered or e.errno not in _STALE:
+            if again or relocate is None or e.errno not in _STALE:
                 raise
-            _located.clear()  # the daemon restarted or the mount moved: look again, once
-            sock, rel, owner, _ = _locate(path, socket)
+            where = relocate()
             continue
         conn = holder.conn
         try:
-            resp, fds = conn.request(_acquire(rel, dev, **room), path=path)
+            return holder, send(conn)
         except BaseException as e:
             registry.checkin(holder)
             if not again and not new and conn.closed and not getattr(e, "gdsfs_answer", False):
                 continue
             _drop_if_pressed(e, sock)
             raise
-        try:
-            m = registry.adopt(holder, (sock, rel, dev), resp, fds, path)
-        except BaseException:
-            _give_back(conn, resp, resp.get("epoch"))
-            raise
-        finally:
-            registry.checkin(holder)
-        if not resp.get("cache"):
-            registry.flush(sock)  # the daemon is short of room
-        return Lease(m, conn, resp, path)
+
+
+def _fresh(path, socket, timeout, dev, room, located=None):
+    """Lease path on a connection of the process's pool for its daemon
+    (_pooled); located: what _locate said of it just before. A connection
+    of the pool the daemon closed meanwhile (it restarted), or a remembered
+    socket no daemon answers on, is tried once more afresh."""
+    sock, rel, owner, remembered = located or _locate(path, socket)
+
+    def relocate():
+        nonlocal sock, rel, owner
+        _located.clear()  # the daemon restarted or the mount moved: look again
+        sock, rel, owner, _ = _locate(path, socket)
+        return sock, owner, timeout
+
+    def send(conn):
+        return conn.request(_acquire(rel, dev, **room), path=path)  # rel as relocate left it
+
+    holder, (resp, fds) = _pooled((sock, owner, timeout), send, relocate if remembered else None)
+    conn = holder.conn
+    try:
+        m = registry.adopt(holder, (sock, rel, dev), resp, fds, path)
+    except BaseException:
+        _give_back(conn, resp, resp.get("epoch"))
+        raise
+    finally:
+        registry.checkin(holder)
+    if not resp.get("cache"):
+        registry.flush(sock)  # the daemon is short of room
+    return Lease(m, conn, resp, path)
 
 
 def open(path, *, socket=None, timeout=None, device=None, room_wait=None):  # noqa: A001 (gdsfs.open)

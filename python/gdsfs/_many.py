@@ -2,9 +2,9 @@
 
 import errno as _errno
 
-from ._proto import MAX_FDS, Conn, _close_fds, daemon_error, grant_fds, room_wait_fields  # noqa: F401 (MAX_FDS: see PROTOCOL)
+from ._proto import MAX_FDS, _close_fds, daemon_error, grant_fds, room_wait_fields  # noqa: F401 (MAX_FDS: see PROTOCOL)
 from ._registry import registry
-from ._lease import Lease, _drop_if_pressed, _give_back, _locate, _resolve_device, _retry
+from ._lease import Lease, _drop_if_pressed, _give_back, _locate, _pooled, _resolve_device, _retry
 
 MAX_BATCH = 1024  # paths per acquire_many (proto.MaxBatch)
 
@@ -140,19 +140,10 @@ def _repeat_group(paths, holder, items, out, taken, dev, room):
 
 
 def _batch(paths, sock, owner, items, out, timeout, dev, room):
-    """Lease items on a connection of the process's pool for sock."""
-    for again in (False, True):
-        holder, new = registry.lease_holder((sock, owner, timeout), lambda: Conn(sock, timeout, owner))
-        conn = holder.conn
-        try:
-            resp, fds = conn.request(_many([it[2] for it in items], dev, **room))
-            break
-        except BaseException as e:
-            registry.checkin(holder)
-            if not again and not new and conn.closed and not getattr(e, "gdsfs_answer", False):
-                continue  # a pooled connection the daemon closed meanwhile (it restarted): once more afresh
-            _drop_if_pressed(e, sock)
-            raise
+    """Lease items on a connection of the process's pool for sock (_pooled)."""
+    req = _many([it[2] for it in items], dev, **room)
+    holder, (resp, fds) = _pooled((sock, owner, timeout), lambda conn: conn.request(req))
+    conn = holder.conn
     files = resp.get("files") or []
     first = None
     try:

@@ -37,7 +37,7 @@ type Conn struct {
 	failed  atomic.Bool // dead != nil, readable without mu
 
 	qmu    sync.Mutex      // guards queued
-	queued []proto.Request // releases and drops not sent yet, in the order they were made
+	queued []proto.Request // releases and drops not sent yet, in the order they were made (see notice)
 }
 
 // connectTimeout bounds connecting to a lease socket (a listener that
@@ -136,7 +136,7 @@ func checkPeer(c *net.UnixConn, socket string, owner int) error {
 // Close closes the connection; the daemon ends everything it held.
 func (c *Conn) Close() error {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlock()
 	if c.dead == nil {
 		c.dead = errors.New("closed")
 	}
@@ -166,7 +166,7 @@ func (c *Conn) roundTrip(req proto.Request) (proto.Response, []*os.File, error) 
 		return proto.Response{}, nil, &Error{Code: syscall.EILSEQ, Msg: fmt.Sprintf("gdsfs %s: %v", req.Op, err)}
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlock()
 	c.flushLocked() // the releases and drops made before it go first
 	if c.dead != nil {
 		return proto.Response{}, nil, &Error{Code: syscall.ENOTCONN, Msg: fmt.Sprintf("gdsfs %s: connection unusable: %v", req.Op, c.dead)}
@@ -258,8 +258,8 @@ func (c *Conn) drainLocked() error {
 }
 
 // release ends lease id without waiting for the answer (read before the
-// next request). It never blocks the caller: when the connection is busy
-// the release is sent from another goroutine.
+// next request). It never waits for the connection: when it is busy the
+// release is sent once the request using it is done (see notice).
 func (c *Conn) release(id, epoch uint64) {
 	c.notice(proto.Request{Op: proto.OpRelease, Lease: id, Epoch: epoch})
 }
@@ -274,26 +274,37 @@ func (c *Conn) drop(generation uint64, device string) {
 }
 
 // notice queues req and sends the queue, in order, once it has the
-// connection: at once when no request uses it, else from another
-// goroutine (or before the next request). A drop so never overtakes the
-// release made before it (the daemon refuses to drop what a lease names).
+// connection: at once when no request uses it, else when whoever holds it
+// is done with it (unlock), with no goroutine of its own. A drop so never
+// overtakes the release made before it (the daemon refuses to drop what a
+// lease names), and nothing queued waits for a next request.
 func (c *Conn) notice(req proto.Request) {
 	c.qmu.Lock()
 	c.queued = append(c.queued, req)
 	c.qmu.Unlock()
 	if c.mu.TryLock() {
-		c.flushLocked()
-		c.mu.Unlock()
-		return
+		c.unlock()
 	}
-	go func() {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		c.flushLocked()
-	}()
 }
 
-// flushLocked sends the queued notices. c.mu must be held.
+// unlock sends the queued notices and unlocks c.mu. A notice queued after
+// the sending, by a caller that found c.mu held, is sent too: here, or by
+// whoever took c.mu meanwhile, when it unlocks.
+func (c *Conn) unlock() {
+	for {
+		c.flushLocked()
+		c.mu.Unlock()
+		c.qmu.Lock()
+		more := len(c.queued) > 0
+		c.qmu.Unlock()
+		if !more || !c.mu.TryLock() {
+			return
+		}
+	}
+}
+
+// flushLocked sends the queued notices (those of a closed connection are
+// dropped: closing ended what they would). c.mu must be held.
 func (c *Conn) flushLocked() {
 	c.qmu.Lock()
 	q := c.queued

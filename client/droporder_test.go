@@ -15,8 +15,8 @@ import (
 // daemon as release, then drop: the daemon refuses a drop of bytes a
 // lease still names (EBUSY), and a refused drop leaves them held for as
 // long as the pooled connection stays open. Each round is ordered by
-// events only; one goroutine scheduler (GOMAXPROCS 1) makes the order the
-// notices are sent in the one the scheduler picks.
+// events only; one goroutine scheduler (GOMAXPROCS 1) would make any
+// order the scheduler picks for the notices the one they are sent in.
 func TestDropFollowsReleaseOnBusyConnection(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	data := bytes.Repeat([]byte("o"), 4096)
@@ -55,7 +55,7 @@ func TestDropFollowsReleaseOnBusyConnection(t *testing.T) {
 			t.Fatalf("the busy request is for %q, want c", r.Path)
 		}
 		a.Close()         // its connection busy: release and drop wait for c's answer
-		runtime.Gosched() // let the goroutines sending them queue on the connection
+		runtime.Gosched() // let anything else that would send them run first
 		close(gate)
 		c := <-done
 		if c.err != nil {
@@ -74,4 +74,39 @@ func TestDropFollowsReleaseOnBusyConnection(t *testing.T) {
 	}
 	f.none()
 	m.clean()
+}
+
+// TestNoticesQueuedWhileHeldAreSentByTheHolder: a release and a drop made
+// while a request holds the connection are queued, not sent, and the
+// holder sends them, in the order they were made, when it is done with
+// the connection, with no request after them.
+func TestNoticesQueuedWhileHeldAreSentByTheHolder(t *testing.T) {
+	f := newScripted(t, func(n int, req proto.Request) reply { return okAnswer() })
+	c, err := Dial(f.sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	queued := func() int {
+		c.qmu.Lock()
+		defer c.qmu.Unlock()
+		return len(c.queued)
+	}
+	c.mu.Lock() // as a request using the connection does
+	c.release(10, 7)
+	c.drop(1, "host")
+	if n := queued(); n != 2 {
+		t.Fatalf("%d notices queued while the connection is held, want 2", n)
+	}
+	c.unlock() // the holder is done
+	if n := queued(); n != 0 {
+		t.Fatalf("%d notices still queued once the holder was done", n)
+	}
+	f.expect(proto.OpRelease, 10)
+	if d := <-f.drops; d.n != 0 || d.req.Generation != 1 || d.req.Device != "host" {
+		t.Fatalf("dropped %+v on connection %d, want generation 1 on host on connection 0", d.req, d.n)
+	}
+	if ops := f.opsOn(0); !slices.Equal(ops, []string{proto.OpRelease, proto.OpDrop}) {
+		t.Fatalf("connection 0 read %v, want the release, then the drop", ops)
+	}
 }

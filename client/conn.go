@@ -258,7 +258,8 @@ func (c *Conn) drainLocked() error {
 }
 
 // release ends lease id without waiting for the answer (read before the
-// next request). It never waits for the connection: when it is busy the
+// next request, or before the next notice once maxUnanswered are unread).
+// It never waits for the connection: when it is busy the
 // release is sent once the request using it is done (see notice).
 func (c *Conn) release(id, epoch uint64) {
 	c.notice(proto.Request{Op: proto.OpRelease, Lease: id, Epoch: epoch})
@@ -315,11 +316,27 @@ func (c *Conn) flushLocked() {
 	}
 }
 
+// maxUnanswered bounds the notices sent on a connection whose answers
+// were not read yet: past it their answers are read before the next is
+// sent. Unread, a few hundred answers fill the socket's buffer, the
+// daemon blocks writing them and stops reading, and the next notice could
+// not be written.
+const maxUnanswered = 64
+
 func (c *Conn) noticeLocked(req proto.Request) {
 	if c.dead != nil {
 		return // closing ended it
 	}
-	c.c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	if len(c.pending) >= maxUnanswered {
+		c.c.SetReadDeadline(time.Now().Add(noticeTimeout))
+		err := c.drainLocked()
+		c.c.SetReadDeadline(time.Time{})
+		if err != nil {
+			c.failLocked(err)
+			return
+		}
+	}
+	c.c.SetWriteDeadline(time.Now().Add(noticeTimeout))
 	_, err := c.c.Write(req.Line())
 	c.c.SetWriteDeadline(time.Time{})
 	if err != nil {
@@ -328,6 +345,10 @@ func (c *Conn) noticeLocked(req proto.Request) {
 	}
 	c.pending = append(c.pending, req.Op)
 }
+
+// noticeTimeout bounds writing a notice, and reading the answers of
+// earlier ones before it (maxUnanswered).
+const noticeTimeout = 5 * time.Second
 
 // Stat asks the state of a file without staging it.
 func (c *Conn) Stat(path string) (proto.Response, error) {

@@ -14,7 +14,8 @@
 // lease on the one holding its mapping): the daemon counts a file's bytes
 // against its capacity until the client drops them (after unmapping) or
 // the connection closes, which happens once it holds nothing and serves
-// no request. Closing a lease never waits for the daemon. Where the
+// no request. Closing a lease does not wait for the daemon's answer (read
+// before the next request, or once 64 are unread). Where the
 // daemon allows it, a closed lease's mapping is kept, so the next Open of
 // an unchanged file is one round trip with no descriptors.
 //

@@ -188,8 +188,8 @@ class Lease:
     # --- closing -------------------------------------------------------
 
     def close(self):
-        """End the lease; calling it again does nothing. It never waits for
-        the daemon. With views still alive, this happens when the last one
+        """End the lease; calling it again does nothing. It does not wait
+        for the daemon's answer. With views still alive, this happens when the last one
         is garbage-collected. An unmapping failure raises RuntimeError or
         OSError."""
         with self._lock:

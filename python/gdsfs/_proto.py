@@ -198,6 +198,13 @@ def _unknown_op(raw):
             and "unknown op" in str(resp.get("error", "")))
 
 
+# Notices sent on a connection whose answers were not read yet, at most:
+# past it their answers are read before the next is sent. Unread, a few
+# hundred answers fill the socket's buffer, the daemon blocks writing them
+# and stops reading, and the next notice could not be sent.
+_MAX_UNANSWERED = 64
+_NOTICE_TIMEOUT = 5.0  # seconds to read those answers
+
 class Conn:
     """One connection to a daemon's lease socket. The daemon holds every
     file granted on it until it closes. Requests are answered in turn;
@@ -358,8 +365,9 @@ class Conn:
                 self.no_drop = True
 
     def release(self, lease, epoch):
-        """End a lease id without waiting for the daemon (never blocks the
-        caller: with the connection busy, a thread sends it)."""
+        """End a lease id without waiting for its answer (with the
+        connection busy, whoever holds it sends it when done; see
+        _notice)."""
         self._notice({"op": "release", "lease": lease, "epoch": epoch})
 
     def drop(self, generation, device):
@@ -373,7 +381,9 @@ class Conn:
         """Send req (a release or drop) without waiting for its answer, in
         the order notices were made: now if the connection is free, else
         queued, and sent by whoever holds the connection when it is done
-        with it (never by a thread of its own, never blocking the caller)."""
+        with it (never by a thread of its own). Their answers are read
+        before the next request, or before the next notice once
+        _MAX_UNANSWERED are unread."""
         self._queued.append(req)
         self._flush_if_free()
 
@@ -396,6 +406,13 @@ class Conn:
             return  # closing ended it
         line = (json.dumps(req, separators=(",", ":")) + "\n").encode()
         try:
+            if len(self._pending) >= _MAX_UNANSWERED:
+                was = s.gettimeout()
+                s.settimeout(_NOTICE_TIMEOUT)
+                try:
+                    self._drain(req["op"])
+                finally:
+                    s.settimeout(was)
             n = s.send(line, socket.MSG_DONTWAIT)
             if n != len(line):
                 raise BlockingIOError(_errno.EAGAIN, "short write")

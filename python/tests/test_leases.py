@@ -217,6 +217,25 @@ class FastPathTests(unittest.TestCase):
             with gdsfs.open(p) as l:
                 self.assertTrue(l.reused, p)
 
+    def test_many_releases_without_a_request(self):
+        """Thousands of releases in a row with no request between them (a
+        process ending many leases at once): their answers are read as
+        they go, so the daemon never stops reading and the connection, and
+        the lease still open on it, stay."""
+        p = self.m.write("flood.bin", blob(4096, 77))
+        c = gdsfs._proto.Conn(self.m.sock)
+        self.addCleanup(c.close)
+        resp, fds = c.request({"op": "acquire", "path": "flood.bin"})
+        for fd in fds:
+            os.close(fd)
+        for i in range(20000):
+            c.release(resp["lease"] + 1 + i, resp["epoch"])  # ids never granted: answered, not fatal
+            self.assertFalse(c.closed, "the connection failed at release %d" % i)
+        hello, _ = c.request({"op": "hello", "version": 1})
+        self.assertTrue(hello.get("ok"), hello)
+        self.assertEqual(self.m.stats()["lease_held_files"], 1, "the open lease was ended")
+        self.assertEqual(os.path.getsize(p), 4096)
+
     def test_forked_child_does_not_pin_kept_leases(self):
         """A forked child closes its copies of the parent's connections:
         when the parent drops its kept mappings the daemon holds nothing,

@@ -166,10 +166,10 @@ func (b *batch) repeatOne(h *holder, it item, a *proto.Item, epoch uint64, files
 	return nil, fmt.Errorf("%s: %w", b.paths[it.i], a.Err())
 }
 
-// releaseGranted gives back the files of a repeat's answer that were
-// granted: a reuse is released (its mapping is discarded, which drops
-// it), a full grant released and dropped (the daemon counts it as one
-// more mapping).
+// releaseGranted gives back the files of an answer that were granted and
+// not turned into leases: a reuse is released (its mapping is discarded,
+// which drops it), a full grant released and dropped (the daemon counts
+// it as one more mapping).
 func releaseGranted(c *Conn, items []proto.Item, epoch uint64) {
 	for i := range items {
 		switch {
@@ -197,11 +197,7 @@ func openBatch(paths []string, items []item, out []*Lease) error {
 	c := h.c
 	if err == nil && len(resp.Files) != len(items) {
 		closeAll(files)
-		for i := range resp.Files {
-			if resp.Files[i].OK {
-				giveBack(c, &resp.Files[i].Grant, resp.Epoch)
-			}
-		}
+		releaseGranted(c, resp.Files, resp.Epoch)
 		err = &Error{Code: proto.EPROTO, Msg: fmt.Sprintf("gdsfs acquire_many: %d answers for %d files", len(resp.Files), len(items))}
 	}
 	if err != nil {

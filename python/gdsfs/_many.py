@@ -72,8 +72,8 @@ def _many(rels, dev, **extra):
 
 
 def _give_back_rest(conn, answers, epoch):
-    """Give back the granted items of a repeat's answer not turned into
-    leases: a reuse is released, a full grant released and dropped."""
+    """Give back the granted items of an answer not turned into leases: a
+    reuse is released, a full grant released and dropped."""
     for a in answers:
         if a.get("ok") and not conn.closed:
             if a.get("reuse"):
@@ -148,9 +148,7 @@ def _batch(paths, sock, owner, items, out, timeout, dev, room):
     first = None
     try:
         if len(files) != len(items):
-            for a in files:
-                if a.get("ok") and not conn.closed:
-                    _give_back(conn, a, resp.get("epoch"))
+            _give_back_rest(conn, files, resp.get("epoch"))
             raise OSError(_errno.EPROTO, "gdsfs acquire_many: %d answers for %d files" % (len(files), len(items)))
         for (i, _, rel, _m), a in zip(items, files):
             n = grant_fds(a)

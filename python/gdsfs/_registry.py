@@ -42,15 +42,15 @@ def _is_host(device):
 
 
 class Holder:
-    """A connection, how many mappings it holds and how many requests
-    use it."""
+    """A connection of the registry's, how many mappings it holds and how
+    many requests use it: closed with its last mapping once no request
+    uses it."""
 
-    __slots__ = ("conn", "refs", "owned", "busy")
+    __slots__ = ("conn", "refs", "busy")
 
-    def __init__(self, conn, owned=True):
+    def __init__(self, conn):
         self.conn = conn
         self.refs = 0
-        self.owned = owned  # closed with its last mapping, once no request uses it
         self.busy = 0
 
 
@@ -191,7 +191,7 @@ class Registry:
         with self.lock:
             self._forked_locked()
             holder.refs += 1
-            if holder.refs == 1 and holder.owned:
+            if holder.refs == 1:
                 self.conns += 1
             drop = []
             if key is not None:
@@ -243,8 +243,7 @@ class Registry:
         if forked:
             # A forked child: leave the parent's mapping and connection
             # alone (closing this copy of the socket ends nothing).
-            if m.holder.owned:
-                m.holder.conn.close()
+            m.holder.conn.close()
             return []
         if not any(h.conn is conn for h in closing):
             conn.release(lease_id, epoch)
@@ -271,7 +270,7 @@ class Registry:
         closing = []
         for m in drop:
             m.holder.refs -= 1
-            if m.holder.refs <= 0 and m.holder.owned:
+            if m.holder.refs <= 0:
                 if m.pid == os.getpid():  # not a mapping inherited over fork
                     self.conns -= 1
                 if m.holder.busy == 0:

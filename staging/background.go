@@ -57,6 +57,9 @@ func (c *Cache) CancelBackground(rel, reason string) {
 // StartBackground opens b.Rel as the daemon and, if the cache takes it,
 // starts its load at background priority (triggers.Core).
 func (c *Cache) StartBackground(b triggers.Background) triggers.Outcome {
+	if c.stagedAlready(b.Rel) {
+		return triggers.Staged
+	}
 	o, err := c.openEligible(b.Rel)
 	if err != nil {
 		return triggers.NotStaged
@@ -73,6 +76,39 @@ func (c *Cache) StartBackground(b triggers.Background) triggers.Outcome {
 	}
 	go c.load(e, o.f)
 	return triggers.Started
+}
+
+// stagedAlready says whether a background load of rel has nothing to do:
+// a replica is loading, or one is resident and its file unchanged. A
+// resident replica on a filesystem whose changes raise events is taken
+// as unchanged without a look at the file (a change not yet drained only
+// delays the load to the next demand, which checks the file itself);
+// otherwise the file's identity now (a stat, not an open) must match.
+func (c *Cache) stagedAlready(rel string) bool {
+	c.lock()
+	reps := c.replicasLocked(rel)
+	for _, e := range reps {
+		if e.state == stLoading || e.state == stResident && e.events && !e.detached {
+			c.unlock()
+			return true
+		}
+	}
+	c.unlock()
+	if len(reps) == 0 {
+		return false
+	}
+	id, err := c.identityNow(rel)
+	if err != nil {
+		return false // the open says what is wrong
+	}
+	c.lock()
+	defer c.unlock()
+	for _, e := range c.replicasLocked(rel) {
+		if e.state == stLoading || e.state == stResident && e.id == id {
+			return true
+		}
+	}
+	return false
 }
 
 // startBackgroundLocked creates a loading background entry for o, or

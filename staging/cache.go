@@ -176,6 +176,7 @@ type hooks struct {
 	waiting      func(rel string)           // a request (again) sleeps, waiting for room
 	queued       func(rel string, low bool) // a load's tasks were queued for the workers
 	adopting     func(rel string)           // Adopt imported rel's region, checked its identity, and attaches it now
+	eligible     func(rel string)           // openEligible opens rel (as the daemon)
 	unexecuted   func(p readahead.Plan)     // a Plan nobody carries out (Config.ReadAhead nil)
 }
 

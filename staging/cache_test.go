@@ -9,12 +9,14 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gdsfs/gdsfs/gpu"
 	"github.com/gdsfs/gdsfs/internal/units"
+	"github.com/gdsfs/gdsfs/staging/triggers"
 )
 
 func TestStagedBytesEqualFile(t *testing.T) {
@@ -460,5 +462,121 @@ func TestLateCopyErrorFailsLoad(t *testing.T) {
 	c := newCache(t, src, opts, io, d)
 	if _, err := c.Stage(context.Background(), "f"); err == nil || !strings.Contains(err.Error(), "DMA fault") {
 		t.Fatalf("stage with a failed first piece: %v", err)
+	}
+}
+
+// TestLeaseOfTheAskersFileOpensItOnce: a request that names the file it
+// opened (Request.File) is served by the resident entry of exactly that
+// file without the cache opening it again; a file changed since it was
+// staged is staged afresh, and the lease is of the new bytes.
+func TestLeaseOfTheAskersFileOpensItOnce(t *testing.T) {
+	src := t.TempDir()
+	opts, io := testOptions()
+	c := newCache(t, src, opts, io)
+	ctx := context.Background()
+	old := randomBytes(50000, 1)
+	writeFile(t, src, "f", old)
+	if _, err := c.Stage(ctx, "f"); err != nil {
+		t.Fatal(err)
+	}
+	var opens atomic.Int32
+	c.hooks.eligible = func(string) { opens.Add(1) }
+	acquire := func() *Lease {
+		t.Helper()
+		f, err := os.Open(filepath.Join(src, "f"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		l, err := c.Acquire(ctx, Request{Rel: "f", File: f})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	for range 3 {
+		l := acquire()
+		if !bytes.Equal(regionBytes(t, l.Region()), old) {
+			t.Fatal("lease of the resident file: wrong bytes")
+		}
+		l.Release()
+	}
+	if n := opens.Load(); n != 0 {
+		t.Fatalf("3 leases of a resident file the askers opened: the cache opened it %d times, want 0", n)
+	}
+	if s := c.Stats(); s.Hits < 3 {
+		t.Fatalf("hits %d, want >= 3", s.Hits)
+	}
+
+	fresh := randomBytes(50000, 2)
+	writeFile(t, src, "f", fresh)
+	changed(t, filepath.Join(src, "f"))
+	l := acquire()
+	defer l.Release()
+	if !bytes.Equal(regionBytes(t, l.Region()), fresh) {
+		t.Fatal("lease after a change: stale bytes")
+	}
+	if opens.Load() == 0 {
+		t.Fatal("a changed file was leased without the cache opening it to stage it again")
+	}
+}
+
+// TestBackgroundLoadOfAStagedFileDoesNotOpenIt: read-ahead asking for a
+// file that is resident and unchanged is answered Staged without the
+// cache opening the file, with change events and with timestamps alone;
+// once the file changed (and the change is known) it is loaded again.
+func TestBackgroundLoadOfAStagedFileDoesNotOpenIt(t *testing.T) {
+	for _, watch := range []string{WatchAuto, WatchTimestamps} {
+		t.Run(watch, func(t *testing.T) {
+			src := t.TempDir()
+			opts, io := testOptions()
+			opts.Watch, opts.RacyWindow = watch, 0
+			c := newCache(t, src, opts, io)
+			ctx := context.Background()
+			writeFile(t, src, "f", randomBytes(50000, 1))
+			if _, err := c.Stage(ctx, "f"); err != nil {
+				t.Fatal(err)
+			}
+			var opens atomic.Int32
+			c.hooks.eligible = func(string) { opens.Add(1) }
+			if o := c.StartBackground(triggers.Background{Rel: "f", Reason: "read-ahead"}); o != triggers.Staged {
+				t.Fatalf("background load of a resident file: %v, want Staged", o)
+			}
+			if n := opens.Load(); n != 0 {
+				t.Fatalf("background load of a resident file opened it %d times, want 0", n)
+			}
+			fresh := randomBytes(50000, 2)
+			writeFile(t, src, "f", fresh)
+			changed(t, filepath.Join(src, "f"))
+			c.watch.drain() // as the next demand does: a change event drops the replica
+			if o := c.StartBackground(triggers.Background{Rel: "f", Reason: "read-ahead"}); o != triggers.Started {
+				t.Fatalf("background load of a changed file: %v, want Started", o)
+			}
+			info, err := c.Stage(ctx, "f")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if info.State != StateResident {
+				t.Fatalf("after the background load: %s", info.State)
+			}
+			l, err := c.Acquire(ctx, Request{Rel: "f"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Release()
+			if !bytes.Equal(regionBytes(t, l.Region()), fresh) {
+				t.Fatal("background load of a changed file: stale bytes")
+			}
+		})
+	}
+}
+
+// changed gives path an mtime an hour back, so its identity differs from
+// before its last write even where timestamps are coarser than the test.
+func changed(t *testing.T, path string) {
+	t.Helper()
+	when := time.Now().Add(-time.Hour)
+	if err := os.Chtimes(path, when, when); err != nil {
+		t.Fatal(err)
 	}
 }

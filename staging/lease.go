@@ -66,6 +66,10 @@ func (c *Cache) Acquire(ctx context.Context, req Request) (*Lease, error) {
 		}
 	}
 	p := place{roomWait: req.RoomWait}
+	if want != nil {
+		id := identityOf(want)
+		p.asked = &id
+	}
 	if req.Device != "" {
 		p.slot, _ = c.slotFor(req.Device)
 	}

@@ -132,6 +132,10 @@ type place struct {
 	exact    bool
 	yield    bool          // a staging after a plain read: a new reader cancels it (readers.go)
 	roomWait time.Duration // the longest wait for room (Request.RoomWait); 0: ctx bounds it
+	// asked, when set, is the identity of the file as the asker opened it
+	// (Request.File): a resident or loading replica of exactly that file
+	// serves the request without opening rel again.
+	asked *identity
 }
 
 // ensure returns rel's resident entry where p says (replicas.go), pinned
@@ -155,21 +159,24 @@ func (c *Cache) ensure(ctx context.Context, rel string, p place, wait bool, at u
 	}()
 	for attempt := 1; ; {
 		c.watch.drain()
-		o, err := c.openEligible(rel)
-		if err != nil {
-			c.checkIdentity(rel) // a vanished or changed file loses its entry
-			return nil, err
-		}
-		size := o.id.size
-		e, err := c.lookupOrStart(rel, o, p, wait, &w, at)
-		if errors.Is(err, errWaitRoom) {
-			if err := c.awaitRoom(ctx, w, rel, size, p.roomWait); err != nil {
+		e := c.known(rel, p, w, at)
+		if e == nil {
+			o, err := c.openEligible(rel)
+			if err != nil {
+				c.checkIdentity(rel) // a vanished or changed file loses its entry
 				return nil, err
 			}
-			continue
-		}
-		if err != nil {
-			return nil, err
+			size := o.id.size
+			e, err = c.lookupOrStart(rel, o, p, wait, &w, at)
+			if errors.Is(err, errWaitRoom) {
+				if err := c.awaitRoom(ctx, w, rel, size, p.roomWait); err != nil {
+					return nil, err
+				}
+				continue
+			}
+			if err != nil {
+				return nil, err
+			}
 		}
 		select {
 		case <-e.done:
@@ -206,6 +213,9 @@ func (c *Cache) ensure(ctx context.Context, rel string, p place, wait bool, at u
 func (c *Cache) openEligible(rel string) (*opened, error) {
 	if why := c.filter.why(rel); why != "" {
 		return nil, errNotEligible(rel, why)
+	}
+	if c.hooks.eligible != nil {
+		c.hooks.eligible(rel)
 	}
 	f, st, err := c.openRegular(rel, 0)
 	if errors.Is(err, access.ErrNotRegular) {
@@ -245,13 +255,9 @@ func (c *Cache) lookupOrStart(rel string, o *opened, p place, wait bool, w **wai
 		o.f.Close()
 		return nil, fmt.Errorf("stage %s: cache closed", rel)
 	}
-	e, stale := c.existingLocked(rel, o, p, *w)
+	e, stale := c.existingLocked(rel, o.id, p, *w)
 	if e != nil {
-		c.usedLocked(e, at)
-		if !p.yield {
-			e.keepLocked() // a lease or prefetch joined it
-		}
-		joined := e.state == stLoading
+		joined := c.joinLocked(e, p, at)
 		c.unlockFree(stale...)
 		o.f.Close()
 		if joined && c.hooks.joined != nil {
@@ -300,12 +306,12 @@ func (c *Cache) lookupOrStart(rel string, o *opened, p place, wait bool, w **wai
 // that is stale (another identity) or failed is dropped on the way; their
 // regions are returned for the caller to free after unlocking. Cache.mu
 // must be held.
-func (c *Cache) existingLocked(rel string, o *opened, p place, w *waiter) (*entry, []gpu.Region) {
+func (c *Cache) existingLocked(rel string, id identity, p place, w *waiter) (*entry, []gpu.Region) {
 	var live []*entry
 	var free []gpu.Region
 	for _, e := range c.replicasLocked(rel) {
 		switch {
-		case e.id != o.id:
+		case e.id != id:
 			c.stats.invalidations.Add(1)
 			free = append(free, c.dropLocked(e, "changed"))
 		case e.state == stFailed: // try again
@@ -315,31 +321,88 @@ func (c *Cache) existingLocked(rel string, o *opened, p place, w *waiter) (*entr
 		}
 	}
 	e := c.pickLocked(live, p.slot, p.exact)
-	switch {
-	case e == nil:
+	if e == nil {
 		return nil, free
-	case e.state == stResident:
+	}
+	c.hitLocked(e, w)
+	return e, free
+}
+
+// hitLocked pins e for a request that hit it (resident) or joined its
+// load; the request held as w leaves the line. Cache.mu must be held.
+func (c *Cache) hitLocked(e *entry, w *waiter) {
+	if e.state == stResident {
 		e.slot.lru.MoveToFront(e.elem)
 		c.stats.hits.Add(1)
-	default:
+	} else {
 		c.stats.sharedLoads.Add(1)
 	}
 	e.pins++
 	c.leaveLocked(w)
-	return e, free
+}
+
+// known is the hit of a request that names the file it opened
+// (p.asked): rel's resident or loading replica of exactly that identity,
+// where p says, pinned and joined as lookupOrStart joins it, without
+// opening rel again. Replicas of another identity are left to the
+// lookup that opens the file. nil: none (or no p.asked, or rel not
+// eligible under the options). It takes Cache.mu itself.
+func (c *Cache) known(rel string, p place, w *waiter, at uint64) *entry {
+	if p.asked == nil || c.filter.why(rel) != "" {
+		return nil
+	}
+	c.lock()
+	defer c.unlock()
+	if c.closed {
+		return nil
+	}
+	var live []*entry
+	for _, e := range c.replicasLocked(rel) {
+		if e.id == *p.asked && e.state != stFailed {
+			live = append(live, e)
+		}
+	}
+	e := c.pickLocked(live, p.slot, p.exact)
+	if e == nil {
+		return nil
+	}
+	c.hitLocked(e, w)
+	if c.joinLocked(e, p, at) && c.hooks.joined != nil {
+		c.hooks.joined(rel)
+	}
+	return e
+}
+
+// joinLocked records a request's use of e, which it joined or hit: the
+// read-ahead clock's tick, and that a lease or prefetch wants it kept.
+// It says whether e is still loading (a load joined). Cache.mu must be
+// held.
+func (c *Cache) joinLocked(e *entry, p place, at uint64) bool {
+	c.usedLocked(e, at)
+	if !p.yield {
+		e.keepLocked() // a lease or prefetch joined it
+	}
+	return e.state == stLoading
+}
+
+// identityNow is the identity rel's file has now, from a stat beneath
+// SOURCE (not an open).
+func (c *Cache) identityNow(rel string) (identity, error) {
+	f, err := c.root.Open(rel, unix.O_PATH, 0, access.Beneath)
+	if err != nil {
+		return identity{}, err
+	}
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return identity{}, err
+	}
+	return identityOf(&st), nil
 }
 
 // checkIdentity drops the entry of rel if the file changed or vanished.
 func (c *Cache) checkIdentity(rel string) {
-	var id identity
-	f, err := c.root.Open(rel, unix.O_PATH, 0, access.Beneath)
-	if err == nil {
-		var st unix.Stat_t
-		if err = unix.Fstat(int(f.Fd()), &st); err == nil {
-			id = identityOf(&st)
-		}
-		f.Close()
-	}
+	id, err := c.identityNow(rel)
 	c.lock()
 	var free []gpu.Region
 	for _, e := range c.replicasLocked(rel) {

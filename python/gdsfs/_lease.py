@@ -5,6 +5,7 @@ import ctypes
 import errno as _errno
 import logging
 import os
+import stat as _stat
 import sys
 import threading
 import warnings
@@ -387,6 +388,31 @@ def _locate(path, socket):
         _located.clear()
     _located[(explicit, real)] = (t.socket, os.path.dirname(t.rel), t.owner, ident)
     return t.socket, t.rel, t.owner, False
+
+
+def _locator(socket):
+    """_locate for many paths at one moment (one gdsfs.open_many call): a
+    directory's links are resolved once for all its files; each file's own
+    link still is (a file that is a link, or that cannot be looked at, goes
+    through _locate whole)."""
+    dirs = {}
+
+    def locate(path):
+        d, base = os.path.split(os.path.abspath(os.fspath(path)))
+        try:
+            if _stat.S_ISLNK(os.lstat(path).st_mode):
+                return _locate(path, socket)
+        except OSError:
+            return _locate(path, socket)
+        where = dirs.get(d)
+        if where is None:
+            where = dirs[d] = _locate(os.path.join(d, base), socket)
+            return where
+        sock, rel, owner, _ = where
+        reldir = os.path.dirname(rel)
+        return sock, os.path.join(reldir, base) if reldir not in ("", ".") else base, owner, True
+
+    return locate
 
 
 # Answers that say the daemon is at a limit kept mappings count against:

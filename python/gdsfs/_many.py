@@ -4,7 +4,7 @@ import errno as _errno
 
 from ._proto import MAX_FDS, _close_fds, daemon_error, grant_fds, room_wait_fields  # noqa: F401 (MAX_FDS: see PROTOCOL)
 from ._registry import registry
-from ._lease import Lease, _drop_if_pressed, _give_back, _locate, _pooled, _resolve_device, _retry
+from ._lease import Lease, _drop_if_pressed, _give_back, _locator, _pooled, _resolve_device, _retry
 
 MAX_BATCH = 1024  # paths per acquire_many (proto.MaxBatch)
 
@@ -26,8 +26,9 @@ def open_many(paths, *, socket=None, timeout=None, device=None, room_wait=None):
         fresh = []
         groups = {}
         owners = {}
+        locate = _locator(socket)
         for i, p in enumerate(paths):
-            sock, rel, owners[sock], _ = _locate(p, socket)
+            sock, rel, owners[sock], _ = locate(p)
             m = registry.take((sock, rel, dev))
             if m is None:
                 fresh.append((i, sock, rel, None))

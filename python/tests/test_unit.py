@@ -661,6 +661,38 @@ class TrustTests(unittest.TestCase):
             _mount.locate(os.path.join(mnt, "sub", "off.pt"))
         self.assertEqual(_mount.locate(os.path.join(mnt, "sub", "on.pt"))[1], "real.pt")
 
+    def test_locator_of_many_paths_agrees_with_locate(self):
+        """gdsfs.open_many's _locator (a directory's links resolved once
+        for all its files) names every path as _locate does: files of a
+        linked directory, a file that is a link to another file of the
+        mount, a file at the mount's root, a missing file; a link off the mount
+        fails as it does there."""
+        d = os.path.realpath(_support.tmpdir())
+        mnt = os.path.join(d, "mnt")
+        os.makedirs(os.path.join(mnt, "v1", "deep"))
+        os.makedirs(os.path.join(d, "plain"))
+        for p in ("plain/pub.pt", "mnt/top.pt", "mnt/v1/a.pt", "mnt/v1/b.pt", "mnt/v1/deep/c.pt"):
+            with open(os.path.join(d, p), "w") as f:
+                f.write("x")
+        os.symlink("mnt/v1", os.path.join(d, "latest"))
+        os.symlink("deep/c.pt", os.path.join(mnt, "v1", "to-c.pt"))
+        os.symlink("../../plain/pub.pt", os.path.join(mnt, "v1", "off.pt"))
+        self.mount_at(mnt, "/run/x.sock")
+        latest = os.path.join(d, "latest")
+        paths = [os.path.join(latest, n) for n in ("a.pt", "b.pt", "to-c.pt", "a.pt")]
+        paths += [os.path.join(mnt, "top.pt"), os.path.join(mnt, "v1", "deep", "c.pt"), os.path.join(latest, "deep", "..", "b.pt")]
+        locate = _lease._locator(None)
+        for p in paths:
+            self.assertEqual(locate(p)[:3], _lease._locate(p, None)[:3], p)
+        self.assertEqual([locate(p)[1] for p in paths[:3]], ["v1/a.pt", "v1/b.pt", "v1/deep/c.pt"])
+        missing = os.path.join(latest, "missing.pt")  # sent: the daemon says ENOENT
+        self.assertEqual(locate(missing)[:3], _lease._locate(missing, None)[:3])
+        off = os.path.join(latest, "off.pt")
+        with self.assertRaises(gdsfs.NotMountedError):
+            _lease._locator(None)(off)
+        with self.assertRaises(gdsfs.NotMountedError):
+            locate(off)
+
     def test_repointed_link_is_followed(self):
         """After `latest` is repointed, a path through it is looked up at
         its new target: another directory of the mount, or one on none."""

@@ -101,6 +101,7 @@ class Driver:
             setattr(self, attr, fn)
         self.check(self.Init, 0)
         self.pid = os.getpid()
+        self._found = {}  # device name (lower case) -> (ordinal, CUdevice): a process's devices do not change
 
     def error_name(self, r):
         s = ctypes.c_char_p()
@@ -119,6 +120,9 @@ class Driver:
     def find(self, name):
         """(ordinal, CUdevice) of the device whose UUID names it; the ordinal is
         this process's (CUDA_VISIBLE_DEVICES applies), as torch counts."""
+        hit = self._found.get(name.lower())
+        if hit is not None:
+            return hit
         n = ctypes.c_int()
         self.check(self.DeviceGetCount, ctypes.byref(n))
         seen = []
@@ -129,6 +133,7 @@ class Driver:
             self.check(self.DeviceGetUuid, ctypes.byref(u), dev.value)
             got = format_uuid(u.bytes)
             if got.lower() == name.lower():
+                self._found[name.lower()] = (i, dev.value)
                 return i, dev.value
             seen.append(got)
         raise RuntimeError(

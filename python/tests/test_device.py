@@ -68,3 +68,54 @@ class DefaultDeviceTests(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class FindDeviceTests(unittest.TestCase):
+    """_cuda.Driver.find, over a driver whose calls are Python stand-ins."""
+
+    def fake(self, uuids):
+        from gdsfs import _cuda
+
+        d = _cuda.Driver.__new__(_cuda.Driver)  # no libcuda: the calls below stand in for it
+        d._found = {}
+        calls = []
+
+        def call(name, fn):
+            def f(*args):
+                calls.append(name)
+                fn(*args)
+                return 0
+            f.name_ = name
+            return f
+
+        def count(p):
+            p._obj.value = len(uuids)
+
+        def get(p, i):
+            p._obj.value = 100 + i
+
+        def uuid(u, dev):
+            u._obj.bytes[:] = bytes.fromhex(uuids[dev - 100])
+
+        d.DeviceGetCount = call("cuDeviceGetCount", count)
+        d.DeviceGet = call("cuDeviceGet", get)
+        d.DeviceGetUuid = call("cuDeviceGetUuid", uuid)
+        return d, calls
+
+    def test_a_device_is_looked_up_once(self):
+        """The ordinal of a lease's device is found by its UUID once per
+        process (a process's devices do not change), not once per mapping;
+        a UUID it does not have is refused every time, naming what it has."""
+        from gdsfs import _cuda
+
+        uuids = ["00" * 16, "ab" * 16]
+        d, calls = self.fake(uuids)
+        name = _cuda.format_uuid(bytes.fromhex(uuids[1])).upper()
+        self.assertEqual(d.find(name), (1, 101))
+        looked = len(calls)
+        for _ in range(3):
+            self.assertEqual(d.find(name.lower()), (1, 101))
+        self.assertEqual(len(calls), looked, "the device was looked up again: %s" % calls[looked:])
+        for _ in range(2):
+            with self.assertRaisesRegex(RuntimeError, "GPU-0000"):
+                d.find("GPU-ffffffff-ffff-ffff-ffff-ffffffffffff")

@@ -79,16 +79,15 @@ func (c *Cache) StartBackground(b triggers.Background) triggers.Outcome {
 }
 
 // stagedAlready says whether a background load of rel has nothing to do:
-// a replica is loading, or one is resident and its file unchanged. A
-// resident replica on a filesystem whose changes raise events is taken
-// as unchanged without a look at the file (a change not yet drained only
-// delays the load to the next demand, which checks the file itself);
-// otherwise the file's identity now (a stat, not an open) must match.
+// a replica is loading, or one is resident and its file unchanged: the
+// file's identity now (a stat, not an open) is the replica's. Change
+// events do not spare the stat: they tell of the staged inode's bytes
+// changing, not of another file renamed over rel.
 func (c *Cache) stagedAlready(rel string) bool {
 	c.lock()
 	reps := c.replicasLocked(rel)
 	for _, e := range reps {
-		if e.state == stLoading || e.state == stResident && e.events && !e.detached {
+		if e.state == stLoading {
 			c.unlock()
 			return true
 		}

@@ -580,3 +580,44 @@ func changed(t *testing.T, path string) {
 		t.Fatal(err)
 	}
 }
+
+// TestBackgroundLoadOfAReplacedFileLoadsIt: a file replaced by another
+// (a new file renamed over it, as checkpoints are written) raises no
+// change event about the staged inode, so read-ahead must look at the
+// file: it loads the new one, as it did before it stopped opening files
+// it has resident.
+func TestBackgroundLoadOfAReplacedFileLoadsIt(t *testing.T) {
+	for _, watch := range []string{WatchAuto, WatchTimestamps} {
+		t.Run(watch, func(t *testing.T) {
+			src := t.TempDir()
+			opts, io := testOptions()
+			opts.Watch, opts.RacyWindow = watch, 0
+			c := newCache(t, src, opts, io)
+			if watch == WatchAuto {
+				needEvents(t, c)
+			}
+			ctx := context.Background()
+			writeFile(t, src, "f", randomBytes(50000, 1))
+			if _, err := c.Stage(ctx, "f"); err != nil {
+				t.Fatal(err)
+			}
+			fresh := randomBytes(50000, 2)
+			writeFile(t, src, "f.tmp", fresh)
+			if err := os.Rename(filepath.Join(src, "f.tmp"), filepath.Join(src, "f")); err != nil {
+				t.Fatal(err)
+			}
+			c.watch.drain() // every event there is has been handled
+			if o := c.StartBackground(triggers.Background{Rel: "f", Reason: "read-ahead"}); o != triggers.Started {
+				t.Fatalf("background load of a file replaced since it was staged: %v, want Started", o)
+			}
+			info, err := c.Stage(ctx, "f")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if info.State != StateResident {
+				t.Fatalf("after the background load: %s", info.State)
+			}
+			checkStaged(t, c, "f", fresh)
+		})
+	}
+}

@@ -400,7 +400,9 @@ def _locator(socket):
     def locate(path):
         d, base = os.path.split(os.path.abspath(os.fspath(path)))
         try:
-            if _stat.S_ISLNK(os.lstat(path).st_mode):
+            # the file _locate resolves: abspath's, whose `..` undoes the
+            # name before it even where that name is a link
+            if _stat.S_ISLNK(os.lstat(os.path.join(d, base)).st_mode):
                 return _locate(path, socket)
         except OSError:
             return _locate(path, socket)

@@ -66,10 +66,6 @@ class DefaultDeviceTests(unittest.TestCase):
         self.assertEqual(_device.resolve(1), "1")
 
 
-if __name__ == "__main__":
-    unittest.main()
-
-
 class FindDeviceTests(unittest.TestCase):
     """_cuda.Driver.find, over a driver whose calls are Python stand-ins."""
 
@@ -119,3 +115,7 @@ class FindDeviceTests(unittest.TestCase):
         for _ in range(2):
             with self.assertRaisesRegex(RuntimeError, "GPU-0000"):
                 d.find("GPU-ffffffff-ffff-ffff-ffff-ffffffffffff")
+
+
+if __name__ == "__main__":
+    unittest.main()

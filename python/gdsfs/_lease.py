@@ -371,23 +371,32 @@ def _locate(path, socket):
     path's symbolic links, the file's own too, are resolved at every call
     (a repointed link is followed, and the path sent names the file a
     plain open reads); the rest is remembered per resolved directory."""
+    return _located_in(path, socket)[:4]
+
+
+def _located_in(path, socket):
+    """_locate's answer, and whether the other files of the path's
+    directory are where it says (not when the path is a mount point: its
+    directory is another mount's, or none)."""
     explicit = socket or os.environ.get("GDSFS_SOCKET") or ""
     real, base = os.path.split(os.path.realpath(os.path.abspath(os.fspath(path))))
     try:
         st = os.stat(real)
     except OSError:
         t = find(path, socket)  # says what is wrong with the path
-        return t.socket, t.rel, t.owner, False
+        return t.socket, t.rel, t.owner, False, False
     ident = (st.st_dev, st.st_ino)
     hit = _located.get((explicit, real))
     if hit is not None and hit[3] == ident:
         sock, reldir, owner, _ = hit
-        return sock, os.path.join(reldir, base) if reldir not in ("", ".") else base, owner, True
+        return sock, os.path.join(reldir, base) if reldir not in ("", ".") else base, owner, True, True
     t = find(os.path.join(real, base), socket)
+    if t.mount == os.path.join(real, base):
+        return t.socket, t.rel, t.owner, False, False
     if len(_located) > 4096:
         _located.clear()
     _located[(explicit, real)] = (t.socket, os.path.dirname(t.rel), t.owner, ident)
-    return t.socket, t.rel, t.owner, False
+    return t.socket, t.rel, t.owner, False, True
 
 
 def _locator(socket):
@@ -408,8 +417,10 @@ def _locator(socket):
             return _locate(path, socket)
         where = dirs.get(d)
         if where is None:
-            where = dirs[d] = _locate(os.path.join(d, base), socket)
-            return where
+            sock, rel, owner, remembered, shared = _located_in(os.path.join(d, base), socket)
+            if shared:
+                dirs[d] = (sock, rel, owner, remembered)
+            return sock, rel, owner, remembered
         sock, rel, owner, _ = where
         reldir = os.path.dirname(rel)
         return sock, os.path.join(reldir, base) if reldir not in ("", ".") else base, owner, True

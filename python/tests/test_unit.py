@@ -725,6 +725,27 @@ class TrustTests(unittest.TestCase):
         with self.assertRaises(gdsfs.NotMountedError):
             locate(os.path.join(mnt, "v1", "sub", "..", "off.pt"))
 
+    def test_a_mount_point_is_not_remembered_for_its_directory(self):
+        """Locating a mount point (a directory, which the daemon refuses)
+        says nothing of the other files of the directory it is in: one
+        under no gdsfs mount is still not sent anywhere, by _locate as by
+        _locator."""
+        d = os.path.realpath(_support.tmpdir())
+        mnt = os.path.join(d, "mnt")
+        os.makedirs(mnt)
+        with open(os.path.join(d, "other.pt"), "w") as f:
+            f.write("x")
+        self.mount_at(mnt, "/run/x.sock")
+        other = os.path.join(d, "other.pt")
+        self.assertEqual(_lease._locate(mnt, None)[:2], ("/run/x.sock", "."))
+        with self.assertRaises(gdsfs.NotMountedError):
+            _lease._locate(other, None)
+        gdsfs.disconnect()
+        locate = _lease._locator(None)
+        self.assertEqual(locate(mnt)[:2], ("/run/x.sock", "."))
+        with self.assertRaises(gdsfs.NotMountedError):
+            locate(other)
+
     def test_repointed_link_is_followed(self):
         """After `latest` is repointed, a path through it is looked up at
         its new target: another directory of the mount, or one on none."""

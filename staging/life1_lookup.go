@@ -352,8 +352,8 @@ func (c *Cache) known(rel string, p place, w *waiter, at uint64) *entry {
 		return nil
 	}
 	c.lock()
-	defer c.unlock()
 	if c.closed {
+		c.unlock()
 		return nil
 	}
 	var live []*entry
@@ -364,10 +364,13 @@ func (c *Cache) known(rel string, p place, w *waiter, at uint64) *entry {
 	}
 	e := c.pickLocked(live, p.slot, p.exact)
 	if e == nil {
+		c.unlock()
 		return nil
 	}
 	c.hitLocked(e, w)
-	if c.joinLocked(e, p, at) && c.hooks.joined != nil {
+	joined := c.joinLocked(e, p, at)
+	c.unlock()
+	if joined && c.hooks.joined != nil {
 		c.hooks.joined(rel)
 	}
 	return e

@@ -11,6 +11,7 @@ import subprocess
 import threading
 import time
 import unittest
+from unittest import mock
 
 import _support  # noqa: F401 (puts python/ on sys.path)
 from _golden import fake_mount, golden
@@ -616,6 +617,46 @@ class TrustTests(unittest.TestCase):
         got = proc.stdout.readline().split()
         self.assertEqual(got[0], b"got")
         self.assertEqual([n for n in got[1:] if n != b"0"], [], "the planted daemon was sent a report")
+
+    def test_fallbacks_read_the_mount_table_once_per_directory(self):
+        """Reporting fallbacks of files in one directory of a mount finds
+        the mount's socket as a lease does (remembered per directory): the
+        mount table is read for the first, not again for the others, and
+        each fallback still reaches the daemon."""
+        from gdsfs.autoload import _report
+
+        d = os.path.realpath(_support.tmpdir())
+        sock = os.path.join(d, "s.sock")
+        ls = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.addCleanup(ls.close)
+        ls.bind(sock)
+        ls.listen(8)
+        mnt = os.path.join(d, "mnt")
+        os.makedirs(os.path.join(mnt, "w"))
+        self.mount_at(mnt, sock, owner=os.geteuid())
+        _report.reset()
+        self.addCleanup(_report.reset)
+        got = []
+
+        def serve(n):
+            for _ in range(n):
+                c, _ = ls.accept()
+                with c:
+                    got.append(c.makefile("rb").readline())
+                    c.sendall(b'{"ok":true}\n')
+
+        th = threading.Thread(target=serve, args=(3,), daemon=True)
+        th.start()
+        reads = []
+        real = _mount.read_mountinfo
+        with mock.patch.object(_mount, "read_mountinfo", side_effect=lambda *a: reads.append(1) or real(*a)):
+            for i in range(3):
+                _report.fallback("torch.Tensor.to", "cpu-target-gpu-staged", os.path.join(mnt, "w", "f%d.pt" % i))
+        th.join(30)
+        self.assertFalse(th.is_alive(), "the daemon stand-in did not get three reports")
+        self.assertEqual(len(got), 3)
+        self.assertTrue(all(b'"cpu-target-gpu-staged"' in g for g in got), got)
+        self.assertEqual(len(reads), 1, "the mount table was read %d times for 3 fallbacks in one directory" % len(reads))
 
     def test_outside_mount_never_sent(self):
         """With a socket given (or GDSFS_SOCKET), a path under no gdsfs

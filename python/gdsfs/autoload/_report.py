@@ -80,21 +80,27 @@ def fallback(loader, reason, path=None, socket_path=None, detail=None):
 def mount_socket(path):
     """The lease socket of the gdsfs mount path is under, or None: a
     fallback that concerns a mount is counted in its .gdsfs/stats too."""
-    try:
-        import gdsfs
+    t = mount_target(path)
+    return t.socket if t is not None else None
 
-        return gdsfs.locate(path)[0]
-    except Exception:
-        return None
+
+class _Target:
+    __slots__ = ("socket", "owner")
+
+    def __init__(self, sock, owner):
+        self.socket, self.owner = sock, owner
 
 
 def mount_target(path):
-    """The gdsfs._mount.Target of path (its lease socket and the mount's
-    owner), or None."""
+    """Where path's mount takes reports (its lease socket and the mount's
+    owner, as .socket and .owner), or None. Found as a lease finds it
+    (gdsfs._lease._locate, remembered per directory), so a fallback does
+    not read the mount table again."""
     try:
-        from .._mount import find
+        from .._lease import _locate
 
-        return find(path)
+        sock, _, owner, _ = _locate(path, None)
+        return _Target(sock, owner)
     except Exception:
         return None
 

@@ -529,10 +529,7 @@ func TestLeaseOfTheAskersFileOpensItOnce(t *testing.T) {
 func TestBackgroundLoadOfAStagedFileDoesNotOpenIt(t *testing.T) {
 	for _, watch := range []string{WatchAuto, WatchTimestamps} {
 		t.Run(watch, func(t *testing.T) {
-			src := t.TempDir()
-			opts, io := testOptions()
-			opts.Watch, opts.RacyWindow = watch, 0
-			c := newCache(t, src, opts, io)
+			src, c := watchedCache(t, watch)
 			var opens atomic.Int32
 			c.hooks.eligible = func(string) { opens.Add(1) }
 			ctx := context.Background()
@@ -551,26 +548,41 @@ func TestBackgroundLoadOfAStagedFileDoesNotOpenIt(t *testing.T) {
 			writeFile(t, src, "f", fresh)
 			changed(t, filepath.Join(src, "f"))
 			c.watch.drain() // as the next demand does: a change event drops the replica
-			if o := c.StartBackground(triggers.Background{Rel: "f", Reason: "read-ahead"}); o != triggers.Started {
-				t.Fatalf("background load of a changed file: %v, want Started", o)
-			}
-			info, err := c.Stage(ctx, "f")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if info.State != StateResident {
-				t.Fatalf("after the background load: %s", info.State)
-			}
-			l, err := c.Acquire(ctx, Request{Rel: "f"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer l.Release()
-			if !bytes.Equal(regionBytes(t, l.Region()), fresh) {
-				t.Fatal("background load of a changed file: stale bytes")
-			}
+			backgroundLoads(t, c, "f", fresh)
 		})
 	}
+}
+
+// watchedCache is a cache of a new SOURCE whose changes are detected
+// as watch says (WatchAuto: by events, which the test needs), with no
+// racy window.
+func watchedCache(t *testing.T, watch string) (string, *Cache) {
+	t.Helper()
+	src := t.TempDir()
+	opts, io := testOptions()
+	opts.Watch, opts.RacyWindow = watch, 0
+	c := newCache(t, src, opts, io)
+	if watch == WatchAuto {
+		needEvents(t, c)
+	}
+	return src, c
+}
+
+// backgroundLoads checks that a background load of rel starts (the
+// file changed since it was staged) and stages want.
+func backgroundLoads(t *testing.T, c *Cache, rel string, want []byte) {
+	t.Helper()
+	if o := c.StartBackground(triggers.Background{Rel: rel, Reason: "read-ahead"}); o != triggers.Started {
+		t.Fatalf("background load of %s, changed since it was staged: %v, want Started", rel, o)
+	}
+	info, err := c.Stage(context.Background(), rel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State != StateResident {
+		t.Fatalf("%s after the background load: %s", rel, info.State)
+	}
+	checkStaged(t, c, rel, want)
 }
 
 // changed gives path an mtime an hour back, so its identity differs from
@@ -586,18 +598,11 @@ func changed(t *testing.T, path string) {
 // TestBackgroundLoadOfAReplacedFileLoadsIt: a file replaced by another
 // (a new file renamed over it, as checkpoints are written) raises no
 // change event about the staged inode, so read-ahead must look at the
-// file: it loads the new one, as it did before it stopped opening files
-// it has resident.
+// file: it loads the new one.
 func TestBackgroundLoadOfAReplacedFileLoadsIt(t *testing.T) {
 	for _, watch := range []string{WatchAuto, WatchTimestamps} {
 		t.Run(watch, func(t *testing.T) {
-			src := t.TempDir()
-			opts, io := testOptions()
-			opts.Watch, opts.RacyWindow = watch, 0
-			c := newCache(t, src, opts, io)
-			if watch == WatchAuto {
-				needEvents(t, c)
-			}
+			src, c := watchedCache(t, watch)
 			ctx := context.Background()
 			writeFile(t, src, "f", randomBytes(50000, 1))
 			if _, err := c.Stage(ctx, "f"); err != nil {
@@ -609,17 +614,7 @@ func TestBackgroundLoadOfAReplacedFileLoadsIt(t *testing.T) {
 				t.Fatal(err)
 			}
 			c.watch.drain() // every event there is has been handled
-			if o := c.StartBackground(triggers.Background{Rel: "f", Reason: "read-ahead"}); o != triggers.Started {
-				t.Fatalf("background load of a file replaced since it was staged: %v, want Started", o)
-			}
-			info, err := c.Stage(ctx, "f")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if info.State != StateResident {
-				t.Fatalf("after the background load: %s", info.State)
-			}
-			checkStaged(t, c, "f", fresh)
+			backgroundLoads(t, c, "f", fresh)
 		})
 	}
 }

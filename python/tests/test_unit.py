@@ -468,6 +468,16 @@ class TrustTests(unittest.TestCase):
     """Who listens on the lease socket, where paths go, and how long a
     connect may take."""
 
+    def listener(self, d):
+        """(path, socket) of a Unix socket listening at d/s.sock, closed
+        when the test ends."""
+        sock = os.path.join(d, "s.sock")
+        ls = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.addCleanup(ls.close)
+        ls.bind(sock)
+        ls.listen(8)
+        return sock, ls
+
     def mount_at(self, mnt, sock, owner=0):
         """Make mnt a gdsfs mount of owner to the client, .gdsfs/socket
         naming sock."""
@@ -626,11 +636,7 @@ class TrustTests(unittest.TestCase):
         from gdsfs.autoload import _report
 
         d = os.path.realpath(_support.tmpdir())
-        sock = os.path.join(d, "s.sock")
-        ls = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.addCleanup(ls.close)
-        ls.bind(sock)
-        ls.listen(8)
+        sock, ls = self.listener(d)
         mnt = os.path.join(d, "mnt")
         os.makedirs(os.path.join(mnt, "w"))
         self.mount_at(mnt, sock, owner=os.geteuid())
@@ -662,11 +668,7 @@ class TrustTests(unittest.TestCase):
         """With a socket given (or GDSFS_SOCKET), a path under no gdsfs
         mount is refused before any connection."""
         d = os.path.realpath(_support.tmpdir())
-        sock = os.path.join(d, "s.sock")
-        ls = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.addCleanup(ls.close)
-        ls.bind(sock)
-        ls.listen(8)
+        sock, ls = self.listener(d)
         self.mount_at(os.path.join(d, "mnt"), sock)
         for p in (os.path.join(d, "etc", "passwd"), "/etc/passwd"):
             with self.assertRaises(gdsfs.NotMountedError):

@@ -387,7 +387,7 @@ def _located_in(path, socket):
         return t.socket, t.rel, t.owner, False, False
     ident = (st.st_dev, st.st_ino)
     hit = _located.get((explicit, real))
-    if hit is not None and hit[3] == ident:
+    if hit is not None and hit[3] == ident and not _mounted_over(os.path.join(real, base), st.st_dev):
         sock, reldir, owner, _ = hit
         return sock, os.path.join(reldir, base) if reldir not in ("", ".") else base, owner, True, True
     t = find(os.path.join(real, base), socket)
@@ -397,6 +397,17 @@ def _located_in(path, socket):
         _located.clear()
     _located[(explicit, real)] = (t.socket, os.path.dirname(t.rel), t.owner, ident)
     return t.socket, t.rel, t.owner, False, True
+
+
+def _mounted_over(path, dev):
+    """Whether path is the root of a mount of another device than its
+    directory's (dev): a nested mount, or a file or directory bind-mounted
+    there from another filesystem. What is remembered of the directory
+    does not hold for it."""
+    try:
+        return os.lstat(path).st_dev != dev
+    except OSError:
+        return False
 
 
 def _locator(socket):
@@ -411,17 +422,23 @@ def _locator(socket):
         try:
             # the file _locate resolves: abspath's, whose `..` undoes the
             # name before it even where that name is a link
-            if _stat.S_ISLNK(os.lstat(os.path.join(d, base)).st_mode):
-                return _locate(path, socket)
+            st = os.lstat(os.path.join(d, base))
         except OSError:
+            return _locate(path, socket)
+        if _stat.S_ISLNK(st.st_mode):
             return _locate(path, socket)
         where = dirs.get(d)
         if where is None:
             sock, rel, owner, remembered, shared = _located_in(os.path.join(d, base), socket)
             if shared:
-                dirs[d] = (sock, rel, owner, remembered)
+                try:
+                    dirs[d] = (sock, rel, owner, os.stat(d).st_dev)
+                except OSError:
+                    pass
             return sock, rel, owner, remembered
-        sock, rel, owner, _ = where
+        sock, rel, owner, dev = where
+        if st.st_dev != dev:  # a mount of its own there (_mounted_over)
+            return _locate(path, socket)
         reldir = os.path.dirname(rel)
         return sock, os.path.join(reldir, base) if reldir not in ("", ".") else base, owner, True
 

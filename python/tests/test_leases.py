@@ -260,6 +260,35 @@ class FastPathTests(unittest.TestCase):
             os.close(w)
             os.waitpid(pid, 0)
 
+    def test_a_file_mounted_over_in_a_remembered_directory(self):
+        """A file of the mount with another filesystem's file bind-mounted
+        over it, in a directory the client has found the daemon for, is
+        not sent to that daemon (whose SOURCE file is not what a plain open
+        of the path reads): gdsfs.open and open_many refuse it as a path
+        on no gdsfs mount, as they do when nothing is remembered, and the
+        autoloader finds no mount to report it to."""
+        from _support import loud, tmpdir
+        from gdsfs.autoload import _report
+
+        if os.geteuid() != 0:
+            self.skipTest(loud("SKIPPED: a bind mount needs root"))
+        a = self.m.write("mo/a.bin", blob(4096, 990))
+        x = self.m.write("mo/x.bin", blob(4096, 991))
+        other = os.path.join(tmpdir(), "other.bin")
+        with open(other, "wb") as f:
+            f.write(blob(4096, 992))
+        subprocess.run(["mount", "--bind", other, x], check=True)
+        self.addCleanup(subprocess.run, ["umount", x], check=True)
+        for remembered in (False, True):
+            if remembered:
+                with gdsfs.open(a) as l:  # the daemon of mo/ is remembered now
+                    self.assertEqual(l.read(), blob(4096, 990))
+            with self.assertRaises(gdsfs.NotMountedError, msg="remembered=%s" % remembered):
+                gdsfs.open(x)
+            with self.assertRaises(gdsfs.NotMountedError, msg="remembered=%s" % remembered):
+                gdsfs.open_many([a, x])
+            self.assertIsNone(_report.mount_target(x), "remembered=%s" % remembered)
+
     def test_repointed_link_serves_the_new_target(self):
         """`latest` repointed from v1 to v2 serves v2's bytes; repointed to a
         directory on no gdsfs mount, the file is not leased."""

@@ -80,9 +80,9 @@ func (c *Cache) StartBackground(b triggers.Background) triggers.Outcome {
 
 // stagedAlready says whether a background load of rel has nothing to do:
 // a replica is loading, or one is resident and its file unchanged: the
-// file's identity now (a stat, not an open) is the replica's. Change
-// events do not spare the stat: they tell of the staged inode's bytes
-// changing, not of another file renamed over rel.
+// file's identity now (identityNow: no open for reading) is the
+// replica's. Change events do not spare the look: they tell of the staged
+// inode's bytes changing, not of another file renamed over rel.
 func (c *Cache) stagedAlready(rel string) bool {
 	c.lock()
 	reps := c.replicasLocked(rel)

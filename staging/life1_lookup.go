@@ -388,8 +388,8 @@ func (c *Cache) joinLocked(e *entry, p place, at uint64) bool {
 	return e.state == stLoading
 }
 
-// identityNow is the identity rel's file has now, from a stat beneath
-// SOURCE (not an open).
+// identityNow is the identity rel's file has now: a path-only (O_PATH)
+// lookup beneath SOURCE and an fstat, no open for reading.
 func (c *Cache) identityNow(rel string) (identity, error) {
 	f, err := c.root.Open(rel, unix.O_PATH, 0, access.Beneath)
 	if err != nil {

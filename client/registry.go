@@ -87,7 +87,9 @@ func locateOn(path string, opts []LeaseOption) (location, error) {
 
 // located is where a directory's files were found: the path's symbolic
 // links (the file's own too) are resolved at every lookup, and the memory is used
-// only while the resolved directory is still the same inode.
+// only while the resolved directory is still the same inode, and not for a
+// path with a mount of its own (mountedOver); a mount point is not
+// remembered for its directory.
 type located struct {
 	socket, reldir string
 	owner          int
@@ -115,12 +117,17 @@ func locateCached(path string) (location, error) {
 	reg.mu.Lock()
 	hit, ok := reg.located[real]
 	reg.mu.Unlock()
-	if ok && hit.dev == st.Dev && hit.ino == st.Ino {
+	file := filepath.Join(real, base)
+	if ok && hit.dev == st.Dev && hit.ino == st.Ino && !mountedOver(file, st.Dev) {
 		return location{socket: hit.socket, rel: filepath.Join(hit.reldir, base), owner: hit.owner, remembered: true}, nil
 	}
-	t, err := find(filepath.Join(real, base))
+	t, err := find(file)
 	if err != nil {
 		return location{}, err
+	}
+	if t.mnt == file {
+		// a mount point: its directory is another mount's, or none's
+		return location{socket: t.socket, rel: t.rel, owner: t.owner}, nil
 	}
 	reg.mu.Lock()
 	if reg.located == nil || len(reg.located) > 4096 {
@@ -129,6 +136,15 @@ func locateCached(path string) (location, error) {
 	reg.located[real] = located{socket: t.socket, reldir: filepath.Dir(t.rel), owner: t.owner, dev: st.Dev, ino: st.Ino}
 	reg.mu.Unlock()
 	return location{socket: t.socket, rel: t.rel, owner: t.owner}, nil
+}
+
+// mountedOver says whether path is the root of a mount of another
+// device than its directory's (dev): a nested mount, or a file or
+// directory bind-mounted there from another filesystem. What is
+// remembered of the directory does not hold for it.
+func mountedOver(path string, dev uint64) bool {
+	var st syscall.Stat_t
+	return syscall.Lstat(path, &st) == nil && st.Dev != dev
 }
 
 // forget drops where files were found.

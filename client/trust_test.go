@@ -331,3 +331,69 @@ func TestDialMountOfAnotherUsersMount(t *testing.T) {
 		t.Errorf("the daemon reports %q; want 2 connections that sent nothing", got)
 	}
 }
+
+// TestMountPointIsNotRememberedForItsDirectory: locating a gdsfs mount
+// point remembers nothing for the directory it sits in, which is another
+// filesystem's: a file there is then refused as on no gdsfs mount, not
+// sent to the mount point's daemon.
+func TestMountPointIsNotRememberedForItsDirectory(t *testing.T) {
+	root, _ := filepath.EvalSymlinks(t.TempDir())
+	mnt := filepath.Join(root, "mnt")
+	os.MkdirAll(filepath.Join(mnt, ".gdsfs"), 0o755)
+	os.WriteFile(filepath.Join(mnt, ".gdsfs", "socket"), []byte("/run/x.sock\n"), 0o644)
+	t.Cleanup(MountinfoForTest(fakeMount(mnt)))
+	if _, err := locateCached(mnt); err != nil {
+		t.Fatalf("the mount point: %v", err)
+	}
+	var nm *NotMountedError
+	for range 2 {
+		if loc, err := locateCached(filepath.Join(root, "beside.pt")); !errors.As(err, &nm) {
+			t.Fatalf("a file beside the mount point: %+v, %v; want NotMountedError", loc, err)
+		}
+	}
+}
+
+// TestMountOverAFileInARememberedDirectory: a file with another
+// filesystem's file bind-mounted over it, in a directory whose daemon
+// the client remembers, is looked up afresh (and refused as on no gdsfs
+// mount), not sent to that daemon, whose SOURCE file is not what a plain
+// open of the path reads.
+func TestMountOverAFileInARememberedDirectory(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("SKIPPED: a bind mount needs root")
+	}
+	root, _ := filepath.EvalSymlinks(t.TempDir())
+	mnt := filepath.Join(root, "mnt")
+	os.MkdirAll(filepath.Join(mnt, ".gdsfs"), 0o755)
+	os.MkdirAll(filepath.Join(mnt, "mo"), 0o755)
+	os.WriteFile(filepath.Join(mnt, ".gdsfs", "socket"), []byte("/run/x.sock\n"), 0o644)
+	a, x := filepath.Join(mnt, "mo", "a.bin"), filepath.Join(mnt, "mo", "x.bin")
+	for _, p := range []string{a, x} {
+		if err := os.WriteFile(p, []byte("gdsfs"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	other, err := os.CreateTemp("/dev/shm", "gdsfs-other-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other.Close()
+	t.Cleanup(func() { os.Remove(other.Name()) })
+	var so, sd syscall.Stat_t
+	if syscall.Stat(other.Name(), &so) != nil || syscall.Stat(x, &sd) != nil || so.Dev == sd.Dev {
+		t.Fatalf("this test needs /dev/shm on another filesystem than %s", root)
+	}
+	if err := syscall.Mount(other.Name(), x, "", syscall.MS_BIND, ""); err != nil {
+		t.Fatalf("bind mount over %s: %v", x, err)
+	}
+	t.Cleanup(func() { syscall.Unmount(x, 0) })
+	table := string(fakeMount(mnt)) + fmt.Sprintf("41 40 0:98 / %s rw - tmpfs tmpfs rw\n", escapeMount(x))
+	t.Cleanup(MountinfoForTest([]byte(table)))
+	if loc, err := locateCached(a); err != nil || loc.rel != "mo/a.bin" {
+		t.Fatalf("a file of the mount: %+v, %v", loc, err)
+	}
+	var nm *NotMountedError
+	if loc, err := locateCached(x); !errors.As(err, &nm) {
+		t.Fatalf("a file with another filesystem's mounted over it: %+v, %v; want NotMountedError", loc, err)
+	}
+}

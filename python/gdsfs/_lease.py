@@ -375,28 +375,35 @@ def _locate(path, socket):
 
 
 def _located_in(path, socket):
-    """_locate's answer, and whether the other files of the path's
-    directory are where it says (not when the path is a mount point: its
-    directory is another mount's, or none)."""
+    """_locate's answer, and the device of the path's directory where the
+    other files of that directory are where it says (None where they may
+    not be: the path is a mount point, whose directory is another mount's
+    or none, or its directory could not be looked at)."""
     explicit = socket or os.environ.get("GDSFS_SOCKET") or ""
     real, base = os.path.split(os.path.realpath(os.path.abspath(os.fspath(path))))
     try:
         st = os.stat(real)
     except OSError:
         t = find(path, socket)  # says what is wrong with the path
-        return t.socket, t.rel, t.owner, False, False
+        return t.socket, t.rel, t.owner, False, None
     ident = (st.st_dev, st.st_ino)
+    file = os.path.join(real, base)
     hit = _located.get((explicit, real))
-    if hit is not None and hit[3] == ident and not _mounted_over(os.path.join(real, base), st.st_dev):
+    if hit is not None and hit[3] == ident and not _mounted_over(file, st.st_dev):
         sock, reldir, owner, _ = hit
-        return sock, os.path.join(reldir, base) if reldir not in ("", ".") else base, owner, True, True
-    t = find(os.path.join(real, base), socket)
-    if t.mount == os.path.join(real, base):
-        return t.socket, t.rel, t.owner, False, False
+        return sock, _in_dir(reldir, base), owner, True, st.st_dev
+    t = find(file, socket)
+    if t.mount == file:
+        return t.socket, t.rel, t.owner, False, None
     if len(_located) > 4096:
         _located.clear()
     _located[(explicit, real)] = (t.socket, os.path.dirname(t.rel), t.owner, ident)
-    return t.socket, t.rel, t.owner, False, True
+    return t.socket, t.rel, t.owner, False, st.st_dev
+
+
+def _in_dir(reldir, base):
+    """The path to send for file base of the directory sent as reldir."""
+    return os.path.join(reldir, base) if reldir not in ("", ".") else base
 
 
 def _mounted_over(path, dev):
@@ -429,18 +436,14 @@ def _locator(socket):
             return _locate(path, socket)
         where = dirs.get(d)
         if where is None:
-            sock, rel, owner, remembered, shared = _located_in(os.path.join(d, base), socket)
-            if shared:
-                try:
-                    dirs[d] = (sock, rel, owner, os.stat(d).st_dev)
-                except OSError:
-                    pass
+            sock, rel, owner, remembered, dev = _located_in(os.path.join(d, base), socket)
+            if dev is not None:
+                dirs[d] = (sock, os.path.dirname(rel), owner, dev)
             return sock, rel, owner, remembered
-        sock, rel, owner, dev = where
-        if st.st_dev != dev:  # a mount of its own there (_mounted_over)
+        sock, reldir, owner, dev = where
+        if st.st_dev != dev:  # a mount of its own there (as _mounted_over tells)
             return _locate(path, socket)
-        reldir = os.path.dirname(rel)
-        return sock, os.path.join(reldir, base) if reldir not in ("", ".") else base, owner, True
+        return sock, _in_dir(reldir, base), owner, True
 
     return locate
 

@@ -68,9 +68,9 @@ def fallback(loader, reason, path=None, socket_path=None, detail=None):
         if path is not None and reason not in ("not-gdsfs", "not-a-path", "untrusted-daemon"):
             t = mount_target(path)
             if t is not None:
-                owner = t.owner
+                owner = t[1]
                 if socket_path is None:
-                    socket_path = t.socket
+                    socket_path = t[0]
         if socket_path:
             _report(socket_path, reason, owner)
     except Exception:  # accounting must never break the caller's load
@@ -81,26 +81,19 @@ def mount_socket(path):
     """The lease socket of the gdsfs mount path is under, or None: a
     fallback that concerns a mount is counted in its .gdsfs/stats too."""
     t = mount_target(path)
-    return t.socket if t is not None else None
-
-
-class _Target:
-    __slots__ = ("socket", "owner")
-
-    def __init__(self, sock, owner):
-        self.socket, self.owner = sock, owner
+    return t[0] if t is not None else None
 
 
 def mount_target(path):
-    """Where path's mount takes reports (its lease socket and the mount's
-    owner, as .socket and .owner), or None. Found as a lease finds it
-    (gdsfs._lease._locate, remembered per directory), so a fallback does
-    not read the mount table again."""
+    """Where path's mount takes reports: (its lease socket, the mount's
+    owner), or None. Found as a lease finds it (gdsfs._lease._locate,
+    remembered per directory), so a fallback does not read the mount
+    table again."""
     try:
         from .._lease import _locate
 
         sock, _, owner, _ = _locate(path, None)
-        return _Target(sock, owner)
+        return sock, owner
     except Exception:
         return None
 

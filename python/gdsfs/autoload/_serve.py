@@ -115,11 +115,11 @@ def mount_is_gpu(path):
     t = _report.mount_target(path)
     if t is None:
         return None
-    sock = t.socket
+    sock, owner = t
     with _hello_lock:
         gpu = _hello.get(sock)
     if gpu is None:
-        gpu = _ask_hello(sock, t.owner)
+        gpu = _ask_hello(sock, owner)
         if gpu is not None:  # only a definite answer is kept: a daemon away now may answer later
             with _hello_lock:
                 _hello[sock] = gpu

@@ -4,8 +4,8 @@ process, over the files of DIR (a directory of a gdsfs mount, its files
 resident, e.g. after `gdsfs warmup --wait DIR/`):
 
 - first: a leased epoch (gdsfs.torch.leased, ahead 8), the process's
-  first, with the time inside the daemon's answers (request) and inside
-  the client's mapping (map) per file;
+  first, with the time inside the daemon's answers (request), inside the
+  client's mapping (map) and in each CUDA driver call of it, per file;
 - repeat: gdsfs.open_many of files this process keeps mapped, in batches
   of 8 and 64; Lease.tensor; the consumer's sum (as the loader bench's);
 - fresh: the same after gdsfs.disconnect() (the daemon has exported each
@@ -62,7 +62,20 @@ def main(d):
         setattr(owner, name, w)
         return lambda: setattr(owner, name, f)
 
-    undo = [timed(_registry, "map_grant", "map"), timed(_proto.Conn, "request", "request")]
+    drivers = ("MemImportFromShareableHandle", "MemAddressReserve", "MemMap", "MemSetAccess", "MemRelease")
+    drv = None
+    if gpu:
+        from gdsfs import _cuda
+
+        drv = _cuda.driver()
+
+    def timing():
+        u = [timed(_registry, "map_grant", "map"), timed(_proto.Conn, "request", "request")]
+        if drv is not None:
+            u += [timed(drv, name, name) for name in drivers]
+        return u
+
+    undo = timing()
     sync()
     t0 = T()
     sums = [consume(t) for t in gtorch.leased(paths, ahead=8)]
@@ -94,14 +107,7 @@ def main(d):
     gdsfs.disconnect()
     gc.collect()
     spent.clear()
-    undo = [timed(_registry, "map_grant", "map"), timed(_proto.Conn, "request", "request")]
-    if gpu:
-        from gdsfs import _cuda
-
-        drv = _cuda.driver()
-        for name in ("MemImportFromShareableHandle", "MemAddressReserve", "MemMap", "MemSetAccess", "MemRelease"):
-            undo.append(timed(drv, name, name))
-            getattr(drv, name).name_ = name
+    undo = timing()
     t0 = T()
     ls = []
     for k in range(0, n, 8):

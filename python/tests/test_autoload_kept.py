@@ -8,6 +8,7 @@ child. Needs torch: fails in CI without it."""
 import contextlib
 import gc
 import os
+import subprocess
 import sys
 import unittest
 
@@ -262,6 +263,98 @@ class TestKeptAtExit(unittest.TestCase):
         self.assertEqual(p.returncode, 0, err)
         self.assertEqual(out.decode().split("\n")[-3:], ["kept 1 {'torch.Tensor.to': 1}", "kept at exit 0", ""],
                          out.decode())
+
+
+class TestLeasesAhead(MovesCase):
+    """Files of a directory mapped in the order of their names: the next
+    ones, resident and with the same extension, are leased by the
+    autoloader's worker before any move asks (_ahead.idle() waits for the
+    worker; nothing here depends on how fast it is)."""
+
+    def setUp(self):
+        from gdsfs.autoload import _ahead
+
+        super().setUp()
+        self.ahead = _ahead
+        self.moves.release()
+        _ahead.AHEAD = 3
+        self.addCleanup(setattr, _ahead, "AHEAD", 0)
+        self.addCleanup(self.moves.release)
+
+    def shards(self, n, resident):
+        """A mount with s0.npy ... s{n-1}.npy and s3.txt; the shards
+        numbered in resident staged (and no lease left on them)."""
+        import numpy as np
+
+        m = start_mount(self, device="host")
+        for i in range(n):
+            np.save(os.path.join(m.src, "s%d.npy" % i), np.full(1024, i, dtype=np.float32))
+        _write(os.path.join(m.src, "s3.txt"), b"not a shard")
+        subprocess.run([_support.gdsfs_bin()[0], "warmup", "--wait"] + [m.path("s%d.npy" % i) for i in resident] +
+                       [m.path("s3.txt")], check=True, stdout=subprocess.DEVNULL)
+        self.assertEqual(m.wait_leases(0), 0)
+        return m
+
+    def mapped(self, m, i):
+        import numpy as np
+
+        return self.torch.from_numpy(np.load(m.path("s%d.npy" % i), mmap_mode="r"))
+
+    def kept(self):
+        return {os.path.basename(k.lease.path): k.lease.id for k in self.moves._leases.values()}
+
+    def state(self, m, name):
+        return os.getxattr(m.path(name), "user.gdsfs.state")
+
+    def test_files_mapped_in_order_lease_the_next_resident_ones(self):
+        torch = self.torch
+        m = self.shards(8, [0, 1, 2, 3, 5, 6, 7])
+        t0 = self.mapped(m, 0)
+        self.assertSame(t0.to(torch.float64), _plain(lambda: t0.to(torch.float64)))
+        t1 = self.mapped(m, 1)  # after s0: s2, s3 and s4 are next (s3.txt is not a shard)
+        self.ahead.idle()
+        self.assertEqual(set(self.kept()), {"s0.npy", "s2.npy", "s3.npy"})
+        self.assertEqual(self.state(m, "s4.npy"), b"absent", "a file not resident was staged ahead")
+        ids = self.kept()
+        self.assertSame(t1.to(torch.float64), _plain(lambda: t1.to(torch.float64)))
+        t2 = self.mapped(m, 2)  # after s1: s3, s4, s5
+        self.assertSame(t2.to(torch.float64), _plain(lambda: t2.to(torch.float64)))
+        self.ahead.idle()
+        got = self.kept()
+        self.assertEqual(got["s2.npy"], ids["s2.npy"], "the move out of s2 took another lease")
+        self.assertEqual(set(got), {"s0.npy", "s1.npy", "s2.npy", "s3.npy", "s5.npy"})
+        self.assertEqual(self.A.served(), {"torch.Tensor.to": 3})
+        self.assertEqual(self.A.fallbacks(), {})
+        self.assertEqual(m.wait_leases(5), 5)
+
+    def test_files_mapped_out_of_order_lease_nothing_ahead(self):
+        m = self.shards(8, range(8))
+        ts = [self.mapped(m, i) for i in (5, 2, 7, 0, 0, 6)]
+        self.ahead.idle()
+        self.assertEqual(self.kept(), {})
+        self.assertEqual(m.wait_leases(0), 0)
+        del ts
+
+    def test_a_symbolic_link_is_not_leased_ahead(self):
+        m = self.shards(8, range(8))
+        os.remove(os.path.join(m.src, "s2.npy"))
+        os.symlink("s7.npy", os.path.join(m.src, "s2.npy"))
+        self.assertTrue(os.path.islink(m.path("s2.npy")))
+        ts = [self.mapped(m, i) for i in range(2)]
+        self.ahead.idle()
+        self.assertEqual(set(self.kept()), {"s3.npy", "s4.npy"})
+        del ts
+
+    def test_release_leaves_no_lease_ahead(self):
+        """release() (disable(), exit) stops the worker's queued work and
+        waits for a lease in progress: nothing is leased after it."""
+        m = self.shards(8, range(8))
+        ts = [self.mapped(m, i) for i in range(4)]
+        self.moves.release()
+        self.ahead.idle()
+        self.assertEqual(self.kept(), {})
+        self.assertEqual(m.wait_leases(0), 0)
+        del ts
 
 
 if __name__ == "__main__":

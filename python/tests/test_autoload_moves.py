@@ -89,7 +89,7 @@ class MovesCase(unittest.TestCase):
         S.require_torch(cls)
         require_mount(cls)
         import gdsfs.autoload as A
-        from gdsfs.autoload import _maps, _moves
+        from gdsfs.autoload import _ahead, _maps, _moves
 
         A.enable()
         import numpy  # noqa: F401  (patched on import)
@@ -98,13 +98,19 @@ class MovesCase(unittest.TestCase):
         cls.A, cls.maps, cls.moves, cls.torch = A, _maps, _moves, torch
         cls.targets = _moves.TARGETS
         _moves.TARGETS = ("cuda", "cpu")
+        # Leases taken ahead would change what these tests count; they are
+        # tested on their own (test_autoload_kept.TestLeasesAhead).
+        cls.ahead, _ahead.AHEAD = _ahead.AHEAD, 0
         cls.mount = Mount(device="host", sets=cls.sets)
 
     @classmethod
     def tearDownClass(cls):
         import gdsfs
 
+        from gdsfs.autoload import _ahead
+
         cls.moves.TARGETS = cls.targets
+        _ahead.AHEAD = cls.ahead
         cls.A.disable()
         cls.mount.stop()
         gdsfs.disconnect()

@@ -124,7 +124,7 @@ def note(path=None):
         return None
     with _lock:
         # every mapping of the file shows its page cache: the version mapped now
-        _idents[(st.st_dev, st.st_ino)] = _ident(st)
+        _idents[(st.st_dev, st.st_ino)] = identity(st)
     return st
 
 
@@ -132,23 +132,24 @@ def mapped(st, start, length, offset, shared, writable, owner=None):
     """The hooked call that note() returned st for mapped length bytes of
     the file from offset at address start: index it now (confirmed by
     /proc/self/map_files), or leave it to the next rebuild. owner: the
-    object that unmaps it when it is collected (or closed), if any."""
+    object that unmaps it when it is collected (or closed), if any.
+    Returns the entry indexed, or None."""
     global dirty
     if st is None:
-        return
+        return None
     if st is UNKNOWN or not start or length <= 0:
         dirty = True
-        return
+        return None
     end = -(-(start + length) // PAGE) * PAGE
     try:
         path = _undeleted(os.readlink("/proc/self/map_files/%x-%x" % (start, end)))
         now = os.stat(path)
     except OSError:
         dirty = True  # merged with a neighbour, or map_files unreadable: read the maps
-        return
+        return None
     if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
         dirty = True
-        return
+        return None
     ref = None
     if owner is not None:
         try:
@@ -163,6 +164,7 @@ def mapped(st, start, length, offset, shared, writable, owner=None):
         entries.append(e)
         entries.sort(key=lambda x: x.start)
         _set_index(entries)
+    return e
 
 
 _devs = {}  # st_dev -> whether it is a gdsfs mount's, read from mountinfo once per device
@@ -181,8 +183,17 @@ def _on_gdsfs(dev):
     return known
 
 
-def _ident(st):
+def identity(st):
+    """What a file's change is told by: (size, mtime_ns, ctime_ns)."""
     return (st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def remember(key, ident):
+    """A file not mapped yet is leased ahead as of ident: remembered as
+    note() would (what a move checks against). False where the file was
+    seen mapped as another version: its mappings' moves decide."""
+    with _lock:
+        return _idents.setdefault(key, ident) == ident
 
 
 def ident_of(key):
@@ -268,7 +279,7 @@ def refresh():
                 except OSError:
                     continue
                 if (st.st_dev, st.st_ino) == e.key:
-                    _idents[e.key] = _ident(st)
+                    _idents[e.key] = identity(st)
         for k in [k for k in _idents if k not in keys and k[0] in devs]:
             del _idents[k]
         if len(_idents) > 4096:  # files noted but never mapped

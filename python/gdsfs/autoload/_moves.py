@@ -16,11 +16,13 @@ backend's tests: a host lease stands in for the GPU there)."""
 
 import atexit
 import os
+import stat as _stat
+import sys
 import threading
 import time
 
 from .._registry import registry
-from . import _maps, _report, _serve
+from . import _ahead, _maps, _report, _serve
 from ._serve import Fallback
 
 TARGETS = ("cuda",)
@@ -30,6 +32,7 @@ _lock = threading.Lock()
 _leases = {}  # (dev, ino, ident) -> _Kept, least recently used first
 _orig = {}  # name -> the Tensor method wrapped
 _gens = {}  # (dev, ino, ident) -> the generation first leased: a file staged again has changed
+_inflight = {}  # (dev, ino) -> threading.Event set when the lease _ahead is taking of it is done
 
 
 # --- the wrappers -----------------------------------------------------------
@@ -161,8 +164,24 @@ def _index_new(st, describe, result, args, kwargs):
         where = None
     if where is None:
         _maps.mapped(_maps.UNKNOWN, 0, 0, 0, False, False)
-    else:
-        _maps.mapped(st, *where)
+        return
+    e = _maps.mapped(st, *where)
+    if e is not None and _ahead.AHEAD > 0:
+        dev = _cuda_device()
+        if dev is not None or "cpu" in TARGETS:
+            _ahead.seen(e.path, dev)
+
+
+def _cuda_device():
+    """The CUDA ordinal current in this thread, or None where this process
+    has not initialized CUDA (or is a child forked after it did)."""
+    torch = sys.modules.get("torch")
+    try:
+        if torch is None or "cuda" not in TARGETS or not torch.cuda.is_initialized():
+            return None
+        return torch.cuda.current_device()
+    except Exception:
+        return None
 
 
 def _wrap_mapper(hooks, owner, name, describe, static=False):
@@ -447,6 +466,7 @@ def _after_fork_in_child():
     _lock = threading.Lock()  # another thread of the parent may have held it
     _leases.clear()
     _gens.clear()
+    _inflight.clear()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
@@ -462,23 +482,34 @@ def _kept(e, ident):
         return kept
 
 
-def _lease(e, ident):
+def _lease(e, ident, ahead=False):
     """The _Kept of e's file, leased on first use. Where the daemon refuses
     it for room (the capacity, or the uid's bound on held bytes) while this
     process keeps other leases, those are closed and it is asked once more:
     the kept leases never stand in the way of a file being moved now. A
     grant that says the daemon is short of room ("cache": false) closes the
     other kept leases too, and so does a refusal for the uid's connections
-    (EMFILE), after which this move falls back."""
+    (EMFILE), after which this move falls back. ahead: a lease _ahead takes
+    before any move asks (no other kept lease is closed for it; one short
+    of room is closed and None returned); a move waits for such a lease of
+    its file in progress rather than take a second."""
     kept = _kept(e, ident)
     if kept is not None:
         return kept
     key = e.key + (ident,)
+    if not ahead:
+        with _lock:
+            taking = _inflight.get(e.key)
+        if taking is not None:
+            taking.wait()
+            kept = _kept(e, ident)
+            if kept is not None:
+                return kept
     _drop(e.key, keep=key, path=e.path)  # an older version of the file: not to be served again
     try:
         lease = _serve.acquire(e.path)
     except Fallback as f:
-        if f.reason not in ("refused:EMFILE", "refused:ENOSPC", "refused:EDQUOT") or not leases_kept():
+        if ahead or f.reason not in ("refused:EMFILE", "refused:ENOSPC", "refused:EDQUOT") or not leases_kept():
             raise
         release()
         registry.flush()  # the mappings gdsfs.open keeps hold their bytes and connections too
@@ -502,17 +533,71 @@ def _lease(e, ident):
     _check_leased_file(e, ident, lease)
     old = []
     with _lock:
-        if not lease._m.cache:  # the daemon is short of room: keep no other file
-            old += [_leases.pop(k) for k in list(_leases) if k != key]
-        kept = _leases.get(key)
-        if kept is not None:  # another thread leased it meanwhile: keep one
+        if not lease._m.cache and ahead:  # the daemon is short of room: no file the loop has not asked for
             old.append(_Kept(lease))
+            kept = None
         else:
-            kept = _leases[key] = _Kept(lease)
-        while len(_leases) > MAX_LEASES:
-            old.append(_leases.pop(next(iter(_leases))))
+            if not lease._m.cache:  # the daemon is short of room: keep no other file
+                old += [_leases.pop(k) for k in list(_leases) if k != key]
+            kept = _leases.get(key)
+            if kept is not None:  # another thread leased it meanwhile: keep one
+                old.append(_Kept(lease))
+            else:
+                kept = _leases[key] = _Kept(lease)
+            while len(_leases) > MAX_LEASES:
+                old.append(_leases.pop(next(iter(_leases))))
     _close(old)
     return kept
+
+
+class _Named:
+    """What _lease needs of a file no mapping showed yet: its path and key."""
+
+    __slots__ = ("path", "key")
+
+    def __init__(self, path, key):
+        self.path, self.key = path, key
+
+
+def lease_ahead(path):
+    """Lease path for moves to come (_ahead's worker), and view it as
+    bytes (what a move's first view of the file would make): a regular
+    file (not a symbolic link) resident on the mount, staged where this
+    process's moves are served, not kept yet and not mapped before as
+    another version. Whatever stops it is no fallback: no move asked."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return
+    if not _stat.S_ISREG(st.st_mode) or st.st_size == 0:
+        return
+    key, ident = (st.st_dev, st.st_ino), _maps.identity(st)
+    if _kept(_Named(path, key), ident) is not None or not _maps.remember(key, ident):
+        return
+    gpu = _serve.mount_is_gpu(path)
+    if gpu is None or not gpu and "cpu" not in TARGETS:
+        return
+    try:
+        if os.getxattr(path, "user.gdsfs.state") != b"resident":
+            return  # a lease would stage it
+    except OSError:
+        return
+    done = threading.Event()
+    with _lock:
+        if key in _inflight:
+            return
+        _inflight[key] = done
+    try:
+        kept = _lease(_Named(path, key), ident, ahead=True)
+        torch = sys.modules.get("torch")
+        if kept is not None and torch is not None:
+            kept.whole(torch)
+    except Fallback:
+        pass
+    finally:
+        with _lock:
+            _inflight.pop(key, None)
+        done.set()
 
 
 def _check_leased_file(e, ident, lease):
@@ -551,7 +636,10 @@ def _drop(key, keep=None, path=None):
 
 def release():
     """Close every kept lease, once the copies queued from them are done
-    (disable(), the process's exit)."""
+    (disable(), the process's exit, a move short of room), after the lease
+    being taken ahead, if any (and none is taken ahead of what was mapped
+    before)."""
+    _ahead.stop()
     with _lock:
         gone = list(_leases.values())
         _leases.clear()

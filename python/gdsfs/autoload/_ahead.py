@@ -1,0 +1,169 @@
+"""Leases taken ahead of the moves that will ask for them.
+
+A loop that maps the files of a directory one after the other in the
+order of their names (a DataLoader over shards, a loader walking a
+checkpoint's shards) would pay a first lease on the first move out of
+each file: the daemon's answer and mapping the file's memory, most of a
+served move's time. When a hooked call maps a file right after the file
+before it in its directory (names sorted as strings), one background
+thread leases the next AHEAD files there with the same extension, and
+_moves keeps them as it keeps the leases moves took: the loop's next
+moves find them leased.
+
+Only files already resident are leased ahead (a lease of any other would
+stage it; whether to stage a file the loop has not opened is the daemon's
+read-ahead's call), only in a process whose CUDA is initialized (leasing
+initializes the driver, which a process that forks CUDA users must not
+have done), and nothing at the cost of a lease a move took: a lease ahead
+that the daemon refuses or grants short of room is given up, and counts
+as no fallback (no move asked for it). stop() (disable(), the process's
+exit, a move short of room) drops the queued work and waits for the lease
+in progress."""
+
+import bisect
+import os
+import queue
+import threading
+
+from . import _report
+
+AHEAD = 4  # files leased ahead of the last one mapped (0: none)
+MAX_DIRS = 256  # directory listings remembered
+
+_lock = threading.Lock()
+_busy = threading.Lock()  # held by the worker while it looks at a job
+_jobs = None  # queue.SimpleQueue of (epoch, path, CUDA ordinal or None)
+_worker = None
+_epoch = 0  # stop() moves it on: jobs queued before it are dropped
+_last = {}  # directory -> the name last mapped there
+_listings = {}  # directory -> (st_mtime_ns, st_ctime_ns, sorted names)
+
+
+def seen(path, device):
+    """A hooked call mapped path (the absolute path of a file on a gdsfs
+    mount). device: the CUDA ordinal current in the calling thread (the
+    leases ahead go there), or None. Costs the caller a queue put."""
+    global _jobs, _worker
+    if AHEAD <= 0:
+        return
+    with _lock:
+        if _worker is None:
+            _jobs = queue.SimpleQueue()
+            _worker = threading.Thread(target=_run, args=(_jobs,), name="gdsfs-lease-ahead", daemon=True)
+            _worker.start()
+        _jobs.put((_epoch, path, device))
+
+
+def stop():
+    """Drop the jobs queued so far and wait for the one being looked at:
+    no lease ahead starts after this from what was mapped before it."""
+    global _epoch
+    with _lock:
+        _epoch += 1
+    with _busy:
+        pass
+
+
+def idle():
+    """Wait until every job queued before this call is done (tests)."""
+    done = threading.Event()
+    with _lock:
+        if _jobs is None:
+            return
+        _jobs.put((None, done, None))
+    done.wait()
+
+
+def _run(jobs):
+    while True:
+        batch = [jobs.get()]
+        while True:  # a loop that maps faster than files are leased: look at the latest of each directory
+            try:
+                batch.append(jobs.get_nowait())
+            except queue.Empty:
+                break
+        with _busy:
+            todo = {}
+            for epoch, path, device in batch:
+                if epoch is None:
+                    continue
+                if epoch == _epoch:
+                    try:
+                        nxt = _successors(path)
+                    except OSError:
+                        nxt = []
+                    todo[os.path.dirname(path)] = (epoch, nxt, device)
+            for epoch, nxt, device in todo.values():
+                _lease_all(epoch, nxt, device)
+        for epoch, done, _ in batch:
+            if epoch is None:
+                done.set()
+
+
+def _lease_all(epoch, paths, device):
+    from . import _moves
+
+    if not paths:
+        return
+    try:
+        if device is not None:
+            import torch
+
+            torch.cuda.set_device(device)  # this thread's own: the leases go where the mapping thread's moves go
+        for p in paths:
+            if epoch != _epoch:
+                return
+            _moves.lease_ahead(p)
+    except Exception:  # never the caller's problem: the moves lease what they need
+        _report.log.debug("gdsfs autoload: leasing ahead of %s", paths[0], exc_info=True)
+
+
+def _successors(path):
+    """The next AHEAD files after path in its directory, with its
+    extension, when path is the one after the file mapped there last;
+    else []."""
+    d, name = os.path.split(path)
+    names = _listing(d)
+    i = bisect.bisect_left(names, name)
+    if i == len(names) or names[i] != name:
+        return []
+    prev = _last.pop(d, None)
+    if len(_last) >= MAX_DIRS:
+        _last.clear()
+    _last[d] = name
+    if i == 0 or names[i - 1] != prev:
+        return []
+    ext = os.path.splitext(name)[1]
+    out = []
+    for n in names[i + 1:]:
+        if len(out) == AHEAD:
+            break
+        if os.path.splitext(n)[1] == ext:
+            out.append(os.path.join(d, n))
+    return out
+
+
+def _listing(d):
+    """d's names, sorted; listed again when d changed."""
+    st = os.stat(d)
+    was = _listings.get(d)
+    if was is not None and was[:2] == (st.st_mtime_ns, st.st_ctime_ns):
+        return was[2]
+    names = sorted(os.listdir(d))
+    if len(_listings) >= MAX_DIRS:
+        _listings.clear()
+    _listings[d] = (st.st_mtime_ns, st.st_ctime_ns, names)
+    return names
+
+
+def _after_fork_in_child():
+    """The worker thread is the parent's: a child starts with none."""
+    global _lock, _busy, _jobs, _worker
+    _lock = threading.Lock()
+    _busy = threading.Lock()
+    _jobs = _worker = None
+    _last.clear()
+    _listings.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -281,19 +281,28 @@ class TestLeasesAhead(MovesCase):
         self.addCleanup(setattr, _ahead, "AHEAD", 0)
         self.addCleanup(self.moves.release)
 
-    def shards(self, n, resident):
+    def shards(self, n, resident, links=None):
         """A mount with s0.npy ... s{n-1}.npy and s3.txt; the shards
-        numbered in resident staged (and no lease left on them)."""
+        numbered in resident staged (and no lease left on them). links:
+        {i: target}: s{i}.npy is a symbolic link to target instead."""
         import numpy as np
 
         m = start_mount(self, device="host")
         for i in range(n):
-            np.save(os.path.join(m.src, "s%d.npy" % i), np.full(1024, i, dtype=np.float32))
+            p = os.path.join(m.src, "s%d.npy" % i)
+            if links and i in links:
+                os.symlink(links[i], p)
+            else:
+                np.save(p, np.full(1024, i, dtype=np.float32))
         _write(os.path.join(m.src, "s3.txt"), b"not a shard")
         subprocess.run([_support.gdsfs_bin()[0], "warmup", "--wait"] + [m.path("s%d.npy" % i) for i in resident] +
                        [m.path("s3.txt")], check=True, stdout=subprocess.DEVNULL)
         self.assertEqual(m.wait_leases(0), 0)
         return m
+
+    def idle(self):
+        """Wait for the worker's queued work (a worker stuck fails the test)."""
+        self.assertTrue(self.ahead.idle(120), "the lease-ahead worker did not finish its queued work")
 
     def mapped(self, m, i):
         import numpy as np
@@ -312,14 +321,14 @@ class TestLeasesAhead(MovesCase):
         t0 = self.mapped(m, 0)
         self.assertSame(t0.to(torch.float64), _plain(lambda: t0.to(torch.float64)))
         t1 = self.mapped(m, 1)  # after s0: s2, s3 and s4 are next (s3.txt is not a shard)
-        self.ahead.idle()
+        self.idle()
         self.assertEqual(set(self.kept()), {"s0.npy", "s2.npy", "s3.npy"})
         self.assertEqual(self.state(m, "s4.npy"), b"absent", "a file not resident was staged ahead")
         ids = self.kept()
         self.assertSame(t1.to(torch.float64), _plain(lambda: t1.to(torch.float64)))
         t2 = self.mapped(m, 2)  # after s1: s3, s4, s5
         self.assertSame(t2.to(torch.float64), _plain(lambda: t2.to(torch.float64)))
-        self.ahead.idle()
+        self.idle()
         got = self.kept()
         self.assertEqual(got["s2.npy"], ids["s2.npy"], "the move out of s2 took another lease")
         self.assertEqual(set(got), {"s0.npy", "s1.npy", "s2.npy", "s3.npy", "s5.npy"})
@@ -330,19 +339,96 @@ class TestLeasesAhead(MovesCase):
     def test_files_mapped_out_of_order_lease_nothing_ahead(self):
         m = self.shards(8, range(8))
         ts = [self.mapped(m, i) for i in (5, 2, 7, 0, 0, 6)]
-        self.ahead.idle()
+        self.idle()
         self.assertEqual(self.kept(), {})
         self.assertEqual(m.wait_leases(0), 0)
         del ts
 
     def test_a_symbolic_link_is_not_leased_ahead(self):
-        m = self.shards(8, range(8))
-        os.remove(os.path.join(m.src, "s2.npy"))
-        os.symlink("s7.npy", os.path.join(m.src, "s2.npy"))
+        m = self.shards(8, [0, 1, 3, 4, 5, 6, 7], links={2: "s7.npy"})
         self.assertTrue(os.path.islink(m.path("s2.npy")))
         ts = [self.mapped(m, i) for i in range(2)]
-        self.ahead.idle()
+        self.idle()
         self.assertEqual(set(self.kept()), {"s3.npy", "s4.npy"})
+        del ts
+
+    def test_a_lease_ahead_ends_no_lease_a_move_took(self):
+        """With MAX_LEASES kept, a lease ahead is given up rather than
+        end (least recently used first) one a move took."""
+        torch = self.torch
+        m = self.shards(8, range(8))
+        self.addCleanup(setattr, self.moves, "MAX_LEASES", self.moves.MAX_LEASES)
+        self.moves.MAX_LEASES = 2
+        t0 = self.mapped(m, 0)
+        self.assertSame(t0.to(torch.float64), _plain(lambda: t0.to(torch.float64)))
+        t1 = self.mapped(m, 1)
+        self.idle()
+        self.assertEqual(set(self.kept()), {"s0.npy", "s2.npy"})
+        self.assertSame(t1.to(torch.float64), _plain(lambda: t1.to(torch.float64)))
+        self.assertIn("s1.npy", self.kept())
+
+    def test_a_file_not_leased_ahead_is_judged_by_its_mapping(self):
+        """A file looked at ahead but not leased (not resident) leaves no
+        identity behind: changed later and mapped by code nobody hooked
+        (found by reading the maps), its moves are served."""
+        import mmap
+
+        import numpy as np
+
+        torch = self.torch
+        m = self.shards(8, [0, 1])
+        ts = [self.mapped(m, i) for i in range(2)]
+        self.idle()
+        self.assertNotIn("s2.npy", self.kept())
+        st = os.stat(m.path("s2.npy"))
+        np.save(os.path.join(m.src, "s2.npy"), np.full(1024, 42, dtype=np.float32))
+        os.utime(os.path.join(m.src, "s2.npy"), ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+        with open(m.path("s2.npy"), "rb") as f:
+            self.assertNotEqual(os.fstat(f.fileno()).st_mtime_ns, st.st_mtime_ns, "the mount did not see the change")
+            mm = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+        t = torch.from_numpy(np.frombuffer(mm, dtype=np.uint8))
+        self.maps.dirty = True  # the next miss reads /proc/self/maps
+        self.A.reset()
+        self.assertSame(t.to(torch.float64), _plain(lambda: t.to(torch.float64)))
+        self.assertEqual(self.A.fallbacks(), {})
+        del t, ts
+
+    def test_nothing_is_leased_ahead_after_disable(self):
+        """A hooked call held by reference (from torch import from_file)
+        still maps after disable(): nothing is leased ahead for it."""
+        torch = self.torch
+        m = self.shards(8, range(8))
+        from_file = torch.from_file
+        self.A.disable()
+        self.addCleanup(self.A.enable)
+        ts = [from_file(m.path("s%d.npy" % i), shared=False, size=1024, dtype=torch.float32) for i in range(2)]
+        self.idle()
+        self.assertEqual(self.kept(), {})
+        del ts
+
+    def test_a_thread_that_cannot_start_fails_no_mapping(self):
+        """Where no thread can be had, mapping still works (nothing is
+        leased ahead), and a later mapping starts the worker."""
+        import threading
+
+        m = self.shards(8, range(8))
+        self.idle()
+        self.ahead._worker = self.ahead._jobs = None  # the running worker waits on a queue nobody fills now
+        start = threading.Thread.start
+
+        def refuse(thread):
+            raise RuntimeError("can't start new thread")
+        threading.Thread.start = refuse
+        try:
+            ts = [self.mapped(m, i) for i in range(2)]
+        finally:
+            threading.Thread.start = start
+        self.assertEqual([float(t[0]) for t in ts], [0.0, 1.0])
+        self.assertIsNone(self.ahead._worker)
+        self.assertEqual(self.kept(), {})
+        ts += [self.mapped(m, 2), self.mapped(m, 3)]  # the worker saw neither s0 nor s1
+        self.idle()
+        self.assertEqual(set(self.kept()), {"s4.npy", "s5.npy", "s6.npy"})
         del ts
 
     def test_release_leaves_no_lease_ahead(self):
@@ -351,7 +437,7 @@ class TestLeasesAhead(MovesCase):
         m = self.shards(8, range(8))
         ts = [self.mapped(m, i) for i in range(4)]
         self.moves.release()
-        self.ahead.idle()
+        self.idle()
         self.assertEqual(self.kept(), {})
         self.assertEqual(m.wait_leases(0), 0)
         del ts

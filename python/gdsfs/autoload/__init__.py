@@ -23,7 +23,7 @@ function, counted by reason (fallbacks(), the daemon's stats) and logged
 once per reason. See python/README.md and the README's "Unmodified loaders".
 """
 
-from . import _hooks
+from . import _ahead, _hooks
 from ._report import fallbacks, served, reset
 
 __all__ = ["disable", "enable", "enabled", "fallbacks", "served", "reset"]
@@ -94,6 +94,7 @@ def enable():
     _hooks.register("torch.serialization", _patch_torch_serialization)
     _hooks.register("torch", _patch_torch)
     _hooks.register("numpy", _patch_numpy)
+    _ahead.turn(True)
     _enabled = True
 
 
@@ -108,6 +109,7 @@ def disable():
     environment says."""
     global _enabled
     _hooks.disable()
+    _ahead.turn(False)
     _release_kept_leases()
     _enabled = False
 

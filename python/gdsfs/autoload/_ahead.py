@@ -35,6 +35,7 @@ _busy = threading.Lock()  # held by the worker while it looks at a job
 _jobs = None  # queue.SimpleQueue of (epoch, path, CUDA ordinal or None)
 _worker = None
 _epoch = 0  # stop() moves it on: jobs queued before it are dropped
+_on = True  # off between disable() and enable()
 _last = {}  # directory -> the name last mapped there
 _listings = {}  # directory -> (st_mtime_ns, st_ctime_ns, sorted names)
 
@@ -44,14 +45,24 @@ def seen(path, device):
     mount). device: the CUDA ordinal current in the calling thread (the
     leases ahead go there), or None. Costs the caller a queue put."""
     global _jobs, _worker
-    if AHEAD <= 0:
+    if AHEAD <= 0 or not _on:
         return
     with _lock:
         if _worker is None:
-            _jobs = queue.SimpleQueue()
-            _worker = threading.Thread(target=_run, args=(_jobs,), name="gdsfs-lease-ahead", daemon=True)
-            _worker.start()
+            jobs = queue.SimpleQueue()
+            w = threading.Thread(target=_run, args=(jobs,), name="gdsfs-lease-ahead", daemon=True)
+            w.start()  # raises where no thread can be had: then there is none, nor a queue
+            _jobs, _worker = jobs, w
         _jobs.put((_epoch, path, device))
+
+
+def turn(on):
+    """Off (the autoloader's disable()): nothing queued is leased, nor
+    anything mapped until turned on again (enable())."""
+    global _on
+    _on = on
+    if not on:
+        stop()
 
 
 def stop():
@@ -64,14 +75,15 @@ def stop():
         pass
 
 
-def idle():
-    """Wait until every job queued before this call is done (tests)."""
+def idle(timeout=None):
+    """Wait until every job queued before this call is done (tests); False
+    when timeout seconds passed first."""
     done = threading.Event()
     with _lock:
         if _jobs is None:
-            return
+            return True
         _jobs.put((None, done, None))
-    done.wait()
+    return done.wait(timeout)
 
 
 def _run(jobs):
@@ -111,7 +123,7 @@ def _lease_all(epoch, paths, device):
 
             torch.cuda.set_device(device)  # this thread's own: the leases go where the mapping thread's moves go
         for p in paths:
-            if epoch != _epoch:
+            if epoch != _epoch or not _on:
                 return
             _moves.lease_ahead(p)
     except Exception:  # never the caller's problem: the moves lease what they need
@@ -123,15 +135,15 @@ def _successors(path):
     extension, when path is the one after the file mapped there last;
     else []."""
     d, name = os.path.split(path)
-    names = _listing(d)
-    i = bisect.bisect_left(names, name)
-    if i == len(names) or names[i] != name:
-        return []
     prev = _last.pop(d, None)
     if len(_last) >= MAX_DIRS:
         _last.clear()
     _last[d] = name
-    if i == 0 or names[i - 1] != prev:
+    if prev is None or prev >= name:
+        return []
+    names = _listing(d)
+    i = bisect.bisect_left(names, name)
+    if i == 0 or i == len(names) or names[i] != name or names[i - 1] != prev:
         return []
     ext = os.path.splitext(name)[1]
     out = []

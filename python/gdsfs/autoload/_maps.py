@@ -47,6 +47,9 @@ discover_at = 0.0  # _last + DISCOVER_INTERVAL: a large miss after this may rebu
 # (st_dev, st_ino) -> (size, mtime_ns, ctime_ns) of the file when a hooked
 # call mapped it, or when a rebuild first saw it mapped.
 _idents = {}
+# keys of _idents that only a lease taken ahead put there (remember()): the
+# first mapping seen of the file replaces them
+_provisional = set()
 
 
 class Mapping:
@@ -125,6 +128,7 @@ def note(path=None):
     with _lock:
         # every mapping of the file shows its page cache: the version mapped now
         _idents[(st.st_dev, st.st_ino)] = identity(st)
+        _provisional.discard((st.st_dev, st.st_ino))
     return st
 
 
@@ -190,10 +194,23 @@ def identity(st):
 
 def remember(key, ident):
     """A file not mapped yet is leased ahead as of ident: remembered as
-    note() would (what a move checks against). False where the file was
-    seen mapped as another version: its mappings' moves decide."""
+    note() would (what a move checks against), until a mapping of the file
+    is first seen (note(), refresh()) or forget(). False where the file
+    was seen mapped as another version: its mappings' moves decide."""
     with _lock:
-        return _idents.setdefault(key, ident) == ident
+        if key not in _idents:
+            _idents[key] = ident
+            _provisional.add(key)
+        return _idents[key] == ident
+
+
+def forget(key, ident):
+    """Undo remember(key, ident) where no mapping replaced it (the lease
+    ahead was not taken)."""
+    with _lock:
+        if key in _provisional and _idents.get(key) == ident:
+            del _idents[key]
+            _provisional.discard(key)
 
 
 def ident_of(key):
@@ -273,18 +290,20 @@ def refresh():
         owners = {(x.start, x.end, x.key): x.owner for x in index[1] if x.owner is not None}
         for e in found:
             e.owner = owners.get((e.start, e.end, e.key))
-            if e.key not in _idents:
+            if e.key not in _idents or e.key in _provisional:
                 try:
                     st = os.stat(e.path)
                 except OSError:
                     continue
                 if (st.st_dev, st.st_ino) == e.key:
                     _idents[e.key] = identity(st)
+                    _provisional.discard(e.key)
         for k in [k for k in _idents if k not in keys and k[0] in devs]:
             del _idents[k]
         if len(_idents) > 4096:  # files noted but never mapped
             for k in [k for k in _idents if k not in keys]:
                 del _idents[k]
+        _provisional.intersection_update(_idents)
         _set_index(found)
     return keys
 

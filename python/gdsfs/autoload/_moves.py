@@ -169,7 +169,10 @@ def _index_new(st, describe, result, args, kwargs):
     if e is not None and _ahead.AHEAD > 0:
         dev = _cuda_device()
         if dev is not None or "cpu" in TARGETS:
-            _ahead.seen(e.path, dev)
+            try:
+                _ahead.seen(e.path, dev)
+            except Exception:  # never the caller's problem (no thread to be had, say)
+                _report.log.debug("gdsfs autoload: leasing ahead of %s", e.path, exc_info=True)
 
 
 def _cuda_device():
@@ -526,14 +529,16 @@ def _lease(e, ident, ahead=False):
         with _lock:
             for k in [k for k in _gens if k not in _leases]:
                 del _gens[k]
-    gen = _gens.setdefault(key, lease.generation)
+    with _lock:  # _drop walks _gens under it, in another thread too
+        gen = _gens.setdefault(key, lease.generation)
     if lease.size != ident[0] or lease.generation != gen:
         lease.close()
         raise Fallback("file-changed", _serve.socket_of(lease))
     _check_leased_file(e, ident, lease)
     old = []
     with _lock:
-        if not lease._m.cache and ahead:  # the daemon is short of room: no file the loop has not asked for
+        if ahead and (not lease._m.cache or len(_leases) >= MAX_LEASES):
+            # the daemon is short of room, or keeping it would end another kept lease
             old.append(_Kept(lease))
             kept = None
         else:
@@ -572,7 +577,7 @@ def lease_ahead(path):
     if not _stat.S_ISREG(st.st_mode) or st.st_size == 0:
         return
     key, ident = (st.st_dev, st.st_ino), _maps.identity(st)
-    if _kept(_Named(path, key), ident) is not None or not _maps.remember(key, ident):
+    if _kept(_Named(path, key), ident) is not None or _maps.ident_of(key) not in (None, ident):
         return
     gpu = _serve.mount_is_gpu(path)
     if gpu is None or not gpu and "cpu" not in TARGETS:
@@ -587,14 +592,18 @@ def lease_ahead(path):
         if key in _inflight:
             return
         _inflight[key] = done
+    kept = None
     try:
-        kept = _lease(_Named(path, key), ident, ahead=True)
+        if _maps.remember(key, ident):
+            kept = _lease(_Named(path, key), ident, ahead=True)
         torch = sys.modules.get("torch")
         if kept is not None and torch is not None:
             kept.whole(torch)
     except Fallback:
         pass
     finally:
+        if kept is None:
+            _maps.forget(key, ident)
         with _lock:
             _inflight.pop(key, None)
         done.set()

@@ -241,6 +241,7 @@ class TestSafetensors(AutoloadCase):
         self.assertIn("novel_option", "\n".join(logs.output))
         # It concerns a file under a mount: the daemon counts it too, also
         # for a fallback decided before any lease.
+        _flush_reports(self)
         self.assertGreaterEqual((self.mount.stats().get("autoload_fallback_reasons") or {}).get("arguments", 0), 1)
         self.assertEqual(self.mount.wait_leases(0), 0)
 
@@ -267,6 +268,7 @@ class TestSafetensors(AutoloadCase):
         mnt, src = self.put("nm/a.safetensors", os.path.join(S.ST_FIXTURES, "all_dtypes.safetensors"))
         if not hasattr(self.st.safe_open._gdsfs_original(src, "pt"), "data_bytes"):
             self.skipTest(S.loud("SKIPPED: the real safetensors library has no stand-in method to try"))
+        _flush_reports(self)
         before = self.mount.stats().get("autoload_fallback_reasons") or {}
         with self.st.safe_open(mnt, framework="pt") as f:
             name = next(iter(f.keys()))
@@ -274,6 +276,7 @@ class TestSafetensors(AutoloadCase):
             self.assertEqual(f.data_bytes(), self.st.safe_open._gdsfs_original(src, "pt").data_bytes())
             self.assertSameTensor(f.get_tensor(name), t, name)
         self.assertEqual(self.A.fallbacks(), {"method:data_bytes": 1})
+        _flush_reports(self)
         after = self.mount.stats().get("autoload_fallback_reasons") or {}
         self.assertEqual(after.get("method:data_bytes", 0) - before.get("method:data_bytes", 0), 1, after)
         self.assertEqual(self.mount.wait_leases(0), 0)
@@ -584,6 +587,7 @@ class TestFallbacks(AutoloadCase):
         reason = next(iter(reasons))
         self.assertTrue(reason.startswith("refused:E"), reason)
         if _daemon_counts_reports():
+            _flush_reports(self)
             st = m.stats()
             self.assertEqual(st.get("autoload_fallbacks"), 1, st)
 
@@ -699,6 +703,13 @@ class TestCpuTargetOnAGpuMount(AutoloadCase):
                 f.get_tensor(k)
         self.assertEqual(self.A.fallbacks(), {})
         self.assertEqual(self.A.served().get("safetensors.safe_open"), 1, self.A.served())
+
+
+def _flush_reports(tc):
+    """Wait until the fallbacks reported so far reached their daemons."""
+    from gdsfs.autoload import _report
+
+    tc.assertTrue(_report.flush(60), "the fallback reports were not sent")
 
 
 def _daemon_counts_reports():

@@ -620,6 +620,9 @@ class TestFallbacks(MovesCase):
         reasons = self.A.fallbacks()
         self.assertEqual(len(reasons), 1, reasons)
         self.assertTrue(next(iter(reasons)).startswith("refused:E"), reasons)
+        from gdsfs.autoload import _report
+
+        self.assertTrue(_report.flush(60))
         st = m.stats()
         self.assertEqual(st.get("autoload_fallbacks"), 1, st)
         self.assertEqual(sum(st.get("autoload_fallback_reasons", {}).values()), 1, st)

@@ -622,11 +622,80 @@ class TrustTests(unittest.TestCase):
         self.addCleanup(_report.reset)
         _report.fallback("torch.load", "requires-grad", os.path.join(mnt, "model.pt"))
         self.assertEqual(_report.fallbacks(), {"requires-grad": 1})
+        self.assertTrue(_report.flush(60))  # the report was tried (and refused) before the daemon is asked
         proc.stdin.write(b"report\n")
         proc.stdin.flush()
         got = proc.stdout.readline().split()
         self.assertEqual(got[0], b"got")
         self.assertEqual([n for n in got[1:] if n != b"0"], [], "the planted daemon was sent a report")
+
+    def test_a_fallback_does_not_wait_for_its_report(self):
+        """The call that fell back returns while its daemon has not
+        answered the report yet: a background thread sends it, and
+        flush() waits for the answer."""
+        from gdsfs.autoload import _report
+
+        d = os.path.realpath(_support.tmpdir())
+        sock, ls = self.listener(d)
+        mnt = os.path.join(d, "mnt")
+        os.makedirs(os.path.join(mnt, "w"))
+        self.mount_at(mnt, sock, owner=os.geteuid())
+        _report.reset()
+        self.addCleanup(_report.reset)
+        self.addCleanup(setattr, _report, "_REPORT_TIMEOUT", _report._REPORT_TIMEOUT)
+        _report._REPORT_TIMEOUT = 300  # a call that waited for the answer would wait that long
+        go, got = threading.Event(), []
+
+        def serve():
+            c, _ = ls.accept()
+            with c:
+                got.append(c.makefile("rb").readline())
+                go.wait(120)
+                c.sendall(b'{"ok":true}\n')
+
+        th = threading.Thread(target=serve, daemon=True)
+        th.start()
+        call = threading.Thread(target=_report.fallback,
+                                args=("torch.Tensor.to", "cpu-target-gpu-staged", os.path.join(mnt, "w", "f.pt")))
+        call.start()
+        call.join(60)
+        returned = not call.is_alive()
+        go.set()
+        call.join(300)
+        self.assertTrue(returned, "the fallback waited for the daemon's answer to its report")
+        self.assertTrue(_report.flush(60))
+        th.join(60)
+        self.assertEqual(len(got), 1)
+        self.assertIn(b'"cpu-target-gpu-staged"', got[0])
+
+    def test_reports_are_sent_before_the_process_exits(self):
+        d = os.path.realpath(_support.tmpdir())
+        sock, ls = self.listener(d)
+        mnt = os.path.join(d, "mnt")
+        os.makedirs(os.path.join(mnt, "w"))
+        self.mount_at(mnt, sock, owner=os.geteuid())
+        got = []
+
+        def serve(n):
+            for _ in range(n):
+                c, _ = ls.accept()
+                with c:
+                    got.append(c.makefile("rb").readline())
+                    c.sendall(b'{"ok":true}\n')
+
+        th = threading.Thread(target=serve, args=(5,), daemon=True)
+        th.start()
+        script = ("import os, sys\n"
+                  "from gdsfs import _mount\n"
+                  "_mount.MOUNTINFO = sys.argv[1]\n"
+                  "from gdsfs.autoload import _report\n"
+                  "for i in range(5):\n"
+                  "    _report.fallback('torch.load', 'requires-grad', os.path.join(sys.argv[2], 'w', 'f%d.pt' % i))\n")
+        p = _support.child(script, [_mount.MOUNTINFO, mnt])
+        out, err = p.communicate(timeout=120)
+        self.assertEqual(p.returncode, 0, err)
+        th.join(60)
+        self.assertEqual(len(got), 5, err)
 
     def test_fallbacks_read_the_mount_table_once_per_directory(self):
         """Reporting fallbacks of files in one directory of a mount finds

@@ -99,6 +99,8 @@ def _run(jobs):
             for epoch, path, device in batch:
                 if epoch is None:
                     continue
+                if epoch == _epoch and device is not None:
+                    _warm(device)
                 if epoch == _epoch:
                     try:
                         nxt = _successors(path)
@@ -110,6 +112,27 @@ def _run(jobs):
         for epoch, done, _ in batch:
             if epoch is None:
                 done.set()
+
+
+_warmed = set()  # CUDA ordinals whose driver and device name the client has looked up
+
+
+def _warm(device):
+    """What a process's first lease on device looks up once (the client's
+    CUDA driver entry points, the device's UUID), looked up here, beside
+    the loop, not in its first move."""
+    if device in _warmed:
+        return
+    _warmed.add(device)
+    try:
+        import torch
+
+        from .. import _device
+
+        torch.cuda.set_device(device)
+        _device.default_device()
+    except Exception:
+        _report.log.debug("gdsfs autoload: looking up CUDA device %s ahead", device, exc_info=True)
 
 
 def _lease_all(epoch, paths, device):
@@ -131,9 +154,9 @@ def _lease_all(epoch, paths, device):
 
 
 def _successors(path):
-    """The next AHEAD files after path in its directory, with its
-    extension, when path is the one after the file mapped there last;
-    else []."""
+    """When path is the file after the one mapped last in its directory:
+    that one, path, and the next AHEAD files after path with its
+    extension (those leased already are passed over); else []."""
     d, name = os.path.split(path)
     prev = _last.pop(d, None)
     if len(_last) >= MAX_DIRS:
@@ -146,9 +169,9 @@ def _successors(path):
     if i == 0 or i == len(names) or names[i] != name or names[i - 1] != prev:
         return []
     ext = os.path.splitext(name)[1]
-    out = []
+    out = [os.path.join(d, prev), path]
     for n in names[i + 1:]:
-        if len(out) == AHEAD:
+        if len(out) == AHEAD + 2:
             break
         if os.path.splitext(n)[1] == ext:
             out.append(os.path.join(d, n))
@@ -174,6 +197,7 @@ def _after_fork_in_child():
     _lock = threading.Lock()
     _busy = threading.Lock()
     _jobs = _worker = None
+    _warmed.clear()
     _last.clear()
     _listings.clear()
 

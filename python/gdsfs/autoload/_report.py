@@ -1,11 +1,17 @@
 """Fallback accounting: every call the autoloader hands back to the original
 function is counted here by reason, logged once per reason per process, and
 reported to the daemon of the mount it concerns (the `report` op), so
-`.gdsfs/stats` counts it too. Nothing here may raise into the caller."""
+`.gdsfs/stats` counts it too. The reports are sent by one background thread
+(the call that fell back does not wait for a daemon round trip), in order,
+and all of them before the process exits (flush(), at exit). Nothing here
+may raise into the caller."""
 
+import atexit
 import errno as _errno
 import json
 import logging
+import os
+import queue
 import socket
 import threading
 
@@ -19,6 +25,8 @@ _served = {}  # loader -> count of calls served from a lease
 _logged = set()  # reasons already logged by this process
 _no_report = set()  # sockets whose daemon answered EINVAL to `report`
 _REPORT_TIMEOUT = 2.0
+_outbox = None  # queue.SimpleQueue of (socket path, reason, owner), or (None, event, None)
+_sender = None  # the thread sending them
 
 
 def fallbacks():
@@ -35,7 +43,9 @@ def served():
 
 
 def reset():
-    """Forget the counts and the reasons already logged (tests)."""
+    """Forget the counts and the reasons already logged, once the reports
+    queued are sent (tests)."""
+    flush()
     with _lock:
         _fallbacks.clear()
         _served.clear()
@@ -72,9 +82,69 @@ def fallback(loader, reason, path=None, socket_path=None, detail=None):
                 if socket_path is None:
                     socket_path = t[0]
         if socket_path:
-            _report(socket_path, reason, owner)
+            _send_later(socket_path, reason, owner)
     except Exception:  # accounting must never break the caller's load
         log.debug("gdsfs autoload: counting a fallback failed", exc_info=True)
+
+
+def _send_later(socket_path, reason, owner):
+    """Queue the report for the sender thread (started on first use); sent
+    here and now where no thread can be had."""
+    global _outbox, _sender
+    with _lock:
+        if _sender is None:
+            box = queue.SimpleQueue()
+            t = threading.Thread(target=_send_all, args=(box,), name="gdsfs-autoload-reports", daemon=True)
+            try:
+                t.start()
+            except RuntimeError:
+                box = None
+            if box is not None:
+                _outbox, _sender = box, t
+        box = _outbox
+        if box is not None:
+            box.put((socket_path, reason, owner))
+            return
+    _report(socket_path, reason, owner)
+
+
+def _send_all(box):
+    while True:
+        sock, what, owner = box.get()
+        if sock is None:
+            what.set()
+            continue
+        try:
+            _report(sock, what, owner)
+        except Exception:
+            log.debug("gdsfs autoload: reporting a fallback failed", exc_info=True)
+
+
+def flush(timeout=None):
+    """Wait until the reports queued before this call are sent (and
+    answered); False when timeout seconds passed first."""
+    done = threading.Event()
+    with _lock:
+        box = _outbox
+        if box is None:
+            return True
+        box.put((None, done, None))
+    return done.wait(timeout)
+
+
+# Each report waits at most _REPORT_TIMEOUT for its daemon; at exit the
+# queue left is given that long in all.
+atexit.register(flush, 2 * _REPORT_TIMEOUT)
+
+
+def _after_fork_in_child():
+    """The sender thread is the parent's: a child sends its own."""
+    global _lock, _outbox, _sender
+    _lock = threading.Lock()
+    _outbox = _sender = None
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def mount_socket(path):

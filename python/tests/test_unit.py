@@ -478,6 +478,28 @@ class TrustTests(unittest.TestCase):
         ls.listen(8)
         return sock, ls
 
+    def report_listener(self, n):
+        """(mnt, got, thread): mnt a mount of this process's uid whose
+        socket answers n reports ok, their lines appended to got, by
+        thread (started)."""
+        d = os.path.realpath(_support.tmpdir())
+        sock, ls = self.listener(d)
+        mnt = os.path.join(d, "mnt")
+        os.makedirs(os.path.join(mnt, "w"))
+        self.mount_at(mnt, sock, owner=os.geteuid())
+        got = []
+
+        def serve():
+            for _ in range(n):
+                c, _ = ls.accept()
+                with c:
+                    got.append(c.makefile("rb").readline())
+                    c.sendall(b'{"ok":true}\n')
+
+        th = threading.Thread(target=serve, daemon=True)
+        th.start()
+        return mnt, got, th
+
     def mount_at(self, mnt, sock, owner=0):
         """Make mnt a gdsfs mount of owner to the client, .gdsfs/socket
         naming sock."""
@@ -669,22 +691,7 @@ class TrustTests(unittest.TestCase):
         self.assertIn(b'"cpu-target-gpu-staged"', got[0])
 
     def test_reports_are_sent_before_the_process_exits(self):
-        d = os.path.realpath(_support.tmpdir())
-        sock, ls = self.listener(d)
-        mnt = os.path.join(d, "mnt")
-        os.makedirs(os.path.join(mnt, "w"))
-        self.mount_at(mnt, sock, owner=os.geteuid())
-        got = []
-
-        def serve(n):
-            for _ in range(n):
-                c, _ = ls.accept()
-                with c:
-                    got.append(c.makefile("rb").readline())
-                    c.sendall(b'{"ok":true}\n')
-
-        th = threading.Thread(target=serve, args=(5,), daemon=True)
-        th.start()
+        mnt, got, th = self.report_listener(5)
         script = ("import os, sys\n"
                   "from gdsfs import _mount\n"
                   "_mount.MOUNTINFO = sys.argv[1]\n"
@@ -704,24 +711,9 @@ class TrustTests(unittest.TestCase):
         each fallback still reaches the daemon."""
         from gdsfs.autoload import _report
 
-        d = os.path.realpath(_support.tmpdir())
-        sock, ls = self.listener(d)
-        mnt = os.path.join(d, "mnt")
-        os.makedirs(os.path.join(mnt, "w"))
-        self.mount_at(mnt, sock, owner=os.geteuid())
         _report.reset()
         self.addCleanup(_report.reset)
-        got = []
-
-        def serve(n):
-            for _ in range(n):
-                c, _ = ls.accept()
-                with c:
-                    got.append(c.makefile("rb").readline())
-                    c.sendall(b'{"ok":true}\n')
-
-        th = threading.Thread(target=serve, args=(3,), daemon=True)
-        th.start()
+        mnt, got, th = self.report_listener(3)
         reads = []
         real = _mount.read_mountinfo
         with mock.patch.object(_mount, "read_mountinfo", side_effect=lambda *a: reads.append(1) or real(*a)):

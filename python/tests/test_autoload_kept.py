@@ -431,6 +431,34 @@ class TestLeasesAhead(MovesCase):
         self.assertEqual(set(self.kept()), {"s2.npy", "s3.npy", "s4.npy", "s5.npy", "s6.npy"})
         del ts
 
+    def test_a_lease_ahead_during_a_move_takes_no_second_lease(self):
+        """The worker's lease of a file the loop's move is leasing at that
+        moment is not taken: one lease. The interleaving is forced (the
+        move's request runs the worker's lease of the file first)."""
+        import threading
+
+        from gdsfs.autoload import _serve
+
+        torch = self.torch
+        m = self.shards(4, range(4))
+        self.ahead.AHEAD = 0  # no worker: the interleaving below stands in for it
+        t1 = self.mapped(m, 1)
+        target = m.path("s1.npy")
+        real, calls = _serve.acquire, []
+
+        def acquire(path, *a, **k):
+            calls.append(path)
+            if threading.current_thread() is threading.main_thread() and path == target:
+                th = threading.Thread(target=self.moves.lease_ahead, args=(path,))
+                th.start()
+                th.join()
+            return real(path, *a, **k)
+
+        _serve.acquire = acquire
+        self.addCleanup(setattr, _serve, "acquire", real)
+        self.assertSame(t1.to(torch.float64), _plain(lambda: t1.to(torch.float64)))
+        self.assertEqual(calls.count(target), 1, "a lease ahead and a move of one file both leased it")
+
     def test_release_leaves_no_lease_ahead(self):
         """release() (disable(), exit) stops the worker's queued work and
         waits for a lease in progress: nothing is leased after it."""

@@ -464,6 +464,24 @@ class NoticeOrderTests(unittest.TestCase):
                          [("release", 7, None), ("drop", None, 3), ("release", 8, None), ("hello", None, None)])
 
 
+def _report_at_exit(w):
+    """A multiprocessing worker's body: one fallback, its report written
+    to w once the worker's exit has begun."""
+    from multiprocessing import util
+
+    from gdsfs.autoload import _report
+
+    gate = threading.Event()
+
+    def report(sock, reason, owner=None):
+        gate.wait()
+        os.write(w, reason.encode() + b"\n")
+
+    _report._report = report
+    util.Finalize(None, gate.set, exitpriority=100)  # runs first among the exit finalizers
+    _report.fallback("torch.Tensor.to", "requires-grad", socket_path="/nonexistent/sock")
+
+
 class TrustTests(unittest.TestCase):
     """Who listens on the lease socket, where paths go, and how long a
     connect may take."""
@@ -690,6 +708,41 @@ class TrustTests(unittest.TestCase):
         self.assertEqual(len(got), 1)
         self.assertIn(b'"cpu-target-gpu-staged"', got[0])
 
+    def test_a_full_queue_of_reports_is_not_grown(self):
+        """With MAX_QUEUED reports waiting, a fallback sends its own report
+        (as it did before reports were queued): it waits for the daemon
+        rather than queue without bound."""
+        from gdsfs.autoload import _report
+
+        _report.reset()
+        self.addCleanup(_report.reset)
+        for name, value in (("MAX_QUEUED", 0), ("_REPORT_TIMEOUT", 300)):
+            self.addCleanup(setattr, _report, name, getattr(_report, name))
+            setattr(_report, name, value)
+        d = os.path.realpath(_support.tmpdir())
+        sock, ls = self.listener(d)
+        mnt = os.path.join(d, "mnt")
+        os.makedirs(os.path.join(mnt, "w"))
+        self.mount_at(mnt, sock, owner=os.geteuid())
+        go = threading.Event()
+
+        def serve():
+            c, _ = ls.accept()
+            with c:
+                c.makefile("rb").readline()
+                go.wait(120)
+                c.sendall(b'{"ok":true}\n')
+
+        threading.Thread(target=serve, daemon=True).start()
+        call = threading.Thread(target=_report.fallback,
+                                args=("torch.Tensor.to", "requires-grad", os.path.join(mnt, "w", "f.pt")))
+        call.start()
+        call.join(0.5)  # it cannot end before go: no answer comes until then
+        waited = call.is_alive()
+        go.set()
+        call.join(120)
+        self.assertTrue(waited, "the fallback queued its report beyond MAX_QUEUED")
+
     def test_reports_are_sent_before_the_process_exits(self):
         mnt, got, th = self.report_listener(5)
         script = ("import os, sys\n"
@@ -703,6 +756,23 @@ class TrustTests(unittest.TestCase):
         self.assertEqual(p.returncode, 0, err)
         th.join(60)
         self.assertEqual(len(got), 5, err)
+
+    def test_a_multiprocessing_worker_sends_its_queued_reports(self):
+        """A worker started by multiprocessing (a DataLoader's) leaves by
+        os._exit, which runs no atexit handler: its queued reports are
+        sent at its exit all the same. The worker's sender is held until
+        its exit has begun (a finalizer that runs before the others)."""
+        import multiprocessing
+
+        r, w = os.pipe()
+        p = multiprocessing.get_context("fork").Process(target=_report_at_exit, args=(w,))
+        p.start()
+        os.close(w)
+        p.join(120)
+        with os.fdopen(r, "rb") as f:
+            got = f.read()
+        self.assertEqual(p.exitcode, 0)
+        self.assertEqual(got, b"requires-grad\n", "the worker's report was lost at its exit")
 
     def test_fallbacks_read_the_mount_table_once_per_directory(self):
         """Reporting fallbacks of files in one directory of a mount finds

@@ -500,14 +500,29 @@ def _lease(e, ident, ahead=False):
     if kept is not None:
         return kept
     key = e.key + (ident,)
+    mine = None
     if not ahead:
         with _lock:
             taking = _inflight.get(e.key)
+            if taking is None:  # a lease ahead of this file does not start while the move leases it
+                mine = _inflight[e.key] = threading.Event()
         if taking is not None:
             taking.wait()
             kept = _kept(e, ident)
             if kept is not None:
                 return kept
+    try:
+        return _take(e, ident, key, ahead)
+    finally:
+        if mine is not None:
+            with _lock:
+                if _inflight.get(e.key) is mine:
+                    del _inflight[e.key]
+            mine.set()
+
+
+def _take(e, ident, key, ahead):
+    """_lease's lease of e's file, once no other is being taken."""
     _drop(e.key, keep=key, path=e.path)  # an older version of the file: not to be served again
     try:
         lease = _serve.acquire(e.path)

@@ -27,6 +27,8 @@ _no_report = set()  # sockets whose daemon answered EINVAL to `report`
 _REPORT_TIMEOUT = 2.0
 _outbox = None  # queue.SimpleQueue of (socket path, reason, owner), or (None, event, None)
 _sender = None  # the thread sending them
+_queued = 0  # reports in _outbox not sent yet
+MAX_QUEUED = 1024  # beyond this (a daemon slow to answer), a fallback sends its report itself
 
 
 def fallbacks():
@@ -45,7 +47,7 @@ def served():
 def reset():
     """Forget the counts and the reasons already logged, once the reports
     queued are sent (tests)."""
-    flush()
+    flush(60)
     with _lock:
         _fallbacks.clear()
         _served.clear()
@@ -89,8 +91,8 @@ def fallback(loader, reason, path=None, socket_path=None, detail=None):
 
 def _send_later(socket_path, reason, owner):
     """Queue the report for the sender thread (started on first use); sent
-    here and now where no thread can be had."""
-    global _outbox, _sender
+    here and now where no thread can be had, or MAX_QUEUED are waiting."""
+    global _outbox, _sender, _queued
     with _lock:
         if _sender is None:
             box = queue.SimpleQueue()
@@ -101,19 +103,29 @@ def _send_later(socket_path, reason, owner):
                 box = None
             if box is not None:
                 _outbox, _sender = box, t
+                try:  # a multiprocessing child (a DataLoader worker) leaves by os._exit: no atexit
+                    from multiprocessing import util
+
+                    util.Finalize(None, flush, args=(2 * _REPORT_TIMEOUT,), exitpriority=0)
+                except Exception:
+                    log.debug("gdsfs autoload: no flush of the reports at a worker's exit", exc_info=True)
         box = _outbox
-        if box is not None:
+        if box is not None and _queued < MAX_QUEUED:
+            _queued += 1
             box.put((socket_path, reason, owner))
             return
     _report(socket_path, reason, owner)
 
 
 def _send_all(box):
+    global _queued
     while True:
         sock, what, owner = box.get()
         if sock is None:
             what.set()
             continue
+        with _lock:
+            _queued -= 1
         try:
             _report(sock, what, owner)
         except Exception:
@@ -139,9 +151,10 @@ atexit.register(flush, 2 * _REPORT_TIMEOUT)
 
 def _after_fork_in_child():
     """The sender thread is the parent's: a child sends its own."""
-    global _lock, _outbox, _sender
+    global _lock, _outbox, _sender, _queued
     _lock = threading.Lock()
     _outbox = _sender = None
+    _queued = 0
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -177,6 +177,14 @@ _driver = None
 _driver_lock = threading.Lock()
 
 
+def _after_fork_in_child():
+    global _driver_lock
+    _driver_lock = threading.Lock()  # another thread (the lease-ahead worker's _warm) may have held it
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def driver():
     global _driver
     with _driver_lock:

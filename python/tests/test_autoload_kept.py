@@ -459,6 +459,32 @@ class TestLeasesAhead(MovesCase):
         self.assertSame(t1.to(torch.float64), _plain(lambda: t1.to(torch.float64)))
         self.assertEqual(calls.count(target), 1, "a lease ahead and a move of one file both leased it")
 
+    def test_leases_ahead_do_not_cost_a_move_its_kept_lease(self):
+        """Leases ahead fill the uid's bound on held bytes; a move of
+        another file refused for it gives back the leases ahead no move
+        used first, and keeps the lease a move took."""
+        import numpy as np
+
+        torch = self.torch
+        m = start_mount(self, device="host", sets=("ipc.max_held_per_uid=300KiB", "ipc.cache_headroom=0"))
+        os.mkdir(os.path.join(m.src, "other"))
+        for i in range(6):
+            np.save(os.path.join(m.src, "s%d.npy" % i), np.full(16384, i, dtype=np.float32))  # 64 KiB
+        np.save(os.path.join(m.src, "other", "x.npy"), np.full(16384, 9, dtype=np.float32))
+        subprocess.run([_support.gdsfs_bin()[0], "warmup", "--wait"] + [m.path("s%d.npy" % i) for i in range(6)],
+                       check=True, stdout=subprocess.DEVNULL)
+        self.assertEqual(m.wait_leases(0), 0)
+        t0 = self.mapped(m, 0)
+        self.assertSame(t0.to(torch.float64), _plain(lambda: t0.to(torch.float64)))
+        s0 = self.kept()["s0.npy"]
+        t1 = self.mapped(m, 1)  # leases s1, s2, s3 ahead (s4: the bound)
+        self.idle()
+        x = torch.from_numpy(np.load(m.path("other/x.npy"), mmap_mode="r"))
+        self.assertSame(x.to(torch.float64), _plain(lambda: x.to(torch.float64)))
+        self.assertEqual(self.kept().get("s0.npy"), s0, "a lease a move took was ended for room leases ahead held")
+        self.assertEqual(self.A.fallbacks(), {})
+        del t1
+
     def test_release_leaves_no_lease_ahead(self):
         """release() (disable(), exit) stops the worker's queued work and
         waits for a lease in progress: nothing is leased after it."""

@@ -464,6 +464,37 @@ class NoticeOrderTests(unittest.TestCase):
                          [("release", 7, None), ("drop", None, 3), ("release", 8, None), ("hello", None, None)])
 
 
+class ForkTests(unittest.TestCase):
+    def test_a_child_forked_while_the_driver_is_looked_up_can_look_it_up(self):
+        """The lease-ahead worker looks the CUDA driver up in the
+        background (under _cuda._driver_lock); a child forked meanwhile (a
+        DataLoader's worker) gets the lock free, not held by a thread it
+        does not have."""
+        from gdsfs import _cuda
+
+        held, go = threading.Event(), threading.Event()
+
+        def look_up():
+            with _cuda._driver_lock:
+                held.set()
+                go.wait(120)
+        th = threading.Thread(target=look_up)
+        th.start()
+        held.wait(120)
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.write(w, b"1" if _cuda._driver_lock.locked() else b"0")
+            os._exit(0)
+        os.close(w)
+        got = os.read(r, 1)
+        os.close(r)
+        os.waitpid(pid, 0)
+        go.set()
+        th.join()
+        self.assertEqual(got, b"0", "the child's _driver_lock is held by a thread it does not have")
+
+
 def _report_at_exit(w):
     """A multiprocessing worker's body: one fallback, its report written
     to w once the worker's exit has begun."""

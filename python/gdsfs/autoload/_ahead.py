@@ -16,7 +16,8 @@ read-ahead's call), only in a process whose CUDA is initialized (leasing
 initializes the driver, which a process that forks CUDA users must not
 have done), and nothing at the cost of a lease a move took: a lease ahead
 that the daemon refuses or grants short of room is given up, and counts
-as no fallback (no move asked for it). stop() (disable(), the process's
+as no fallback (no move asked for it); a move refused for room gives back
+the leases ahead no move used before any other (_moves._take). stop() (disable(), the process's
 exit, a move short of room) drops the queued work and waits for the lease
 in progress."""
 

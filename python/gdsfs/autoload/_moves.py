@@ -392,6 +392,7 @@ def _source(torch, src, e, lease_ok):
         if gpu is not None and not lease_ok(gpu):
             raise Fallback("host-staged" if not gpu else "device")
         kept = _lease(e, ident)
+    kept.ahead = False
     lease = kept.lease
     if not lease_ok(lease.is_gpu):
         raise Fallback("host-staged" if not lease.is_gpu else "device", _serve.socket_of(lease))
@@ -427,10 +428,11 @@ class _Kept:
     room, or the process ends), and a uint8 tensor over the whole file in
     it (made once: views of it are cheap)."""
 
-    __slots__ = ("lease", "devices", "_whole", "_typed")
+    __slots__ = ("lease", "devices", "_whole", "_typed", "ahead")
 
-    def __init__(self, lease):
+    def __init__(self, lease, ahead=False):
         self.lease = lease
+        self.ahead = ahead  # taken ahead, no move served from it yet
         self.devices = set()  # CUDA devices copied to: synchronized before closing
         self._whole = None
         self._typed = {}  # dtype -> the whole file's whole elements of it
@@ -529,17 +531,25 @@ def _take(e, ident, key, ahead):
     except Fallback as f:
         if ahead or f.reason not in ("refused:EMFILE", "refused:ENOSPC", "refused:EDQUOT") or not leases_kept():
             raise
-        release()
-        registry.flush()  # the mappings gdsfs.open keeps hold their bytes and connections too
-        if f.reason == "refused:EMFILE":
-            # Each kept lease holds a connection, counted against the uid's
-            # ipc.max_connections_per_uid: kept, they would refuse every
-            # file not kept yet for as long as the process lives. Closed,
-            # the next moves get a connection; this one falls back (the
-            # daemon ends connections asynchronously, so asking again at
-            # once could still be refused).
-            raise
-        lease = _serve.acquire(e.path)
+        lease = None
+        if f.reason != "refused:EMFILE" and _drop_unused_ahead():
+            registry.flush()  # a closed lease's mapping is kept idle there, its bytes held
+            try:  # the room leases ahead held, given back first: the moves' leases stay
+                lease = _serve.acquire(e.path)
+            except Fallback:
+                pass
+        if lease is None:
+            release()
+            registry.flush()  # the mappings gdsfs.open keeps hold their bytes and connections too
+            if f.reason == "refused:EMFILE":
+                # Each kept lease holds a connection, counted against the uid's
+                # ipc.max_connections_per_uid: kept, they would refuse every
+                # file not kept yet for as long as the process lives. Closed,
+                # the next moves get a connection; this one falls back (the
+                # daemon ends connections asynchronously, so asking again at
+                # once could still be refused).
+                raise
+            lease = _serve.acquire(e.path)
     if len(_gens) > 4096:  # files leased once, long ago
         with _lock:
             for k in [k for k in _gens if k not in _leases]:
@@ -563,7 +573,7 @@ def _take(e, ident, key, ahead):
             if kept is not None:  # another thread leased it meanwhile: keep one
                 old.append(_Kept(lease))
             else:
-                kept = _leases[key] = _Kept(lease)
+                kept = _leases[key] = _Kept(lease, ahead)
             while len(_leases) > MAX_LEASES:
                 old.append(_leases.pop(next(iter(_leases))))
     _close(old)
@@ -656,6 +666,15 @@ def _drop(key, keep=None, path=None):
         for k in [k for k in _gens if k[:2] == key and k != keep] + ks:
             _gens.pop(k, None)
     _close(gone)
+
+
+def _drop_unused_ahead():
+    """Close the kept leases taken ahead that no move used yet; whether any were."""
+    with _lock:
+        ks = [k for k, v in _leases.items() if v.ahead]
+        gone = [_leases.pop(k) for k in ks]
+    _close(gone)
+    return bool(gone)
 
 
 def release():

@@ -104,9 +104,11 @@ def _send_later(socket_path, reason, owner):
             if box is not None:
                 _outbox, _sender = box, t
                 try:  # a multiprocessing child (a DataLoader worker) leaves by os._exit: no atexit
+                    import multiprocessing
                     from multiprocessing import util
 
-                    util.Finalize(None, flush, args=(2 * _REPORT_TIMEOUT,), exitpriority=0)
+                    if multiprocessing.parent_process() is not None:
+                        util.Finalize(None, flush, args=(2 * _REPORT_TIMEOUT,), exitpriority=0)
                 except Exception:
                     log.debug("gdsfs autoload: no flush of the reports at a worker's exit", exc_info=True)
         box = _outbox

@@ -32,7 +32,7 @@ _lock = threading.Lock()
 _leases = {}  # (dev, ino, ident) -> _Kept, least recently used first
 _orig = {}  # name -> the Tensor method wrapped
 _gens = {}  # (dev, ino, ident) -> the generation first leased: a file staged again has changed
-_inflight = {}  # (dev, ino) -> threading.Event set when the lease _ahead is taking of it is done
+_inflight = {}  # (dev, ino) -> threading.Event set once the lease a move or _ahead is taking of it is done
 
 
 # --- the wrappers -----------------------------------------------------------
@@ -496,8 +496,9 @@ def _lease(e, ident, ahead=False):
     other kept leases too, and so does a refusal for the uid's connections
     (EMFILE), after which this move falls back. ahead: a lease _ahead takes
     before any move asks (no other kept lease is closed for it; one short
-    of room is closed and None returned); a move waits for such a lease of
-    its file in progress rather than take a second."""
+    of room is closed and None returned); a move waits for a lease of its
+    file in progress (another move's or _ahead's) rather than take a
+    second, and _ahead takes none of a file a move is leasing."""
     kept = _kept(e, ident)
     if kept is not None:
         return kept

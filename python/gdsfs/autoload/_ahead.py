@@ -6,9 +6,9 @@ checkpoint's shards) would pay a first lease on the first move out of
 each file: the daemon's answer and mapping the file's memory, most of a
 served move's time. When a hooked call maps a file right after the file
 before it in its directory (names sorted as strings), one background
-thread leases the next AHEAD files there with the same extension, and
-_moves keeps them as it keeps the leases moves took: the loop's next
-moves find them leased.
+thread leases that file, the one before it and the next AHEAD files
+there with the same extension, and _moves keeps them as it keeps the
+leases moves took: the loop's next moves find them leased.
 
 Only files already resident are leased ahead (a lease of any other would
 stage it; whether to stage a file the loop has not opened is the daemon's
@@ -16,10 +16,10 @@ read-ahead's call), only in a process whose CUDA is initialized (leasing
 initializes the driver, which a process that forks CUDA users must not
 have done), and nothing at the cost of a lease a move took: a lease ahead
 that the daemon refuses or grants short of room is given up, and counts
-as no fallback (no move asked for it); a move refused for room gives back
-the leases ahead no move used before any other (_moves._take). stop() (disable(), the process's
-exit, a move short of room) drops the queued work and waits for the lease
-in progress."""
+as no fallback (no move asked for it); a move refused for room gives
+back the leases ahead no move used before any other (_moves._take).
+stop() (disable(), the process's exit, a move short of room) drops the
+queued work and waits for the lease in progress."""
 
 import bisect
 import os

@@ -235,7 +235,15 @@ func (d *daemon) observeLoads() {
 
 func (d *daemon) ipcConfig(source, absMnt string) ipc.Config {
 	return ipc.Config{Source: source, Mountpoint: absMnt, Options: d.cfg.IPC, Cache: d.cache, Log: d.log,
-		Observe: d.observeRequest}
+		Observe: d.observeRequest, NodeID: d.nodeID}
+}
+
+// nodeID is the mount's inode number of a backing inode, once mounted.
+func (d *daemon) nodeID(dev, ino uint64) (uint64, bool) {
+	if srv := d.served.Load(); srv != nil {
+		return srv.NodeID(dev, ino)
+	}
+	return 0, false
 }
 
 func (d *daemon) fsConfig(source, mnt string) fs.Config {

@@ -469,6 +469,11 @@ func (s *Server) Unmount() error {
 // Mountpoint is the absolute mount point.
 func (s *Server) Mountpoint() string { return s.mountpoint }
 
+// NodeID is the inode number a stat through the mount shows for the
+// backing inode ino of device dev, and whether the mount has given it
+// one (a file of SOURCE's own filesystem always has one).
+func (s *Server) NodeID(dev, ino uint64) (uint64, bool) { return s.ids.known(dev, ino) }
+
 // Stats returns the FUSE-side counters.
 func (s *Server) Stats() Stats {
 	return Stats{

@@ -49,6 +49,18 @@ func (t *nodeIDs) of(dev, ino uint64) uint64 {
 	return id
 }
 
+// known is of for an inode that has a node id already: false for one
+// the table has not numbered (none is handed out here).
+func (t *nodeIDs) known(dev, ino uint64) (uint64, bool) {
+	if dev == t.srcDev && ino > 1 && ino < foreignBase {
+		return ino, true
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	id, ok := t.foreign[devIno{dev, ino}]
+	return id, ok
+}
+
 // foreignID is one entry of the table, as handed over.
 type foreignID struct {
 	Dev, Ino, ID uint64

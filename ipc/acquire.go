@@ -43,7 +43,7 @@ type held struct {
 }
 
 func (cn *conn) acquire(req proto.Request) (proto.Response, []int) {
-	g, fds, err := cn.grant(req.Path, req.Generation, req.Device, cn.s.roomWait(req))
+	g, fds, err := cn.grant(req.Path, req.Generation, cn.s.asked(req))
 	if err != nil {
 		return cn.fail(err), nil
 	}
@@ -56,13 +56,13 @@ func (cn *conn) acquire(req proto.Request) (proto.Response, []int) {
 func (cn *conn) acquireMany(req proto.Request) (proto.Response, []int) {
 	r := cn.ok()
 	var fds []int
-	roomWait := cn.s.roomWait(req)
+	a := cn.s.asked(req)
 	for i, p := range req.Paths {
 		var gen uint64
 		if req.Generations != nil {
 			gen = req.Generations[i]
 		}
-		g, f, err := cn.grant(p, gen, req.Device, roomWait)
+		g, f, err := cn.grant(p, gen, a)
 		if cn.handedOff() {
 			break // the whole request is handed over (cutShort)
 		}
@@ -77,13 +77,27 @@ func (cn *conn) acquireMany(req proto.Request) (proto.Response, []int) {
 	return r, fds
 }
 
+// asking is what an acquire or acquire_many asks of each file's grant.
+type asking struct {
+	// device is where the client runs ("": not said): staging places the
+	// lease (staging.Request.Device).
+	device string
+	// roomWait bounds the waits for room (0: ipc.acquire_timeout alone).
+	roomWait time.Duration
+	// resident: a file not resident now is refused (ENODATA), not staged.
+	resident bool
+	// identity: the grant says which file it holds (Grant.Identity).
+	identity bool
+}
+
+func (s *Server) asked(req proto.Request) asking {
+	return asking{device: req.Device, roomWait: s.roomWait(req), resident: req.Resident, identity: req.Identity}
+}
+
 // grant leases one file for this connection. gen is the generation the
 // client holds mapped from this connection (0: none): if it is still
-// current the answer reuses it (no descriptors); if not, ESTALE. device
-// is where the client runs ("": not said): staging places the lease
-// (staging.Request.Device). roomWait bounds its waits for room (0:
-// ipc.acquire_timeout alone).
-func (cn *conn) grant(p string, gen uint64, device string, roomWait time.Duration) (proto.Grant, []int, error) {
+// current the answer reuses it (no descriptors); if not, ESTALE.
+func (cn *conn) grant(p string, gen uint64, a asking) (proto.Grant, []int, error) {
 	s := cn.s
 	rel, err := cn.rel(p)
 	if err != nil {
@@ -92,7 +106,7 @@ func (cn *conn) grant(p string, gen uint64, device string, roomWait time.Duratio
 	if err := cn.leaseRoom(); err != nil {
 		return proto.Grant{}, nil, err
 	}
-	h, reuse, err := cn.leaseHeld(rel, gen, device, roomWait)
+	h, reuse, err := cn.leaseHeld(rel, gen, a)
 	if err != nil {
 		return proto.Grant{}, nil, err
 	}
@@ -131,6 +145,9 @@ func (cn *conn) grant(p string, gen uint64, device string, roomWait time.Duratio
 		Lease: id, Size: h.lease.Size(), Generation: h.lease.Generation(), Device: h.lease.Device(),
 		Sharing: s.cfg.Options.Sharing, Cache: keep && s.cacheable(), Reuse: reuse,
 	}
+	if a.identity {
+		g.Identity = s.identity(h.lease)
+	}
 	s.log.Debug("lease", zap.String("path", rel), zap.Uint64("lease", id), zap.Uint32("uid", cn.cred.UID), zap.Bool("reuse", reuse))
 	if reuse {
 		return g, nil, nil
@@ -145,12 +162,29 @@ func (cn *conn) grant(p string, gen uint64, device string, roomWait time.Duratio
 	return g, fds, nil
 }
 
+// identity is the file l holds as the mount shows it, or nil where the
+// mount has not given its inode a number (Config.NodeID).
+func (s *Server) identity(l *staging.Lease) *proto.FileIdentity {
+	if s.cfg.NodeID == nil {
+		return nil
+	}
+	dev, ino := l.Inode()
+	id, ok := s.cfg.NodeID(dev, ino)
+	if !ok {
+		return nil
+	}
+	mtime, ctime := l.Times()
+	return &proto.FileIdentity{Ino: id, Size: l.Size(), MtimeNS: mtime, CtimeNS: ctime}
+}
+
 // leaseHeld stages rel for the peer and holds it on this connection.
 // Everything is bounded by ipc.acquire_timeout: the wait for room on the
 // device (staging) and the wait for room under the uid's
 // ipc.max_held_per_uid, during which the lease is given back (waitHeld).
-// roomWait (0: none) bounds each of those two waits for room further.
-func (cn *conn) leaseHeld(rel string, gen uint64, device string, roomWait time.Duration) (*held, bool, error) {
+// a.roomWait (0: none) bounds each of those two waits for room further.
+// a.resident: a file the peer may read that is not resident is refused.
+func (cn *conn) leaseHeld(rel string, gen uint64, a asking) (*held, bool, error) {
+	device, roomWait := a.device, a.roomWait
 	s := cn.s
 	start := time.Now()
 	deadline := start.Add(s.cfg.Options.AcquireTimeout)
@@ -161,6 +195,12 @@ func (cn *conn) leaseHeld(rel string, gen uint64, device string, roomWait time.D
 		f, err := cn.openAsPeer(rel)
 		if err != nil {
 			return nil, false, err
+		}
+		if a.resident {
+			if state, _ := s.cfg.Cache.Attr(rel); state != staging.StateResident {
+				f.Close()
+				return nil, false, proto.Errorf(proto.ENODATA, "%s is %s, not resident (the request asked for a resident file: nothing was staged)", rel, state)
+			}
 		}
 		ctx, cancel := context.WithDeadline(cn.ctx, deadline)
 		l, err := s.cfg.Cache.Acquire(ctx, staging.Request{

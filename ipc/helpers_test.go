@@ -42,6 +42,7 @@ type setup struct {
 	opts     func(*ipc.Options)
 	before   func(*ipc.Server) // before Serve
 	observe  func(op string, d time.Duration, err error)
+	nodeID   func(dev, ino uint64) (uint64, bool) // ipc.Config.NodeID
 }
 
 func testOptions(sharing string) ipc.Options {
@@ -79,7 +80,7 @@ func start(t *testing.T, sharing string, su setup) *fixture {
 	if su.opts != nil {
 		su.opts(&o)
 	}
-	cfg := ipc.Config{Source: src, Mountpoint: "/mnt/gds", Cache: cache, Log: log, Options: o, Observe: su.observe}
+	cfg := ipc.Config{Source: src, Mountpoint: "/mnt/gds", Cache: cache, Log: log, Options: o, Observe: su.observe, NodeID: su.nodeID}
 	srv, err := ipc.Listen(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -43,6 +43,10 @@ type Config struct {
 	// long the answer took, and the error answered (nil for success; it
 	// has an Errno() string method).
 	Observe func(op string, d time.Duration, err error)
+	// NodeID, when set, is the inode number the mount shows for SOURCE's
+	// inode ino of device dev, and whether the mount has given it one: an
+	// acquire that asks for the identity of the file it leases gets it.
+	NodeID func(dev, ino uint64) (uint64, bool)
 }
 
 // listener is what Serve accepts from (a *net.UnixListener; tests inject

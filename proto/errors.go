@@ -22,6 +22,7 @@ const (
 	EMFILE       = syscall.EMFILE       // too many connections (ipc.max_connections, per uid), or descriptors dropped (MSG_CTRUNC)
 	ENAMETOOLONG = syscall.ENAMETOOLONG // a path longer than MaxPath
 	ENOENT       = syscall.ENOENT       // no such file
+	ENODATA      = syscall.ENODATA      // the request asked for a resident file and this one is not
 	ENOSPC       = syscall.ENOSPC       // no room within ipc.acquire_timeout: the capacity is held by leases
 	E2BIG        = syscall.E2BIG        // a request line longer than ipc.max_request (the connection is closed)
 	ESTALE       = syscall.ESTALE       // the generation asked for is no longer current, or a lease of another epoch

@@ -127,6 +127,12 @@ type Request struct {
 	// MaxWaitMS; the daemon clamps it to ipc.acquire_timeout, which still
 	// bounds the whole acquire. 0 or absent: ipc.acquire_timeout alone.
 	RoomWaitMS int64 `json:"room_wait_ms,omitempty"`
+	// acquire, acquire_many: grant only a file resident now; one that is
+	// not is answered ENODATA and nothing is staged for it.
+	Resident bool `json:"resident,omitempty"`
+	// acquire, acquire_many: each grant also carries the identity of the
+	// file leased (Grant.Identity).
+	Identity bool `json:"identity,omitempty"`
 	// release: the lease id and the epoch it was granted in.
 	Lease uint64 `json:"lease,omitempty"`
 	Epoch uint64 `json:"epoch,omitempty"`
@@ -170,6 +176,19 @@ type Grant struct {
 	// connection holds it; no descriptors are sent, the client maps what
 	// it kept.
 	Reuse bool `json:"reuse,omitempty"`
+	// Identity is the file whose bytes the grant holds, as the mount
+	// shows it; only where the request asked for it (Request.Identity)
+	// and the mount knows the file's inode number.
+	Identity *FileIdentity `json:"identity,omitempty"`
+}
+
+// FileIdentity tells one version of a file: a stat of its path through
+// the mount gives these values while the path names that version.
+type FileIdentity struct {
+	Ino     uint64 `json:"ino"`
+	Size    int64  `json:"size"`
+	MtimeNS int64  `json:"mtime_ns"`
+	CtimeNS int64  `json:"ctime_ns"`
 }
 
 // FDs is how many descriptors ride with g.
@@ -267,12 +286,12 @@ func (r *Request) Check() error {
 		"generations": r.Generations != nil, "lease": r.Lease != 0, "epoch": r.Epoch != 0,
 		"event": r.Event != "", "reason": r.Reason != "", "version": r.Version != 0, "release": r.Release != "",
 		"until": r.Until != nil, "key": r.Key != "", "value": r.Value != nil, "timeout_ms": r.TimeoutMS != 0,
-		"room_wait_ms": r.RoomWaitMS != 0,
+		"room_wait_ms": r.RoomWaitMS != 0, "resident": r.Resident, "identity": r.Identity,
 	}
 	allowed := map[string][]string{
 		OpHello:       {"version", "release"},
-		OpAcquire:     {"path", "generation", "device", "room_wait_ms"},
-		OpAcquireMany: {"paths", "generations", "device", "room_wait_ms"},
+		OpAcquire:     {"path", "generation", "device", "room_wait_ms", "resident", "identity"},
+		OpAcquireMany: {"paths", "generations", "device", "room_wait_ms", "resident", "identity"},
 		OpRelease:     {"lease", "epoch"},
 		OpDrop:        {"generation", "device"},
 		OpStat:        {"path"},

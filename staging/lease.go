@@ -186,6 +186,10 @@ func (l *Lease) Inode() (dev, ino uint64) { return l.e.id.dev, l.e.id.ino }
 // Size is the file size.
 func (l *Lease) Size() int64 { return l.e.id.size }
 
+// Times are the modification and change times (nanoseconds) of the
+// version of the file staged.
+func (l *Lease) Times() (mtime, ctime int64) { return l.e.id.mtime, l.e.id.ctime }
+
 // Generation identifies this staging of the file: a re-staged file gets a
 // new one.
 func (l *Lease) Generation() uint64 { return l.e.gen }

@@ -146,6 +146,7 @@ class Lease:
         self.sharing = mapped.sharing
         self.chunks = mapped.chunks
         self.readonly = mapped.mapping.readonly
+        self.identity = _file_identity(resp.get("identity"))
 
     # --- state ---------------------------------------------------------
 
@@ -454,6 +455,21 @@ def _locator(socket):
 _PRESSED = (_errno.EMFILE, _errno.EDQUOT, _errno.ENOSPC)
 
 
+_IDENTITY = ("ino", "size", "mtime_ns", "ctime_ns")
+
+
+def _file_identity(v):
+    """The grant's identity (PROTOCOL.md) as (ino, size, mtime_ns,
+    ctime_ns), or None where it has none (or none this client reads: the
+    caller then tells the file otherwise)."""
+    if not isinstance(v, dict):
+        return None
+    out = tuple(v.get(k) for k in _IDENTITY)
+    if not all(type(x) is int for x in out):
+        return None
+    return out
+
+
 def _drop_if_pressed(e, sock):
     """Undo this process's kept mappings of sock's daemon (closing their
     connections) when e is an answer saying it is at a limit."""
@@ -479,10 +495,10 @@ def _acquire(rel, dev, **extra):
     return req
 
 
-def _repeat(m, sock, rel, path, dev, room):
+def _repeat(m, sock, rel, path, dev, extra):
     """Lease an unchanged file again on the connection holding its mapping."""
     conn = m.holder.conn
-    resp, fds = conn.request(_acquire(rel, dev, generation=m.generation, **room), path=path)
+    resp, fds = conn.request(_acquire(rel, dev, generation=m.generation, **extra), path=path)
     if resp.get("reuse"):
         if resp.get("generation") != m.generation:
             conn.release(resp.get("lease", 0), resp.get("epoch"))
@@ -535,7 +551,7 @@ def _pooled(where, send, relocate=None):
             raise
 
 
-def _fresh(path, socket, timeout, dev, room, located=None):
+def _fresh(path, socket, timeout, dev, extra, located=None):
     """Lease path on a connection of the process's pool for its daemon
     (_pooled); located: what _locate said of it just before. A connection
     of the pool the daemon closed meanwhile (it restarted), or a remembered
@@ -549,7 +565,7 @@ def _fresh(path, socket, timeout, dev, room, located=None):
         return sock, owner, timeout
 
     def send(conn):
-        return conn.request(_acquire(rel, dev, **room), path=path)  # rel as relocate left it
+        return conn.request(_acquire(rel, dev, **extra), path=path)  # rel as relocate left it
 
     holder, (resp, fds) = _pooled((sock, owner, timeout), send, relocate if remembered else None)
     conn = holder.conn
@@ -565,7 +581,8 @@ def _fresh(path, socket, timeout, dev, room, located=None):
     return Lease(m, conn, resp, path)
 
 
-def open(path, *, socket=None, timeout=None, device=None, room_wait=None):  # noqa: A001 (gdsfs.open)
+def open(path, *, socket=None, timeout=None, device=None, room_wait=None,  # noqa: A001 (gdsfs.open)
+         resident=False, identity=False):
     """Lease the staged bytes of path, a file under a gdsfs mount (staging
     it first if needed), and map them. A file this process keeps mapped
     from an earlier lease is leased again in one round trip, with no
@@ -582,21 +599,29 @@ def open(path, *, socket=None, timeout=None, device=None, room_wait=None):  # no
     ipc.max_held_per_uid, held by other leases) before refusing with
     ENOSPC or EDQUOT; staging the file is still bounded by
     ipc.acquire_timeout alone. None (the default): ipc.acquire_timeout
-    bounds the wait too."""
+    bounds the wait too. resident: lease only a file resident now; one
+    that is not raises OSError(ENODATA) and is not staged. identity: the
+    lease's `identity` says which file it holds (PROTOCOL.md). A daemon
+    that does not know resident, identity or room_wait refuses them
+    (OSError EINVAL naming the field)."""
     dev = _resolve_device(device)
-    room = room_wait_fields(room_wait)
+    extra = room_wait_fields(room_wait)
+    if resident:
+        extra["resident"] = True
+    if identity:
+        extra["identity"] = True
     located = _locate(path, socket)
     sock, rel = located[:2]
     m = registry.take((sock, rel, dev))
     if m is not None:
         try:
-            return _repeat(m, sock, rel, path, dev, room)
+            return _repeat(m, sock, rel, path, dev, extra)
         except BaseException as e:
             registry.discard(m)
             if not isinstance(e, OSError) or not _retry(e):
                 raise
         located = None  # the repeat failed: look again
-    return _fresh(path, socket, timeout, dev, room, located)
+    return _fresh(path, socket, timeout, dev, extra, located)
 
 
 def stat(path, *, socket=None, timeout=None):

@@ -336,6 +336,44 @@ class TestLeasesAhead(MovesCase):
         self.assertEqual(self.A.fallbacks(), {})
         self.assertEqual(m.wait_leases(5), 5)
 
+    def test_leases_ahead_ask_the_daemon_not_the_mount(self):
+        """A daemon that knows resident and identity is asked for resident
+        files only, and says which file it leased: the worker asks the
+        mount nothing (user.gdsfs.state) and stages nothing."""
+        m = self.shards(6, [0, 1, 2, 4, 5])
+        asked, real = [], os.getxattr
+
+        def getxattr(path, name, *a, **k):
+            if name == "user.gdsfs.state":
+                asked.append(os.path.basename(path))
+            return real(path, name, *a, **k)
+
+        os.getxattr = getxattr
+        self.addCleanup(setattr, os, "getxattr", real)
+        ts = [self.mapped(m, 0), self.mapped(m, 1)]  # after s0: s0, s1 and s2, s3, s4
+        self.idle()
+        self.assertEqual(asked, [], "the worker asked the mount")
+        self.assertEqual(set(self.kept()), {"s0.npy", "s1.npy", "s2.npy", "s4.npy"})
+        self.assertEqual(self.state(m, "s3.npy"), b"absent", "a file not resident was staged ahead")
+        self.assertEqual(self.A.fallbacks(), {})
+        del ts
+
+    def test_leases_ahead_from_a_daemon_without_resident(self):
+        """A daemon that does not know resident: the mount's
+        user.gdsfs.state says which files are resident, and nothing else
+        is staged ahead."""
+        from gdsfs.autoload import _serve
+
+        m = self.shards(6, [0, 1, 2, 4, 5])
+        _serve._older.add(_serve._socket_of(m.path("s0.npy")))
+        self.addCleanup(_serve._older.clear)
+        ts = [self.mapped(m, 0), self.mapped(m, 1)]
+        self.idle()
+        self.assertEqual(set(self.kept()), {"s0.npy", "s1.npy", "s2.npy", "s4.npy"})
+        self.assertEqual(self.state(m, "s3.npy"), b"absent", "a file not resident was staged ahead")
+        self.assertEqual(self.A.fallbacks(), {})
+        del ts
+
     def test_files_mapped_out_of_order_lease_nothing_ahead(self):
         m = self.shards(8, range(8))
         ts = [self.mapped(m, i) for i in (5, 2, 7, 0, 0, 6)]

@@ -818,3 +818,14 @@ class TestReplacedBehindTheMount(MovesCase):
         # path names another file (file-replaced); after a new look-up the
         # stat shows the new file (file-changed).
         self.assertIn(self.A.fallbacks(), ({"file-replaced": 1}, {"file-changed": 1}))
+
+    def test_without_the_grants_identity_the_mount_tells_the_file_replaced(self):
+        """A daemon whose grants do not say which file they hold (an older
+        one): the check asks the mount (user.gdsfs.state) and still
+        refuses the new file's bytes."""
+        import gdsfs._lease
+
+        real = gdsfs._lease._file_identity
+        gdsfs._lease._file_identity = lambda v: None
+        self.addCleanup(setattr, gdsfs._lease, "_file_identity", real)
+        self.test_mapping_of_a_file_replaced_in_source_is_not_served_from_the_new_file()

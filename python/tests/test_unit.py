@@ -252,6 +252,66 @@ class ProtocolTests(unittest.TestCase):
         self.assertEqual(cm.exception.reason, "refused:ENOSPC")
         self.assertEqual([r.get("room_wait_ms") for r in f.requests], [100, None])
 
+    def test_lease_identity_is_read_from_the_grant(self):
+        """resident and identity go on the acquire when asked; the grant's
+        identity is the lease's, as (ino, size, mtime_ns, ctime_ns); one
+        that is malformed or absent is None (the caller checks otherwise)."""
+        fd = memfd(b"hello", 4096)
+        self.addCleanup(os.close, fd)
+        ident = {"ino": 12, "size": 5, "mtime_ns": 34, "ctime_ns": 56}
+        grants = [dict(ident), dict(ident, ino="12"), None]
+
+        def handler(req):
+            g = dict(ACQ, size=5, chunks=[{"len": 4096}])
+            i = grants.pop(0)
+            if i is not None:
+                g["identity"] = i
+            return [("send", answer(g), [fd])]
+
+        f = self.fake(handler, conns=3)
+        got = []
+        for kw in ({"identity": True, "resident": True}, {"identity": True}, {}):
+            with gdsfs.open("/a/b", socket=f.path, **kw) as lease:
+                got.append(lease.identity)
+            gdsfs.disconnect()
+        self.assertEqual(got, [(12, 5, 34, 56), None, None])
+        self.assertEqual([(r.get("identity"), r.get("resident")) for r in f.requests],
+                         [(True, True), (True, None), (None, None)])
+
+    def test_autoload_identity_and_resident_with_a_daemon_without_them(self):
+        """A daemon that refuses identity (EINVAL naming it) is asked again
+        without it; one that refuses resident is not asked again without
+        it (that lease could stage the file): its refusal is the
+        fallback's reason."""
+        from gdsfs.autoload import _serve
+
+        def handler(req):
+            for k in ("identity", "resident"):
+                if k in req:
+                    return [("send", answer({"ok": False, "epoch": 7, "errno": "EINVAL",
+                                             "error": 'malformed request: json: unknown field "%s"' % k}), None)]
+            return [("send", answer({"ok": False, "epoch": 7, "errno": "ENOSPC", "error": "no room"}), None)]
+
+        f = self.fake(handler, conns=4)
+        old = os.environ.get("GDSFS_SOCKET")
+        os.environ["GDSFS_SOCKET"] = f.path
+        self.addCleanup(_serve._older.clear)
+        try:
+            with self.assertRaises(_serve.Fallback) as cm:
+                _serve.acquire("/a/b")
+            self.assertEqual(cm.exception.reason, "refused:ENOSPC")
+            _serve._older.clear()
+            with self.assertRaises(_serve.Fallback) as cm:
+                _serve.acquire("/a/b", resident=True)
+            self.assertEqual(cm.exception.reason, "refused:EINVAL")
+        finally:
+            if old is None:
+                del os.environ["GDSFS_SOCKET"]
+            else:
+                os.environ["GDSFS_SOCKET"] = old
+        self.assertEqual([(r.get("identity"), r.get("resident"), r.get("room_wait_ms")) for r in f.requests],
+                         [(True, None, 100), (None, None, 100), (True, True, 100)])
+
     def test_kept_mapping_and_release_never_waits(self):
         fd = memfd(b"hello", 4096)
         self.addCleanup(os.close, fd)

@@ -487,7 +487,7 @@ def _kept(e, ident):
         return kept
 
 
-def _lease(e, ident, ahead=False):
+def _lease(e, ident, ahead=False, resident=False):
     """The _Kept of e's file, leased on first use. Where the daemon refuses
     it for room (the capacity, or the uid's bound on held bytes) while this
     process keeps other leases, those are closed and it is asked once more:
@@ -498,7 +498,9 @@ def _lease(e, ident, ahead=False):
     before any move asks (no other kept lease is closed for it; one short
     of room is closed and None returned); a move waits for a lease of its
     file in progress (another move's or _ahead's) rather than take a
-    second, and _ahead takes none of a file a move is leasing."""
+    second, and _ahead takes none of a file a move is leasing.
+    resident: the daemon is asked for a file resident now only (what
+    _ahead leases)."""
     kept = _kept(e, ident)
     if kept is not None:
         return kept
@@ -515,7 +517,7 @@ def _lease(e, ident, ahead=False):
             if kept is not None:
                 return kept
     try:
-        return _take(e, ident, key, ahead)
+        return _take(e, ident, key, ahead, resident)
     finally:
         if mine is not None:
             with _lock:
@@ -524,11 +526,11 @@ def _lease(e, ident, ahead=False):
             mine.set()
 
 
-def _take(e, ident, key, ahead):
+def _take(e, ident, key, ahead, resident):
     """_lease's lease of e's file, once no other is being taken."""
     _drop(e.key, keep=key, path=e.path)  # an older version of the file: not to be served again
     try:
-        lease = _serve.acquire(e.path)
+        lease = _serve.acquire(e.path, resident)
     except Fallback as f:
         if ahead or f.reason not in ("refused:EMFILE", "refused:ENOSPC", "refused:EDQUOT") or not leases_kept():
             raise
@@ -608,11 +610,13 @@ def lease_ahead(path):
     gpu = _serve.mount_is_gpu(path)
     if gpu is None or not gpu and "cpu" not in TARGETS:
         return
-    try:
-        if os.getxattr(path, "user.gdsfs.state") != b"resident":
-            return  # a lease would stage it
-    except OSError:
-        return
+    resident = _serve.knows_resident(path)  # the daemon refuses a file not resident
+    if not resident:  # an older daemon: the mount says
+        try:
+            if os.getxattr(path, "user.gdsfs.state") != b"resident":
+                return  # a lease would stage it
+        except OSError:
+            return
     done = threading.Event()
     with _lock:
         if key in _inflight:
@@ -621,7 +625,7 @@ def lease_ahead(path):
     kept = None
     try:
         if _maps.remember(key, ident):
-            kept = _lease(_Named(path, key), ident, ahead=True)
+            kept = _lease(_Named(path, key), ident, ahead=True, resident=resident)
         torch = sys.modules.get("torch")
         if kept is not None and torch is not None:
             kept.whole(torch)
@@ -640,11 +644,23 @@ def _check_leased_file(e, ident, lease):
     holds e's file: the kernel may answer a stat of the path from its cache
     for a while after SOURCE's file was replaced (renamed over), so
     _identity's check cannot tell, while the daemon staged the file the
-    path names in SOURCE. The daemon can: its user.gdsfs.state of the node
-    the path reaches is an error (ESTALE, ENOENT) once SOURCE's path names
-    another file; where the kernel looked the name up again, the node is
-    the new file's, which _identity tells from e's. Checked after the
-    lease was taken, so a file replaced before the lease is caught too."""
+    path names in SOURCE. The daemon's grant says which file it holds
+    (Lease.identity: the mount's inode number, size and times), compared
+    with e's key and ident. From a daemon that does not say, its
+    user.gdsfs.state of the node the path reaches tells: an error (ESTALE,
+    ENOENT) once SOURCE's path names another file; where the kernel looked
+    the name up again, the node is the new file's, which _identity tells
+    from e's. Checked after the lease was taken, so a file replaced before
+    the lease is caught too."""
+    held = lease.identity
+    if held is not None:
+        if held == (e.key[1],) + tuple(ident):
+            return
+        lease.close()
+        _drop(e.key)
+        reason = "file-replaced" if held[0] != e.key[1] else "file-changed"
+        raise Fallback(reason, _serve.socket_of(lease), "the daemon leased inode %d (size, mtime_ns, ctime_ns %r), the "
+                       "mapping is of inode %d (%r)" % (held[0], held[1:], e.key[1], tuple(ident)))
     try:
         os.getxattr(e.path, "user.gdsfs.state")
         if _identity(e) != ident:

@@ -153,11 +153,24 @@ def _remember(d, gpu):
 _socket_of = _report.mount_socket
 
 
-def acquire(path):
-    """gdsfs.open(path), waiting at most ROOM_WAIT for room, or Fallback
-    with the reason it was not possible."""
+_older = set()  # lease sockets whose daemon refused resident or identity (an older daemon)
+
+
+def knows_resident(path):
+    """Whether path's daemon is not known to refuse acquire's resident
+    (an older daemon: then only the mount tells what is resident)."""
+    return not _older or _socket_of(path) not in _older
+
+
+def acquire(path, resident=False):
+    """gdsfs.open(path), waiting at most ROOM_WAIT for room and asking
+    for the grant's identity (Lease.identity), or Fallback with the
+    reason it was not possible. resident: lease only a file resident now
+    (Fallback "refused:ENODATA" for one that is not; "refused:EINVAL"
+    from a daemon that does not know the field, which is then not asked
+    again: knows_resident)."""
     try:
-        lease = _open(path)
+        lease = _open(path, resident)
     except gdsfs.NotMountedError:
         raise Fallback("not-gdsfs") from None
     except gdsfs.UntrustedDaemonError as e:
@@ -172,15 +185,30 @@ def acquire(path):
     return lease
 
 
-def _open(path):
-    """gdsfs.open(path) with ROOM_WAIT; again without it where the daemon
-    does not know room_wait_ms (it refuses the field, EINVAL)."""
+def _open(path, resident):
+    """gdsfs.open(path) with ROOM_WAIT and identity (and resident); asked
+    again without the fields an older daemon refuses (EINVAL naming the
+    first it does not know): without identity where it names identity or
+    resident (the socket remembered in _older), without any where it
+    names room_wait_ms. A refused resident is raised: a lease without it
+    could stage the file."""
+    new = not _older or _socket_of(path) not in _older
     try:
-        return gdsfs.open(path, room_wait=ROOM_WAIT)
+        return gdsfs.open(path, room_wait=ROOM_WAIT, identity=new, resident=resident)
     except OSError as e:
-        if not (getattr(e, "gdsfs_answer", False) and e.errno == _errno.EINVAL and "room_wait_ms" in str(e)):
+        if not (getattr(e, "gdsfs_answer", False) and e.errno == _errno.EINVAL):
             raise
-    return gdsfs.open(path)
+        msg = str(e)
+        bare = 'unknown field "room_wait_ms"' in msg
+        if new and (bare or 'unknown field "identity"' in msg or 'unknown field "resident"' in msg):
+            sock = _socket_of(path)
+            if sock is not None:
+                _older.add(sock)
+        elif not bare:
+            raise
+        if resident:
+            raise
+    return gdsfs.open(path) if bare else gdsfs.open(path, room_wait=ROOM_WAIT)
 
 
 def socket_of(lease):

@@ -1,0 +1,113 @@
+package ipc_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gdsfs/gdsfs/ipc"
+	"github.com/gdsfs/gdsfs/proto"
+	"github.com/gdsfs/gdsfs/staging"
+)
+
+// TestResidentAcquireStagesNothing: an acquire (and an acquire_many
+// item) asking for a resident file is answered ENODATA, naming the file,
+// for one that is not, and stages nothing; once the file is resident the
+// same request is granted.
+func TestResidentAcquireStagesNothing(t *testing.T) {
+	f := newFixture(t, ipc.SharingShared)
+	f.write(t, "a", pattern(1<<20, 1))
+	f.write(t, "b", pattern(1<<20, 2))
+	r := dial(t, f.srv.Path())
+	resp, fds := r.do(proto.Request{Op: proto.OpAcquire, Path: "a", Resident: true})
+	if resp.OK || resp.Errno != "ENODATA" || !strings.Contains(resp.Error, "a is absent") || len(fds) != 0 {
+		t.Fatalf("resident acquire of a file not staged: %+v (%d descriptors); want ENODATA naming it", resp, len(fds))
+	}
+	if state, _ := f.cache.Attr("a"); state != staging.StateAbsent {
+		t.Fatalf("after a refused resident acquire the file is %s; want absent (nothing staged)", state)
+	}
+	if _, err := f.cache.Stage(context.Background(), "a"); err != nil {
+		t.Fatal(err)
+	}
+	resp, fds = r.do(proto.Request{Op: proto.OpAcquire, Path: "a", Resident: true})
+	if !resp.OK || len(fds) != len(resp.Chunks) || len(fds) == 0 {
+		t.Fatalf("resident acquire of a resident file: %+v (%d descriptors); want a grant", resp, len(fds))
+	}
+	resp, _ = r.do(proto.Request{Op: proto.OpAcquireMany, Paths: []string{"a", "b"}, Resident: true})
+	if !resp.OK || len(resp.Files) != 2 || !resp.Files[0].OK || resp.Files[1].Errno != "ENODATA" {
+		t.Fatalf("resident acquire_many of a resident and an absent file: %+v; want a grant and ENODATA", resp)
+	}
+	if state, _ := f.cache.Attr("b"); state != staging.StateAbsent {
+		t.Fatalf("after a refused resident acquire_many item the file is %s; want absent", state)
+	}
+	resp, _ = r.do(proto.Request{Op: proto.OpAcquire, Path: "b"})
+	if !resp.OK {
+		t.Fatalf("plain acquire of the absent file: %+v; want it staged and granted", resp)
+	}
+}
+
+// TestResidentAcquireOfAnUnreadableFileIsEACCES: whether a file the
+// asker may not read is resident is not told: the answer is EACCES, as
+// for a plain acquire.
+func TestResidentAcquireOfAnUnreadableFileIsEACCES(t *testing.T) {
+	needRoot(t)
+	f := newFixture(t, ipc.SharingShared)
+	p := f.write(t, "secret", pattern(1<<20, 3))
+	if err := os.Chmod(p, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := dialAs(t, f.srv.Path(), nobody, nobody)
+	for _, staged := range []bool{false, true} {
+		if staged {
+			if _, err := f.cache.Stage(context.Background(), "secret"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		resp, _ := r.do(proto.Request{Op: proto.OpAcquire, Path: "secret", Resident: true})
+		if resp.OK || resp.Errno != "EACCES" {
+			t.Fatalf("resident acquire of a file nobody may not read (staged %v): %+v; want EACCES", staged, resp)
+		}
+	}
+}
+
+// TestGrantIdentityIsTheFileLeased: a grant asked for with identity says
+// which file it holds: the node id the mount gives SOURCE's inode, and
+// the size and times of the version staged. Without the mount's number
+// for the inode, or without asking, the grant carries none.
+func TestGrantIdentityIsTheFileLeased(t *testing.T) {
+	var src string
+	nodeID := func(dev, ino uint64) (uint64, bool) {
+		var st unix.Stat_t
+		if err := unix.Stat(filepath.Join(src, "unnumbered"), &st); err == nil && st.Ino == ino {
+			return 0, false
+		}
+		return ino + 1000, true
+	}
+	f := start(t, ipc.SharingShared, setup{nodeID: nodeID})
+	src = f.src
+	p := f.write(t, "a", pattern(1<<20, 4))
+	f.write(t, "unnumbered", pattern(1<<20, 5))
+	var st unix.Stat_t
+	if err := unix.Stat(p, &st); err != nil {
+		t.Fatal(err)
+	}
+	want := proto.FileIdentity{Ino: st.Ino + 1000, Size: st.Size, MtimeNS: st.Mtim.Nano(), CtimeNS: st.Ctim.Nano()}
+	r := dial(t, f.srv.Path())
+	resp, _ := r.do(proto.Request{Op: proto.OpAcquire, Path: "a", Identity: true})
+	if !resp.OK || resp.Identity == nil || *resp.Identity != want {
+		t.Fatalf("acquire with identity: %+v (identity %+v); want identity %+v", resp, resp.Identity, want)
+	}
+	resp, _ = r.do(proto.Request{Op: proto.OpAcquire, Path: "a"})
+	if !resp.OK || resp.Identity != nil {
+		t.Fatalf("acquire without identity: %+v; want a grant with none", resp)
+	}
+	resp, _ = r.do(proto.Request{Op: proto.OpAcquireMany, Paths: []string{"a", "unnumbered"}, Identity: true})
+	if !resp.OK || len(resp.Files) != 2 || resp.Files[0].Identity == nil || *resp.Files[0].Identity != want ||
+		!resp.Files[1].OK || resp.Files[1].Identity != nil {
+		t.Fatalf("acquire_many with identity: %+v; want the first item's identity %+v and none for the inode the mount has not numbered", resp, want)
+	}
+}

@@ -10,7 +10,9 @@ under the autoloader, the cases interleaved round by round:
   device-to-device clone a shard): what serving the moves can approach.
 
 Prints one JSON line per case and round (epoch seconds, the leases taken
-by the moves and by the worker, the time inside them) and the medians.
+by the moves and by the worker, the time inside them) and the medians;
+exits 1 where the checksums differ or the worker leased nothing ahead in
+an "on" round.
 Needs a GPU, the binary (--bin) and python/ beside scripts/.
 
 Usage: python3 scripts/lease-ahead-gpu.py --bin .bin/gdsfs [--work DIR] [--shards 64] [--mib 32] [--rounds 3]"""
@@ -37,10 +39,10 @@ if case == "off":
     _ahead.AHEAD = 0
 took = {}
 orig = _moves._lease
-def lease(e, ident, ahead=False):
+def lease(e, ident, ahead=False, **kw):
     t = time.perf_counter()
     try:
-        return orig(e, ident, ahead)
+        return orig(e, ident, ahead, **kw)
     finally:
         k = "worker" if ahead else "moves"
         n, s = took.get(k, (0, 0.0))
@@ -99,6 +101,7 @@ def main():
             cases = ["off", "on", "bound"]
             runs = {c: [] for c in cases}
             sums = set()
+            idle_worker = []  # rounds whose "on" case leased nothing ahead
             for r in range(a.rounds):
                 for c in cases[r % 3:] + cases[:r % 3]:
                     p = subprocess.run([sys.executable, "-c", CHILD, mnt, c], env=env, capture_output=True, text=True)
@@ -108,13 +111,17 @@ def main():
                     print(json.dumps(out), flush=True)
                     runs[c].append(out["seconds"])
                     sums.add(out["checksum"])
+                    if c == "on" and not out["leases"].get("worker", {}).get("n"):
+                        idle_worker.append(r)
         finally:
             proc.terminate()
             proc.wait(60)
     med = {c: statistics.median(v) for c, v in runs.items()}
     print(json.dumps({"median_seconds": med, "on_vs_off": med["off"] / med["on"], "on_vs_bound": med["on"] / med["bound"],
-                      "checksums_agree": len(sums) == 1}))
-    return 0 if len(sums) == 1 else 1
+                      "checksums_agree": len(sums) == 1, "rounds_with_nothing_leased_ahead": idle_worker}))
+    if idle_worker:
+        print("FAIL: the worker leased nothing ahead in the \"on\" case of rounds %s" % idle_worker)
+    return 0 if len(sums) == 1 and not idle_worker else 1
 
 
 if __name__ == "__main__":

@@ -451,7 +451,7 @@ class TestLeasesAhead(MovesCase):
 
         m = self.shards(8, range(8))
         self.idle()
-        self.ahead._worker = self.ahead._jobs = None  # the running worker waits on a queue nobody fills now
+        self.ahead._jobs._reset()  # the running worker waits on a queue nobody fills now
         start = threading.Thread.start
 
         def refuse(thread):
@@ -462,7 +462,7 @@ class TestLeasesAhead(MovesCase):
         finally:
             threading.Thread.start = start
         self.assertEqual([float(t[0]) for t in ts], [0.0, 1.0])
-        self.assertIsNone(self.ahead._worker)
+        self.assertIsNone(self.ahead._jobs._thread)
         self.assertEqual(self.kept(), {})
         ts += [self.mapped(m, 2), self.mapped(m, 3)]  # the worker saw neither s0 nor s1
         self.idle()

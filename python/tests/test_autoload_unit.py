@@ -1,15 +1,19 @@
-"""The autoloader's parsers without a mount or torch: the safetensors
-header (what the library refuses is refused here too, by reason) and the
-zip directory of torch.save archives (stored records only, zip64 too)."""
+"""The autoloader's parsers and its background queue, without a mount or
+torch: the safetensors header (what the library refuses is refused here
+too, by reason), the zip directory of torch.save archives (stored records
+only, zip64 too), and the thread that handles what is queued for it."""
 
 import io
 import json
+import os
 import struct
+import threading
 import unittest
 import zipfile
+from unittest import mock
 
 import _support  # noqa: F401  (puts python/ on sys.path)
-from gdsfs.autoload import _stformat, _zipdir
+from gdsfs.autoload import _queue, _stformat, _zipdir
 
 
 def st_file(head, data=b""):
@@ -85,6 +89,75 @@ class TestZipDirectory(unittest.TestCase):
         with self.assertRaises(_zipdir.ZipError) as e:
             _zipdir.records(reader(b"not a zip" * 10), 90)
         self.assertEqual(e.exception.reason, "format:not-zip")
+
+
+class TestQueueThread(unittest.TestCase):
+    def test_items_are_handled_in_order_before_wait_returns(self):
+        got = []
+        q = _queue.QueueThread("gdsfs-test-queue", got.append)
+        self.assertTrue(q.wait(0), "nothing was put, yet wait() waited")
+        self.assertIsNone(q._thread, "wait() started a thread")
+        for i in range(100):
+            q.put(i)
+        self.assertTrue(q.wait(60))
+        self.assertEqual(got, list(range(100)))
+        self.assertEqual(q._thread.name, "gdsfs-test-queue")
+        self.assertTrue(q._thread.daemon)
+
+    def test_a_batch_is_what_was_put_while_the_last_was_handled(self):
+        entered, go, got = threading.Event(), threading.Event(), []
+
+        def handle(items):
+            got.append(items)
+            entered.set()
+            go.wait(60)
+        q = _queue.QueueThread("gdsfs-test-queue", handle, batch=True)
+        q.put(0)
+        self.assertTrue(entered.wait(60))
+        for i in range(1, 4):
+            q.put(i)
+        self.assertFalse(q.wait(0), "wait() returned while an item was being handled")
+        go.set()
+        self.assertTrue(q.wait(60))
+        self.assertEqual(got, [[0], [1, 2, 3]])
+
+    def test_a_thread_that_cannot_start_leaves_no_queue(self):
+        got = []
+        q = _queue.QueueThread("gdsfs-test-queue", got.append)
+        with mock.patch.object(threading.Thread, "start", side_effect=RuntimeError("can't start new thread")):
+            self.assertRaises(RuntimeError, q.put, 1)
+            self.assertRaises(RuntimeError, q.start)
+        self.assertIsNone(q._queue)
+        self.assertIsNone(q._thread)
+        self.assertTrue(q.wait(0), "wait() waited for an item that was never queued")
+        self.assertTrue(q.start())
+        self.assertFalse(q.start())
+        q.put(2)
+        self.assertTrue(q.wait(60))
+        self.assertEqual(got, [2])
+
+    def test_a_forked_child_starts_its_own_thread(self):
+        """The parent's thread is not in a forked child: the child's queue
+        starts empty, with no thread, and its first put starts one."""
+        got = []
+        q = _queue.QueueThread("gdsfs-test-queue", got.append)
+        q.put("parent")
+        self.assertTrue(q.wait(60))
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                if q._thread is not None or not q.wait(0):
+                    code = 2
+                else:
+                    q.put("child")
+                    code = 0 if q.wait(60) and got == ["parent", "child"] else 3
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        code = os.waitstatus_to_exitcode(status)
+        self.assertNotEqual(code, 2, "the child kept the parent's thread and queue")
+        self.assertEqual(code, 0, "the child's put was not handled")
 
 
 if __name__ == "__main__":

@@ -23,18 +23,17 @@ queued work and waits for the lease in progress."""
 
 import bisect
 import os
-import queue
 import threading
 
 from . import _report
+from ._queue import QueueThread
 
 AHEAD = 4  # files leased ahead of the last one mapped (0: none)
 MAX_DIRS = 256  # directory listings remembered
 
 _lock = threading.Lock()
 _busy = threading.Lock()  # held by the worker while it looks at a job
-_jobs = None  # queue.SimpleQueue of (epoch, path, CUDA ordinal or None)
-_worker = None
+_jobs = QueueThread("gdsfs-lease-ahead", lambda batch: _run(batch), batch=True)  # (epoch, path, CUDA ordinal or None)
 _epoch = 0  # stop() moves it on: jobs queued before it are dropped
 _on = True  # off between disable() and enable()
 _last = {}  # directory -> the name last mapped there
@@ -45,16 +44,10 @@ def seen(path, device):
     """A hooked call mapped path (the absolute path of a file on a gdsfs
     mount). device: the CUDA ordinal current in the calling thread (the
     leases ahead go there), or None. Costs the caller a queue put."""
-    global _jobs, _worker
     if AHEAD <= 0 or not _on:
         return
     with _lock:
-        if _worker is None:
-            jobs = queue.SimpleQueue()
-            w = threading.Thread(target=_run, args=(jobs,), name="gdsfs-lease-ahead", daemon=True)
-            w.start()  # raises where no thread can be had: then there is none, nor a queue
-            _jobs, _worker = jobs, w
-        _jobs.put((_epoch, path, device))
+        _jobs.put((_epoch, path, device))  # raises where no thread can be had: then there is none, nor a queue
 
 
 def turn(on):
@@ -79,40 +72,26 @@ def stop():
 def idle(timeout=None):
     """Wait until every job queued before this call is done (tests); False
     when timeout seconds passed first."""
-    done = threading.Event()
-    with _lock:
-        if _jobs is None:
-            return True
-        _jobs.put((None, done, None))
-    return done.wait(timeout)
+    return _jobs.wait(timeout)
 
 
-def _run(jobs):
-    while True:
-        batch = [jobs.get()]
-        while True:  # a loop that maps faster than files are leased: look at the latest of each directory
-            try:
-                batch.append(jobs.get_nowait())
-            except queue.Empty:
-                break
-        with _busy:
-            todo = {}
-            for epoch, path, device in batch:
-                if epoch is None:
-                    continue
-                if epoch == _epoch and device is not None:
-                    _warm(device)
-                if epoch == _epoch:
-                    try:
-                        nxt = _successors(path)
-                    except OSError:
-                        nxt = []
-                    todo[os.path.dirname(path)] = (epoch, nxt, device)
-            for epoch, nxt, device in todo.values():
-                _lease_all(epoch, nxt, device)
-        for epoch, done, _ in batch:
-            if epoch is None:
-                done.set()
+def _run(batch):
+    """Lease ahead of the jobs queued since the worker last looked (a loop
+    that maps faster than files are leased: of the latest of each
+    directory)."""
+    with _busy:
+        todo = {}
+        for epoch, path, device in batch:
+            if epoch == _epoch and device is not None:
+                _warm(device)
+            if epoch == _epoch:
+                try:
+                    nxt = _successors(path)
+                except OSError:
+                    nxt = []
+                todo[os.path.dirname(path)] = (epoch, nxt, device)
+        for epoch, nxt, device in todo.values():
+            _lease_all(epoch, nxt, device)
 
 
 _warmed = set()  # CUDA ordinals whose driver and device name the client has looked up
@@ -193,11 +172,11 @@ def _listing(d):
 
 
 def _after_fork_in_child():
-    """The worker thread is the parent's: a child starts with none."""
-    global _lock, _busy, _jobs, _worker
+    """The worker thread is the parent's (_jobs forgets it): a child starts
+    with none."""
+    global _lock, _busy
     _lock = threading.Lock()
     _busy = threading.Lock()
-    _jobs = _worker = None
     _warmed.clear()
     _last.clear()
     _listings.clear()

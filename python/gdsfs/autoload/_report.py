@@ -11,11 +11,11 @@ import errno as _errno
 import json
 import logging
 import os
-import queue
 import socket
 import threading
 
 from .. import _proto
+from ._queue import QueueThread
 
 log = logging.getLogger("gdsfs.autoload")
 
@@ -25,9 +25,8 @@ _served = {}  # loader -> count of calls served from a lease
 _logged = set()  # reasons already logged by this process
 _no_report = set()  # sockets whose daemon answered EINVAL to `report`
 _REPORT_TIMEOUT = 2.0
-_outbox = None  # queue.SimpleQueue of (socket path, reason, owner), or (None, event, None)
-_sender = None  # the thread sending them
-_queued = 0  # reports in _outbox not sent yet
+_sender = QueueThread("gdsfs-autoload-reports", lambda r: _send(*r))  # sends (socket path, reason, owner)
+_queued = 0  # reports queued to _sender not sent yet
 MAX_QUEUED = 1024  # beyond this (a daemon slow to answer), a fallback sends its report itself
 
 
@@ -92,58 +91,48 @@ def fallback(loader, reason, path=None, socket_path=None, detail=None):
 def _send_later(socket_path, reason, owner):
     """Queue the report for the sender thread (started on first use); sent
     here and now where no thread can be had, or MAX_QUEUED are waiting."""
-    global _outbox, _sender, _queued
+    global _queued
     with _lock:
-        if _sender is None:
-            box = queue.SimpleQueue()
-            t = threading.Thread(target=_send_all, args=(box,), name="gdsfs-autoload-reports", daemon=True)
-            try:
-                t.start()
-            except RuntimeError:
-                box = None
-            if box is not None:
-                _outbox, _sender = box, t
-                try:  # a multiprocessing child (a DataLoader worker) leaves by os._exit: no atexit
-                    import multiprocessing
-                    from multiprocessing import util
-
-                    if multiprocessing.parent_process() is not None:
-                        util.Finalize(None, flush, args=(2 * _REPORT_TIMEOUT,), exitpriority=0)
-                except Exception:
-                    log.debug("gdsfs autoload: no flush of the reports at a worker's exit", exc_info=True)
-        box = _outbox
-        if box is not None and _queued < MAX_QUEUED:
-            _queued += 1
-            box.put((socket_path, reason, owner))
-            return
+        try:
+            if _sender.start():
+                _flush_at_worker_exit()
+        except RuntimeError:
+            pass  # no thread can be had
+        else:
+            if _queued < MAX_QUEUED:
+                _queued += 1
+                _sender.put((socket_path, reason, owner))
+                return
     _report(socket_path, reason, owner)
 
 
-def _send_all(box):
+def _flush_at_worker_exit():
+    """In a multiprocessing child (a DataLoader worker), which leaves by
+    os._exit and so runs no atexit handler: flush the reports at its exit."""
+    try:
+        import multiprocessing
+        from multiprocessing import util
+
+        if multiprocessing.parent_process() is not None:
+            util.Finalize(None, flush, args=(2 * _REPORT_TIMEOUT,), exitpriority=0)
+    except Exception:
+        log.debug("gdsfs autoload: no flush of the reports at a worker's exit", exc_info=True)
+
+
+def _send(sock, reason, owner):
     global _queued
-    while True:
-        sock, what, owner = box.get()
-        if sock is None:
-            what.set()
-            continue
-        with _lock:
-            _queued -= 1
-        try:
-            _report(sock, what, owner)
-        except Exception:
-            log.debug("gdsfs autoload: reporting a fallback failed", exc_info=True)
+    with _lock:
+        _queued -= 1
+    try:
+        _report(sock, reason, owner)
+    except Exception:
+        log.debug("gdsfs autoload: reporting a fallback failed", exc_info=True)
 
 
 def flush(timeout=None):
     """Wait until the reports queued before this call are sent (and
     answered); False when timeout seconds passed first."""
-    done = threading.Event()
-    with _lock:
-        box = _outbox
-        if box is None:
-            return True
-        box.put((None, done, None))
-    return done.wait(timeout)
+    return _sender.wait(timeout)
 
 
 # Each report waits at most _REPORT_TIMEOUT for its daemon; at exit the
@@ -152,10 +141,10 @@ atexit.register(flush, 2 * _REPORT_TIMEOUT)
 
 
 def _after_fork_in_child():
-    """The sender thread is the parent's: a child sends its own."""
-    global _lock, _outbox, _sender, _queued
+    """The sender thread is the parent's (_sender forgets it): a child
+    sends its own."""
+    global _lock, _queued
     _lock = threading.Lock()
-    _outbox = _sender = None
     _queued = 0
 
 

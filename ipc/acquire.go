@@ -196,15 +196,10 @@ func (cn *conn) leaseHeld(rel string, gen uint64, a asking) (*held, bool, error)
 		if err != nil {
 			return nil, false, err
 		}
-		if a.resident {
-			if state, _ := s.cfg.Cache.Attr(rel); state != staging.StateResident {
-				f.Close()
-				return nil, false, proto.Errorf(proto.ENODATA, "%s is %s, not resident (the request asked for a resident file: nothing was staged)", rel, state)
-			}
-		}
 		ctx, cancel := context.WithDeadline(cn.ctx, deadline)
 		l, err := s.cfg.Cache.Acquire(ctx, staging.Request{
 			Rel: rel, File: f, Private: s.cfg.Options.Sharing == SharingPrivate, Device: device, RoomWait: roomWait,
+			Resident: a.resident,
 		})
 		cancel()
 		f.Close()

@@ -24,7 +24,7 @@ func TestResidentAcquireStagesNothing(t *testing.T) {
 	f.write(t, "b", pattern(1<<20, 2))
 	r := dial(t, f.srv.Path())
 	resp, fds := r.do(proto.Request{Op: proto.OpAcquire, Path: "a", Resident: true})
-	if resp.OK || resp.Errno != "ENODATA" || !strings.Contains(resp.Error, "a is absent") || len(fds) != 0 {
+	if resp.OK || resp.Errno != "ENODATA" || !strings.Contains(resp.Error, "a: not resident") || len(fds) != 0 {
 		t.Fatalf("resident acquire of a file not staged: %+v (%d descriptors); want ENODATA naming it", resp, len(fds))
 	}
 	if state, _ := f.cache.Attr("a"); state != staging.StateAbsent {

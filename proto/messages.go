@@ -127,8 +127,9 @@ type Request struct {
 	// MaxWaitMS; the daemon clamps it to ipc.acquire_timeout, which still
 	// bounds the whole acquire. 0 or absent: ipc.acquire_timeout alone.
 	RoomWaitMS int64 `json:"room_wait_ms,omitempty"`
-	// acquire, acquire_many: grant only a file resident now; one that is
-	// not is answered ENODATA and nothing is staged for it.
+	// acquire, acquire_many: grant only a file resident now where the
+	// grant would come from; one that is not is answered ENODATA and
+	// nothing is staged, copied or waited for.
 	Resident bool `json:"resident,omitempty"`
 	// acquire, acquire_many: each grant also carries the identity of the
 	// file leased (Grant.Identity).

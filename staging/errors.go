@@ -15,6 +15,10 @@ func errNotEligible(rel, why string) error {
 	return fmt.Errorf("%s: not staged: %s: %w", rel, why, syscall.EINVAL)
 }
 
+func errNotResident(rel string) error {
+	return fmt.Errorf("%s: not resident (the request asked for a resident file: nothing was staged): %w", rel, syscall.ENODATA)
+}
+
 func errTooLarge(rel string, need, capacity int64) error {
 	return fmt.Errorf("%s: needs %d bytes, more than the capacity of %d: %w", rel, need, capacity, syscall.EFBIG)
 }

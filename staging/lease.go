@@ -50,6 +50,10 @@ type Request struct {
 	// Staging itself is bounded by the context only. 0: the context
 	// bounds the wait too.
 	RoomWait time.Duration
+	// Resident: lease only a replica of File resident now (where Device
+	// and the placement say): one that is not fails with ENODATA and
+	// nothing is loaded, copied or waited for. Needs File.
+	Resident bool
 }
 
 // Acquire stages req.Rel if needed (waiting, bounded by ctx) and leases it.
@@ -65,7 +69,7 @@ func (c *Cache) Acquire(ctx context.Context, req Request) (*Lease, error) {
 			return nil, fmt.Errorf("acquire %s: fstat: %w", req.Rel, err)
 		}
 	}
-	p := place{roomWait: req.RoomWait}
+	p := place{roomWait: req.RoomWait, resident: req.Resident}
 	if want != nil {
 		id := identityOf(want)
 		p.asked = &id

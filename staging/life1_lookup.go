@@ -136,6 +136,9 @@ type place struct {
 	// (Request.File): a resident or loading replica of exactly that file
 	// serves the request without opening rel again.
 	asked *identity
+	// resident: only a resident replica of asked serves the request;
+	// none is loaded, copied or joined for it (Request.Resident).
+	resident bool
 }
 
 // ensure returns rel's resident entry where p says (replicas.go), pinned
@@ -160,6 +163,9 @@ func (c *Cache) ensure(ctx context.Context, rel string, p place, wait bool, at u
 	for attempt := 1; ; {
 		c.watch.drain()
 		e := c.known(rel, p, w, at)
+		if e == nil && p.resident {
+			return nil, errNotResident(rel)
+		}
 		if e == nil {
 			o, err := c.openEligible(rel)
 			if err != nil {
@@ -358,7 +364,7 @@ func (c *Cache) known(rel string, p place, w *waiter, at uint64) *entry {
 	}
 	var live []*entry
 	for _, e := range c.replicasLocked(rel) {
-		if e.id == *p.asked && e.state != stFailed {
+		if e.id == *p.asked && e.state != stFailed && (e.state == stResident || !p.resident) {
 			live = append(live, e)
 		}
 	}

@@ -50,6 +50,35 @@ func TestResidentAcquireStagesNothing(t *testing.T) {
 	}
 }
 
+// TestResidentAcquireOnAnotherDeviceCopiesNothing: a file resident on
+// host0 only; a resident acquire naming host1 (placement replica, which
+// would copy it there) is answered ENODATA, and no replica is made.
+func TestResidentAcquireOnAnotherDeviceCopiesNothing(t *testing.T) {
+	f := start(t, ipc.SharingShared, setup{devices: 2})
+	f.write(t, "a", pattern(1<<20, 1))
+	if _, err := f.cache.StageOn(context.Background(), "a", []string{"host0"}); err != nil {
+		t.Fatal(err)
+	}
+	staged := func() (n int) {
+		for _, d := range f.cache.Stats().Devices {
+			n += d.StagedFiles
+		}
+		return n
+	}
+	r := dial(t, f.srv.Path())
+	resp, _ := r.do(proto.Request{Op: proto.OpAcquire, Path: "a", Device: "host1", Resident: true})
+	if resp.OK || resp.Errno != "ENODATA" {
+		t.Fatalf("resident acquire on host1 of a file resident on host0 only: %+v; want ENODATA", resp)
+	}
+	if n := staged(); n != 1 {
+		t.Fatalf("after it %d replicas are staged; want 1 (none made on host1)", n)
+	}
+	resp, _ = r.do(proto.Request{Op: proto.OpAcquire, Path: "a", Device: "host0", Resident: true})
+	if !resp.OK || resp.Device != "host0" {
+		t.Fatalf("resident acquire on host0, where it is resident: %+v; want a grant there", resp)
+	}
+}
+
 // TestResidentAcquireOfAnUnreadableFileIsEACCES: whether a file the
 // asker may not read is resident is not told: the answer is EACCES, as
 // for a plain acquire.

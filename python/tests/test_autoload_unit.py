@@ -121,6 +121,22 @@ class TestQueueThread(unittest.TestCase):
         self.assertTrue(q.wait(60))
         self.assertEqual(got, [[0], [1, 2, 3]])
 
+    def test_a_handler_that_raises_leaves_the_thread_going(self):
+        """An item whose handling raises is given up; what is put after it
+        is handled, and wait() returns."""
+        seen = []
+
+        def handle(item):
+            if item == "bad":
+                raise ValueError(item)
+            seen.append(item)
+
+        q = _queue.QueueThread("gdsfs-test-queue", handle)
+        q.put("bad")
+        q.put("after")
+        self.assertTrue(q.wait(60), "wait() did not return: the thread ended on the handler's exception")
+        self.assertEqual(seen, ["after"])
+
     def test_a_thread_that_cannot_start_leaves_no_queue(self):
         got = []
         q = _queue.QueueThread("gdsfs-test-queue", got.append)

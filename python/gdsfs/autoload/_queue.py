@@ -5,6 +5,7 @@ wait() blocks until what was queued before it is handled, and a forked
 child starts with no thread and no queue (the parent's thread is not in
 it): its first put starts its own."""
 
+import logging
 import os
 import queue
 import threading
@@ -17,7 +18,8 @@ class _Handled(threading.Event):
 class QueueThread:
     """A daemon thread named name that calls handle(item) for each item
     put, in order; with batch, handle(items) with the list of all the
-    items waiting when it looks (at least one, in order)."""
+    items waiting when it looks (at least one, in order). An exception
+    handle raises is logged (debug) and the thread goes on."""
 
     def __init__(self, name, handle, batch=False):
         self.name = name
@@ -74,8 +76,12 @@ class QueueThread:
                 except queue.Empty:
                     break
             items = [x for x in got if not isinstance(x, _Handled)]
-            if items:
-                self._handle(items if self._batch else items[0])
-            for x in got:
-                if isinstance(x, _Handled):
-                    x.set()
+            try:
+                if items:
+                    self._handle(items if self._batch else items[0])
+            except Exception:  # the thread outlives a handler's failure: what is queued after it is handled
+                logging.getLogger("gdsfs.autoload").debug("gdsfs autoload: %s", self.name, exc_info=True)
+            finally:
+                for x in got:
+                    if isinstance(x, _Handled):
+                        x.set()

@@ -105,11 +105,18 @@ func unescape(s string) string {
 // resolve makes path absolute with its symbolic links resolved, the
 // file's own too, so the path sent names the file a plain open reads (a
 // link that leads off the mount, or out of a bind mount of a directory of
-// it, is not sent). A path that does not exist keeps its last name.
+// it, is not sent). A `..` goes up from where the links before it lead,
+// as in the kernel's walk: the path is not cleaned as text first
+// (filepath.Abs would undo the name before a `..` even where it is a
+// link). A path that does not exist keeps its last name.
 func resolve(path string) (string, error) {
-	abs, err := filepath.Abs(path)
-	if err != nil {
-		return "", err
+	abs := path
+	if !filepath.IsAbs(abs) {
+		wd, err := os.Getwd()
+		if err != nil {
+			return "", err
+		}
+		abs = wd + string(filepath.Separator) + abs
 	}
 	if real, err := filepath.EvalSymlinks(abs); err == nil {
 		return real, nil // the file's own link too: where a plain open lands

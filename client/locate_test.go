@@ -83,3 +83,38 @@ func TestUnescape(t *testing.T) {
 		t.Fatalf("%q", got)
 	}
 }
+
+// TestResolveWalksDotDotAfterTheLinks: a `..` after a symbolic link goes
+// up from where the link leads, as a plain open does, not back to the
+// link's own directory; relative paths too.
+func TestResolveWalksDotDotAfterTheLinks(t *testing.T) {
+	dir, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"sub/deep", "sub/f", "f"} {
+		if p == "sub/deep" {
+			if err := os.MkdirAll(filepath.Join(dir, p), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if err := os.WriteFile(filepath.Join(dir, p), []byte(p), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("sub/deep", filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	want := filepath.Join(dir, "sub", "f")
+	if got, err := resolve(filepath.Join(dir, "link") + "/../f"); err != nil || got != want {
+		t.Fatalf("resolve(link/../f) = %q, %v; want %q (where a plain open lands)", got, err, want)
+	}
+	t.Chdir(dir)
+	if got, err := resolve("link/../f"); err != nil || got != want {
+		t.Fatalf("resolve of the relative link/../f = %q, %v; want %q", got, err, want)
+	}
+	if got, err := resolve("link/../missing"); err != nil || got != filepath.Join(dir, "sub", "missing") {
+		t.Fatalf("resolve of a missing file after link/.. = %q, %v; want it beside sub/f", got, err)
+	}
+}

@@ -13,7 +13,7 @@ import weakref
 
 from ._proto import Conn, daemon_error, room_wait_fields
 from ._device import resolve as _resolve_device
-from ._mount import find
+from ._mount import _resolve, find
 from ._registry import registry, _is_gpu
 
 log = logging.getLogger("gdsfs")
@@ -381,7 +381,7 @@ def _located_in(path, socket):
     not be: the path is a mount point, whose directory is another mount's
     or none, or its directory could not be looked at)."""
     explicit = socket or os.environ.get("GDSFS_SOCKET") or ""
-    real, base = os.path.split(os.path.realpath(os.path.abspath(os.fspath(path))))
+    real, base = os.path.split(_resolve(path))
     try:
         st = os.stat(real)
     except OSError:
@@ -426,10 +426,11 @@ def _locator(socket):
     dirs = {}
 
     def locate(path):
-        d, base = os.path.split(os.path.abspath(os.fspath(path)))
+        p = os.fspath(path)
+        if ".." in p.split(os.sep):  # goes up from where a link leads: _locate walks it
+            return _locate(path, socket)
+        d, base = os.path.split(os.path.abspath(p))
         try:
-            # the file _locate resolves: abspath's, whose `..` undoes the
-            # name before it even where that name is a link
             st = os.lstat(os.path.join(d, base))
         except OSError:
             return _locate(path, socket)

@@ -75,8 +75,10 @@ def read_mountinfo(path=None):
 def _resolve(path):
     """Absolute path with its symlinks resolved, the file's own too, so the
     path sent names the file a plain open reads (a link that leads off the
-    mount, or out of a bind mount of a directory of it, is not sent)."""
-    return os.path.realpath(os.path.abspath(os.fspath(path)))
+    mount, or out of a bind mount of a directory of it, is not sent). A
+    `..` goes up from where the links before it lead, as in the kernel's
+    walk (never undoing the name before it as text)."""
+    return os.path.realpath(os.fspath(path))
 
 
 class Target:

@@ -149,6 +149,24 @@ class TestSafetensors(AutoloadCase):
         self.assertEqual(self.A.fallbacks(), {})
         self.assertEqual(self.mount.wait_leases(0), 0)
 
+    def test_dot_dot_after_a_link_loads_the_file_the_library_would(self):
+        """load_file(link/../x.safetensors), link leading into another
+        directory: the kernel's walk names that directory's parent's
+        file, and so does the lease (not the file beside the link)."""
+        load_file, orig = self.load_file()
+        mine, other = (os.path.join(S.ST_FIXTURES, n) for n in ("nometa.safetensors", "newer.safetensors"))
+        _, src = self.put("dd/sub/x.safetensors", mine)
+        self.put("dd/x.safetensors", other)
+        os.makedirs(os.path.join(self.mount.src, "dd", "sub", "deep"), exist_ok=True)
+        if not os.path.islink(os.path.join(self.mount.src, "dd", "link")):
+            os.symlink("sub/deep", os.path.join(self.mount.src, "dd", "link"))
+        got = load_file(self.mount.path("dd/link") + "/../x.safetensors")
+        want = self.original(orig, src)
+        self.assertEqual(list(got), list(want))
+        for tname in want:
+            self.assertSameTensor(got[tname], want[tname], tname)
+        self.assertEqual(self.A.served().get("safetensors.torch.load_file"), 1)
+
     def test_safe_open_api_equals_original(self):
         mnt, src = self.put("so/all.safetensors", os.path.join(S.ST_FIXTURES, "all_dtypes.safetensors"))
         safe_open = self.st.safe_open

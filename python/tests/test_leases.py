@@ -313,6 +313,34 @@ class FastPathTests(unittest.TestCase):
         with self.assertRaises(gdsfs.NotMountedError):
             gdsfs.open(os.path.join(latest, "ckpt.pt"))
 
+    def test_dot_dot_after_a_link_leases_the_file_a_plain_open_reads(self):
+        """link/../f, where link leads into another directory, names that
+        directory's parent's f for the kernel: gdsfs.open and open_many
+        lease that file, not the f beside the link."""
+        self.m.write("dd/sub/f", blob(4096, 970))
+        self.m.write("dd/f", blob(4096, 971))
+        os.makedirs(os.path.join(self.m.src, "dd", "sub", "deep"), exist_ok=True)
+        os.symlink("sub/deep", os.path.join(self.m.src, "dd", "link"))
+        p = self.m.path("dd/link") + "/../f"
+        with open(p, "rb") as f:
+            want = f.read()
+        self.assertEqual(want, blob(4096, 970), "the kernel's walk")
+        with gdsfs.open(p) as l:
+            self.assertEqual(l.read(), want)
+        ls = gdsfs.open_many([p, self.m.path("dd/f")])
+        try:
+            self.assertEqual([l.read() for l in ls], [want, blob(4096, 971)])
+        finally:
+            for l in ls:
+                l.close()
+        old = os.getcwd()
+        os.chdir(self.m.path("dd"))
+        try:
+            with gdsfs.open("link/../f") as l:
+                self.assertEqual(l.read(), want, "relative")
+        finally:
+            os.chdir(old)
+
     def test_kept_mappings_dropped_at_the_connection_limit(self):
         """A lease refused because the uid is at
         ipc.max_connections_per_uid makes the client drop the mappings it

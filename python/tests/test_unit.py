@@ -958,37 +958,36 @@ class TrustTests(unittest.TestCase):
         with self.assertRaises(gdsfs.NotMountedError):
             locate(off)
 
-    def test_locator_looks_at_the_file_locate_resolves(self):
-        """A path whose `..` follows a linked directory names, to _locate
-        (as to os.path.abspath), the file beside that link, not the one
-        the kernel reaches: _locator decides whether that file is a link
-        by looking at the same file, so a link there is resolved as
-        _locate resolves it, even in a directory it has seen."""
+    def test_locator_and_locate_walk_dot_dot_as_the_kernel_does(self):
+        """A path whose `..` follows a linked directory names the file the
+        kernel reaches (the link's target's parent's), to _locate and to
+        _locator alike, even in a directory _locator has seen; one whose
+        walk leaves the mount is not sent anywhere, though the file its
+        text names (`..` undoing the link's name) is on the mount."""
         d = os.path.realpath(_support.tmpdir())
         mnt = os.path.join(d, "mnt")
         os.makedirs(os.path.join(mnt, "v1"))
         os.makedirs(os.path.join(mnt, "v2", "x"))
-        for p in ("mnt/v1/a.pt", "mnt/v1/real.pt", "mnt/v2/b.pt"):
+        os.makedirs(os.path.join(d, "plain", "sub"))
+        for p in ("mnt/v1/a.pt", "mnt/v1/real.pt", "mnt/v2/b.pt", "mnt/v1/off.pt", "plain/off.pt"):
             with open(os.path.join(d, p), "w") as f:
                 f.write("x")
         os.symlink("real.pt", os.path.join(mnt, "v1", "b.pt"))
         os.symlink("../v2/x", os.path.join(mnt, "v1", "sub"))
+        os.symlink("../../plain/sub", os.path.join(mnt, "v1", "out"))
         self.mount_at(mnt, "/run/x.sock")
-        # lexically mnt/v1/b.pt (a link to real.pt); the kernel's mnt/v2/b.pt
+        # as text mnt/v1/b.pt (a link to real.pt); the kernel's mnt/v2/b.pt
         path = os.path.join(mnt, "v1", "sub", "..", "b.pt")
         locate = _lease._locator(None)
         locate(os.path.join(mnt, "v1", "a.pt"))  # mnt/v1 seen
         self.assertEqual(locate(path)[:3], _lease._locate(path, None)[:3])
-        self.assertEqual(locate(path)[1], "v1/real.pt")
-        # the same with a link off the mount: not sent anywhere
-        os.makedirs(os.path.join(d, "plain"))
-        with open(os.path.join(d, "plain", "off.pt"), "w") as f:
-            f.write("x")
-        with open(os.path.join(mnt, "v2", "off.pt"), "w") as f:
-            f.write("x")
-        os.symlink("../../plain/off.pt", os.path.join(mnt, "v1", "off.pt"))
+        self.assertEqual(locate(path)[1], "v2/b.pt")
+        # as text mnt/v1/off.pt, on the mount; the kernel's plain/off.pt, off it
+        off = os.path.join(mnt, "v1", "out", "..", "off.pt")
         with self.assertRaises(gdsfs.NotMountedError):
-            locate(os.path.join(mnt, "v1", "sub", "..", "off.pt"))
+            _lease._locate(off, None)
+        with self.assertRaises(gdsfs.NotMountedError):
+            locate(off)
 
     def test_a_mount_point_is_not_remembered_for_its_directory(self):
         """Locating a mount point (a directory, which the daemon refuses)

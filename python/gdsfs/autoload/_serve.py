@@ -81,7 +81,8 @@ def path_of(f):
             p = os.fsdecode(os.fspath(f))
         except TypeError:
             return None
-        return os.path.abspath(p)
+        # absolute, its `..` left for the walk to resolve after the links before it
+        return p if os.path.isabs(p) else os.path.join(os.getcwd(), p)
     fileno = getattr(f, "fileno", None)
     if fileno is None:
         return None

@@ -3,12 +3,15 @@ package client
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // fstype is the mountinfo type of a gdsfs mount.
@@ -105,27 +108,65 @@ func unescape(s string) string {
 // resolve makes path absolute with its symbolic links resolved, the
 // file's own too, so the path sent names the file a plain open reads (a
 // link that leads off the mount, or out of a bind mount of a directory of
-// it, is not sent). A `..` goes up from where the links before it lead,
-// as in the kernel's walk: the path is not cleaned as text first
-// (filepath.Abs would undo the name before a `..` even where it is a
-// link). A path that does not exist keeps its last name.
+// it, is not sent). The kernel walks it (an O_PATH open, named back by
+// /proc/self/fd), so a `..` goes up from where the links before it lead.
+// A last name that does not exist is kept, in the directory the walk of
+// the rest reaches. Where the walk fails otherwise, a path with a `..`
+// (whose text may name a file the walk never reaches: a link, a missing
+// name or a file before the `..`), or one ending in `/`, fails with the
+// walk's error; any other is resolved as far as this process may look
+// (the links of the names that exist and that it may reach), the rest
+// kept as it is: the daemon, which walks SOURCE as the caller, says what
+// is wrong with it.
 func resolve(path string) (string, error) {
-	abs := path
-	if !filepath.IsAbs(abs) {
-		wd, err := os.Getwd()
-		if err != nil {
-			return "", err
+	p, err := walked(path)
+	if err == nil {
+		return p, nil
+	}
+	dir, base := filepath.Split(path)
+	if errors.Is(err, syscall.ENOENT) && base != "" && base != "." && base != ".." {
+		if dir == "" {
+			dir = "."
 		}
-		abs = wd + string(filepath.Separator) + abs
+		if d, derr := walked(dir); derr == nil {
+			return filepath.Join(d, base), nil // a file not there (yet): its name in the directory walked
+		}
+	}
+	if hasDotDot(path) || strings.HasSuffix(path, "/") {
+		return "", err
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", err
 	}
 	if real, err := filepath.EvalSymlinks(abs); err == nil {
-		return real, nil // the file's own link too: where a plain open lands
+		return real, nil
 	}
-	dir, base := filepath.Split(abs)
+	dir, base = filepath.Split(abs)
 	if real, err := filepath.EvalSymlinks(dir); err == nil {
 		dir = real
 	}
 	return filepath.Join(dir, base), nil
+}
+
+// hasDotDot reports whether path has a `..` component.
+func hasDotDot(path string) bool {
+	for _, c := range strings.Split(path, "/") {
+		if c == ".." {
+			return true
+		}
+	}
+	return false
+}
+
+// walked is the path the kernel's walk of p reaches, every link followed.
+func walked(p string) (string, error) {
+	fd, err := unix.Open(p, unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return "", &os.PathError{Op: "resolve", Path: p, Err: err}
+	}
+	defer unix.Close(fd)
+	return os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
 }
 
 // target is where a path is leased from.

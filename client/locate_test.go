@@ -118,3 +118,44 @@ func TestResolveWalksDotDotAfterTheLinks(t *testing.T) {
 		t.Fatalf("resolve of a missing file after link/.. = %q, %v; want it beside sub/f", got, err)
 	}
 }
+
+// TestResolveNeverLandsWhereTheKernelsWalkFails: where the kernel's walk
+// of a path fails (a name missing before a `..`, a file before one, or a
+// missing name after a `..` that follows a link), resolve answers no
+// existing other file (the one the path's text names).
+func TestResolveNeverLandsWhereTheKernelsWalkFails(t *testing.T) {
+	dir, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"sub/deep", "other"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, f := range []string{"other/f", "sub/deep/f", "g"} {
+		if err := os.WriteFile(filepath.Join(dir, f), []byte(f), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("sub/deep", filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{
+		"link/../other/f",   // kernel: sub/other/f, ENOENT; text: other/f exists
+		"link/missing/../f", // kernel: ENOENT; text: link/f = sub/deep/f exists
+		"g/../other/f",      // kernel: ENOTDIR; text: other/f
+	} {
+		path := filepath.Join(dir, "x")[:len(dir)+1] + p
+		if _, err := os.Stat(path); err == nil {
+			t.Fatalf("%s: the kernel reaches a file; the test is wrong", p)
+		}
+		got, err := resolve(path)
+		if err != nil {
+			continue
+		}
+		if _, serr := os.Stat(got); serr == nil {
+			t.Errorf("resolve(%s) = %s, an existing file, where a plain open of the path fails", p, got)
+		}
+	}
+}

@@ -182,7 +182,9 @@ func (s *Server) identity(l *staging.Lease) *proto.FileIdentity {
 // device (staging) and the wait for room under the uid's
 // ipc.max_held_per_uid, during which the lease is given back (waitHeld).
 // a.roomWait (0: none) bounds each of those two waits for room further.
-// a.resident: a file the peer may read that is not resident is refused.
+// a.resident: a file the peer may read that is not resident is refused
+// (ENODATA), and so is one the uid has no room for now (EDQUOT): such an
+// acquire never waits.
 func (cn *conn) leaseHeld(rel string, gen uint64, a asking) (*held, bool, error) {
 	device, roomWait := a.device, a.roomWait
 	s := cn.s
@@ -224,6 +226,11 @@ func (cn *conn) leaseHeld(rel string, gen uint64, a asking) (*held, bool, error)
 			return h, false, err
 		}
 		l.Release() // nothing pinned while it waits
+		if a.resident {
+			return nil, false, proto.Errorf(proto.EDQUOT,
+				"%s: the uid's leases hold ipc.max_held_per_uid (%s); a resident-only acquire does not wait for room",
+				rel, units.HumanBytes(s.heldLimit))
+		}
 		if bound.by.IsZero() {
 			bound = s.heldBound(start, deadline, roomWait)
 		}

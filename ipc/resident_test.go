@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -76,6 +77,31 @@ func TestResidentAcquireOnAnotherDeviceCopiesNothing(t *testing.T) {
 	resp, _ = r.do(proto.Request{Op: proto.OpAcquire, Path: "a", Device: "host0", Resident: true})
 	if !resp.OK || resp.Device != "host0" {
 		t.Fatalf("resident acquire on host0, where it is resident: %+v; want a grant there", resp)
+	}
+}
+
+// TestResidentAcquireDoesNotWaitForTheUidsRoom: over
+// ipc.max_held_per_uid, a resident acquire is answered EDQUOT at once,
+// where a plain one waits for the uid's room.
+func TestResidentAcquireDoesNotWaitForTheUidsRoom(t *testing.T) {
+	needRoot(t)
+	f, blocked := startHeld(t, 20*time.Second)
+	for _, rel := range []string{"a", "b"} {
+		if _, err := f.cache.Stage(context.Background(), rel); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := dialAs(t, f.srv.Path(), nobody, nobody)
+	if resp, _ := h.do(acquireReq("a")); !resp.OK {
+		t.Fatalf("first acquire: %+v", resp)
+	}
+	r := dialAs(t, f.srv.Path(), nobody, nobody)
+	resp, _ := r.do(proto.Request{Op: proto.OpAcquire, Path: "b", Resident: true})
+	if resp.OK || resp.Errno != "EDQUOT" || !strings.Contains(resp.Error, "does not wait") {
+		t.Fatalf("resident acquire over the uid's held bytes: %+v; want EDQUOT at once", resp)
+	}
+	if len(blocked) != 0 {
+		t.Fatal("the resident acquire waited for the uid's room")
 	}
 }
 

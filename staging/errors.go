@@ -19,6 +19,11 @@ func errNotResident(rel string) error {
 	return fmt.Errorf("%s: not resident (the request asked for a resident file: nothing was staged): %w", rel, syscall.ENODATA)
 }
 
+func errResidentPrivate(rel string) error {
+	return fmt.Errorf("%s: a resident-only lease is not granted with a private copy (ipc.sharing private: each grant copies the file): %w",
+		rel, syscall.ENODATA)
+}
+
 func errTooLarge(rel string, need, capacity int64) error {
 	return fmt.Errorf("%s: needs %d bytes, more than the capacity of %d: %w", rel, need, capacity, syscall.EFBIG)
 }

@@ -52,7 +52,9 @@ type Request struct {
 	RoomWait time.Duration
 	// Resident: lease only a replica of File resident now (where Device
 	// and the placement say): one that is not fails with ENODATA and
-	// nothing is loaded, copied or waited for. Needs File.
+	// nothing is loaded, copied or waited for, and read-ahead learns of
+	// the access only once it is granted. Needs File; not with Private
+	// (the lease's own copy is a copy: ENODATA).
 	Resident bool
 }
 
@@ -61,7 +63,23 @@ type Request struct {
 // read-ahead learns from, told before waiting: the next files start
 // loading while the asker waits for this one.
 func (c *Cache) Acquire(ctx context.Context, req Request) (*Lease, error) {
-	at := c.ra.Leased(req.Rel)
+	if req.Resident && req.Private {
+		return nil, errResidentPrivate(req.Rel)
+	}
+	if req.Resident {
+		// Asked of a file that may not be resident: an access read-ahead
+		// learns from only once granted.
+		l, err := c.acquire(ctx, req, c.ra.Tick())
+		if err == nil {
+			c.ra.Leased(req.Rel)
+		}
+		return l, err
+	}
+	return c.acquire(ctx, req, c.ra.Leased(req.Rel))
+}
+
+// acquire is Acquire, its access stamped at (the read-ahead clock's tick).
+func (c *Cache) acquire(ctx context.Context, req Request, at uint64) (*Lease, error) {
 	var want *unix.Stat_t
 	if req.File != nil {
 		want = new(unix.Stat_t)

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+
+	"github.com/gdsfs/gdsfs/internal/units"
 )
 
 // TestResidentAcquireLoadsAndJoinsNothing: an acquire asking for a
@@ -71,4 +73,64 @@ func TestResidentAcquireLoadsAndJoinsNothing(t *testing.T) {
 	}
 	defer l.Release()
 	checkStaged(t, c, "f", data)
+}
+
+// TestRefusedResidentAcquireIsNoAccess: resident acquires answered
+// ENODATA, in name order, tell read-ahead nothing: no file after them is
+// staged.
+func TestRefusedResidentAcquireIsNoAccess(t *testing.T) {
+	c := raCache(t, nil, nil)
+	for i := range 4 {
+		f, err := os.Open(filepath.Join(c.root.Path(), raName(i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.Acquire(context.Background(), Request{Rel: raName(i), File: f, Resident: true})
+		f.Close()
+		if !errors.Is(err, syscall.ENODATA) {
+			t.Fatalf("resident acquire of %s, staged nowhere: %v; want ENODATA", raName(i), err)
+		}
+	}
+	drain(c)
+	if got := entryPaths(c); len(got) != 0 {
+		t.Fatalf("after 4 refused resident acquires in name order, entries %v; want none (read-ahead staged after them)", got)
+	}
+}
+
+// TestResidentAcquireMakesNoPrivateCopy: a resident acquire that asks for
+// a private copy is refused (ENODATA): the copy would allocate, and evict
+// another resident file to make room.
+func TestResidentAcquireMakesNoPrivateCopy(t *testing.T) {
+	src := t.TempDir()
+	writeFile(t, src, "a", randomBytes(16<<10, 1))
+	writeFile(t, src, "b", randomBytes(16<<10, 2))
+	opts, io := testOptions()
+	opts.Capacity = units.Share{Bytes: 32 << 10}
+	d := newFake(16 << 10)
+	c := newCache(t, src, opts, io, d)
+	ctx := context.Background()
+	for _, rel := range []string{"a", "b"} {
+		if _, err := c.Stage(ctx, rel); err != nil {
+			t.Fatal(err)
+		}
+	}
+	allocs := d.allocs.Load()
+	f, err := os.Open(filepath.Join(src, "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	l, err := c.Acquire(ctx, Request{Rel: "a", File: f, Private: true, Resident: true})
+	if err == nil {
+		l.Release()
+	}
+	if !errors.Is(err, syscall.ENODATA) {
+		t.Fatalf("resident acquire with a private copy: %v; want ENODATA", err)
+	}
+	if n := d.allocs.Load() - allocs; n != 0 {
+		t.Fatalf("it allocated %d regions; want none", n)
+	}
+	if st, _ := c.Attr("b"); st != StateResident {
+		t.Fatalf("b is %s after it; want resident (nothing evicted)", st)
+	}
 }

@@ -426,7 +426,7 @@ def _locator(socket):
     dirs = {}
 
     def locate(path):
-        p = os.fspath(path)
+        p = os.fsdecode(os.fspath(path))
         if ".." in p.split(os.sep):  # goes up from where a link leads: _locate walks it
             return _locate(path, socket)
         d, base = os.path.split(os.path.abspath(p))

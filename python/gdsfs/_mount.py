@@ -75,10 +75,41 @@ def read_mountinfo(path=None):
 def _resolve(path):
     """Absolute path with its symlinks resolved, the file's own too, so the
     path sent names the file a plain open reads (a link that leads off the
-    mount, or out of a bind mount of a directory of it, is not sent). A
-    `..` goes up from where the links before it lead, as in the kernel's
-    walk (never undoing the name before it as text)."""
-    return os.path.realpath(os.fspath(path))
+    mount, or out of a bind mount of a directory of it, is not sent). The
+    kernel walks it (an O_PATH open, named back by /proc/self/fd), so a
+    `..` goes up from where the links before it lead. A last name that
+    does not exist is kept, in the directory the walk of the rest
+    reaches. Where the walk fails otherwise, a path with a `..` (whose
+    text may name a file the walk never reaches: a link, a missing name
+    or a file before the `..`), or one ending in `/`, raises the walk's
+    OSError; any other is resolved as far as this process may look
+    (its links, of the names that exist and that it may reach), the rest
+    kept as it is: the daemon, which walks SOURCE as the caller, says
+    what is wrong with it."""
+    p = os.fsdecode(os.fspath(path))
+    try:
+        return _walked(p)
+    except OSError as e:
+        err = e
+    d, base = os.path.split(p)
+    if err.errno == _errno.ENOENT and base not in ("", ".", ".."):
+        try:
+            return os.path.join(_walked(d or "."), base)
+        except OSError:
+            pass
+    if ".." in p.split(os.sep) or p.endswith(os.sep):
+        err.gdsfs_path = True  # the path's own fault, not the daemon's
+        raise err
+    return os.path.realpath(os.path.abspath(p))
+
+
+def _walked(p):
+    """The path the kernel's walk of p reaches, every link followed."""
+    fd = os.open(p, os.O_PATH | os.O_CLOEXEC)
+    try:
+        return os.readlink("/proc/self/fd/%d" % fd)
+    finally:
+        os.close(fd)
 
 
 class Target:

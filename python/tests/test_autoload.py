@@ -167,6 +167,17 @@ class TestSafetensors(AutoloadCase):
             self.assertSameTensor(got[tname], want[tname], tname)
         self.assertEqual(self.A.served().get("safetensors.torch.load_file"), 1)
 
+    def test_a_path_the_kernels_walk_fails_is_left_to_the_library(self):
+        """A name missing before a `..` (whose text names a file that is
+        there): no daemon is asked; the library raises what it raises,
+        counted as path:ENOENT."""
+        load_file, _ = self.load_file()
+        self.put("dm/x.safetensors", os.path.join(S.ST_FIXTURES, "nometa.safetensors"))
+        with self.assertRaises(FileNotFoundError):
+            load_file(self.mount.path("dm") + "/missing/../x.safetensors")
+        self.assertEqual(self.A.fallbacks(), {"path:ENOENT": 1})
+        self.assertEqual(self.A.served(), {})
+
     def test_safe_open_api_equals_original(self):
         mnt, src = self.put("so/all.safetensors", os.path.join(S.ST_FIXTURES, "all_dtypes.safetensors"))
         safe_open = self.st.safe_open

@@ -129,13 +129,15 @@ class TestQueueThread(unittest.TestCase):
         def handle(item):
             if item == "bad":
                 raise ValueError(item)
+            if item == "exit":
+                raise SystemExit(1)
             seen.append(item)
 
         q = _queue.QueueThread("gdsfs-test-queue", handle)
-        q.put("bad")
-        q.put("after")
+        for item in ("bad", "after", "exit", "last"):
+            q.put(item)
         self.assertTrue(q.wait(60), "wait() did not return: the thread ended on the handler's exception")
-        self.assertEqual(seen, ["after"])
+        self.assertEqual(seen, ["after", "last"])
 
     def test_a_thread_that_cannot_start_leaves_no_queue(self):
         got = []

@@ -989,6 +989,31 @@ class TrustTests(unittest.TestCase):
         with self.assertRaises(gdsfs.NotMountedError):
             locate(off)
 
+    def test_resolve_fails_where_the_kernels_walk_fails(self):
+        """A path whose walk by the kernel fails before or after a `..`
+        (a name missing before it, a file before it, a missing name after
+        a `..` that follows a link, a file with a trailing slash) raises
+        the walk's error: its text names another, existing file. A
+        missing last name is kept, in the directory walked; a missing
+        name on a path without `..` is kept as it is."""
+        from gdsfs import _mount
+
+        d = os.path.realpath(_support.tmpdir())
+        os.makedirs(os.path.join(d, "sub", "deep"))
+        os.makedirs(os.path.join(d, "other"))
+        for f in ("other/f", "sub/deep/f", "g"):
+            open(os.path.join(d, f), "w").close()
+        os.symlink("sub/deep", os.path.join(d, "link"))
+        for p, err in (("link/../other/f", errno.ENOENT), ("link/missing/../f", errno.ENOENT),
+                       ("g/../other/f", errno.ENOTDIR), ("g/", errno.ENOTDIR)):
+            with self.subTest(p):
+                with self.assertRaises(OSError) as cm:
+                    _mount._resolve(os.path.join(d, p))
+                self.assertEqual(cm.exception.errno, err)
+        self.assertEqual(_mount._resolve(os.path.join(d, "link", "..", "new")), os.path.join(d, "sub", "new"))
+        self.assertEqual(_mount._resolve(os.path.join(d, "nodir", "new")), os.path.join(d, "nodir", "new"))
+        self.assertEqual(_mount._resolve(os.path.join(d, "link", "f")), os.path.join(d, "sub", "deep", "f"))
+
     def test_a_mount_point_is_not_remembered_for_its_directory(self):
         """Locating a mount point (a directory, which the daemon refuses)
         says nothing of the other files of the directory it is in: one

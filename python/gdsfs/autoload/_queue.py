@@ -79,7 +79,7 @@ class QueueThread:
             try:
                 if items:
                     self._handle(items if self._batch else items[0])
-            except Exception:  # the thread outlives a handler's failure: what is queued after it is handled
+            except BaseException:  # the thread outlives a handler's failure: what is queued after it is handled
                 logging.getLogger("gdsfs.autoload").debug("gdsfs autoload: %s", self.name, exc_info=True)
             finally:
                 for x in got:

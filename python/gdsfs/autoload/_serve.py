@@ -179,6 +179,8 @@ def acquire(path, resident=False):
     except OSError as e:
         if getattr(e, "gdsfs_answer", False):
             raise Fallback("refused:" + _report.errno_name(e), _socket_of(path), str(e)) from None
+        if getattr(e, "gdsfs_path", False):  # the kernel's walk of the path fails: no daemon was asked
+            raise Fallback("path:" + _report.errno_name(e), None, str(e)) from None
         raise Fallback("daemon-unavailable", None, str(e)) from None
     except Exception as e:  # a client failure (CUDA mapping, ...) is not the caller's
         raise Fallback("client-error:" + type(e).__name__, _socket_of(path), str(e)) from None

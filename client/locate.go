@@ -12,6 +12,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gdsfs/gdsfs/proto"
 )
 
 // fstype is the mountinfo type of a gdsfs mount.
@@ -132,7 +134,7 @@ func resolve(path string) (string, error) {
 			return filepath.Join(d, base), nil // a file not there (yet): its name in the directory walked
 		}
 	}
-	if hasDotDot(path) || strings.HasSuffix(path, "/") {
+	if proto.HasDotDot(path) || strings.HasSuffix(path, "/") {
 		return "", err
 	}
 	abs, err := filepath.Abs(path)
@@ -147,16 +149,6 @@ func resolve(path string) (string, error) {
 		dir = real
 	}
 	return filepath.Join(dir, base), nil
-}
-
-// hasDotDot reports whether path has a `..` component.
-func hasDotDot(path string) bool {
-	for _, c := range strings.Split(path, "/") {
-		if c == ".." {
-			return true
-		}
-	}
-	return false
 }
 
 // walked is the path the kernel's walk of p reaches, every link followed.

@@ -30,9 +30,15 @@ type nodeIDs struct {
 	next    uint64            // the last id handed out is foreignBase+next; guarded by mu
 }
 
+// own reports whether the inode ino of device dev is its own node id
+// (SOURCE's filesystem, outside the reserved ranges).
+func (t *nodeIDs) own(dev, ino uint64) bool {
+	return dev == t.srcDev && ino > 1 && ino < foreignBase
+}
+
 // of is the node id of the inode ino of device dev.
 func (t *nodeIDs) of(dev, ino uint64) uint64 {
-	if dev == t.srcDev && ino > 1 && ino < foreignBase {
+	if t.own(dev, ino) {
 		return ino
 	}
 	t.mu.Lock()
@@ -52,7 +58,7 @@ func (t *nodeIDs) of(dev, ino uint64) uint64 {
 // known is of for an inode that has a node id already: false for one
 // the table has not numbered (none is handed out here).
 func (t *nodeIDs) known(dev, ino uint64) (uint64, bool) {
-	if dev == t.srcDev && ino > 1 && ino < foreignBase {
+	if t.own(dev, ino) {
 		return ino, true
 	}
 	t.mu.Lock()

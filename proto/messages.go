@@ -400,14 +400,22 @@ func checkPath(op, p string) error {
 			return Errorf(EINVAL, "%s: a NUL byte in path %q", op, p)
 		}
 	}
-	for _, c := range strings.Split(p, "/") {
-		if c == ".." {
-			// Read as text it would undo the name before it, a link's
-			// too, where the kernel's walk goes up from the link's target.
-			return Errorf(EINVAL, "%s: path %q has a `..` component: send the path the kernel's walk of it reaches (links resolved)", op, p)
-		}
+	if HasDotDot(p) {
+		// Read as text it would undo the name before it, a link's too,
+		// where the kernel's walk goes up from the link's target.
+		return Errorf(EINVAL, "%s: path %q has a `..` component: send the path the kernel's walk of it reaches (links resolved)", op, p)
 	}
 	return nil
+}
+
+// HasDotDot reports whether path has a `..` component.
+func HasDotDot(path string) bool {
+	for _, c := range strings.Split(path, "/") {
+		if c == ".." {
+			return true
+		}
+	}
+	return false
 }
 
 // MaxDevice is the longest device a request may name.

@@ -13,7 +13,7 @@ import weakref
 
 from ._proto import Conn, daemon_error, room_wait_fields
 from ._device import resolve as _resolve_device
-from ._mount import _resolve, find
+from ._mount import _resolve, find, has_dot_dot
 from ._registry import registry, _is_gpu
 
 log = logging.getLogger("gdsfs")
@@ -427,7 +427,7 @@ def _locator(socket):
 
     def locate(path):
         p = os.fsdecode(os.fspath(path))
-        if ".." in p.split(os.sep):  # goes up from where a link leads: _locate walks it
+        if has_dot_dot(p):  # goes up from where a link leads: _locate walks it
             return _locate(path, socket)
         d, base = os.path.split(os.path.abspath(p))
         try:

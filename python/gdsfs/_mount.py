@@ -97,10 +97,15 @@ def _resolve(path):
             return os.path.join(_walked(d or "."), base)
         except OSError:
             pass
-    if ".." in p.split(os.sep) or p.endswith(os.sep):
+    if has_dot_dot(p) or p.endswith(os.sep):
         err.gdsfs_path = True  # the path's own fault, not the daemon's
         raise err
     return os.path.realpath(os.path.abspath(p))
+
+
+def has_dot_dot(p):
+    """Whether path p (a str) has a `..` component."""
+    return ".." in p.split(os.sep)
 
 
 def _walked(p):
